@@ -1,0 +1,1 @@
+//! cpu backend (to be written).

@@ -1,0 +1,1 @@
+//! null backend (to be written).

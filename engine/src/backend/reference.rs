@@ -1,0 +1,1 @@
+//! reference backend (to be written).

@@ -1,0 +1,8 @@
+//! The F-engine: receive digitiser samples, channelise them, send 8-bit spectra.
+//!
+//! - [`signal`]: the maths shared by every backend (weights, sample unpacking, delay model,
+//!   quantisation), fixed in `shared/design/signal-path.md`.
+//! - [`backend`]: the signal path behind one trait: `reference` (float64 oracle), `cpu`, `cuda`, `null`.
+
+pub mod backend;
+pub mod signal;

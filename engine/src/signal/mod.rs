@@ -1,0 +1,1 @@
+//! Signal maths shared by every backend.

@@ -1,0 +1,127 @@
+//! Why packets and heaps are rejected, and counters of each reason that other threads can read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A reason to drop a packet (or, for the assembly reasons, a heap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// Datagram shorter than the 8-byte header.
+    TooShort,
+    /// Datagram longer than the configured maximum.
+    TooLong,
+    /// First byte is not 0x53.
+    BadMagic,
+    /// Version byte is not 4.
+    BadVersion,
+    /// Widths are not SPEAD-64-48 (item pointer width 2, heap address width 6).
+    BadFlavour,
+    /// The header's item pointer table runs past the datagram.
+    ItemsPastEnd,
+    /// Heap counter, heap offset or payload length missing or not immediate.
+    MissingStandardItem,
+    /// Payload length item disagrees with the datagram's length.
+    PayloadLengthMismatch,
+    /// Heap offset + payload length is beyond the declared heap size.
+    PayloadPastHeap,
+    /// Heap size above the configured limit.
+    HeapTooLarge,
+    /// Heap size changed between packets of one heap.
+    HeapSizeChanged,
+    /// An item the stream requires (a timestamp, say) is absent.
+    MissingMandatoryItem,
+    /// A packet of a heap already received (or overlapping one).
+    Duplicate,
+    /// The heap's size or shape is not what the stream expects.
+    WrongHeapSize,
+    /// The heap belongs before the receive window (counted as too old).
+    TooOld,
+    /// The heap is so far ahead of the window that taking it would discard too much.
+    TooNew,
+    /// An addressed item points outside its heap.
+    BadItemAddress,
+}
+
+impl Reject {
+    pub const ALL: [Reject; 17] = [
+        Reject::TooShort,
+        Reject::TooLong,
+        Reject::BadMagic,
+        Reject::BadVersion,
+        Reject::BadFlavour,
+        Reject::ItemsPastEnd,
+        Reject::MissingStandardItem,
+        Reject::PayloadLengthMismatch,
+        Reject::PayloadPastHeap,
+        Reject::HeapTooLarge,
+        Reject::HeapSizeChanged,
+        Reject::MissingMandatoryItem,
+        Reject::Duplicate,
+        Reject::WrongHeapSize,
+        Reject::TooOld,
+        Reject::TooNew,
+        Reject::BadItemAddress,
+    ];
+
+    /// Name for metrics labels and logs (snake case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reject::TooShort => "too_short",
+            Reject::TooLong => "too_long",
+            Reject::BadMagic => "bad_magic",
+            Reject::BadVersion => "bad_version",
+            Reject::BadFlavour => "bad_flavour",
+            Reject::ItemsPastEnd => "items_past_end",
+            Reject::MissingStandardItem => "missing_standard_item",
+            Reject::PayloadLengthMismatch => "payload_length_mismatch",
+            Reject::PayloadPastHeap => "payload_past_heap",
+            Reject::HeapTooLarge => "heap_too_large",
+            Reject::HeapSizeChanged => "heap_size_changed",
+            Reject::MissingMandatoryItem => "missing_mandatory_item",
+            Reject::Duplicate => "duplicate",
+            Reject::WrongHeapSize => "wrong_heap_size",
+            Reject::TooOld => "too_old",
+            Reject::TooNew => "too_new",
+            Reject::BadItemAddress => "bad_item_address",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Reject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for Reject {}
+
+/// Counters per reason. Written by one receive thread, read by any (metrics): relaxed atomics.
+#[derive(Debug, Default)]
+pub struct RejectCounters {
+    counts: [AtomicU64; Reject::ALL.len()],
+}
+
+impl RejectCounters {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn count(&self, reason: Reject) {
+        self.add(reason, 1);
+    }
+    pub fn add(&self, reason: Reject, n: u64) {
+        self.counts[reason.index()].fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self, reason: Reject) -> u64 {
+        self.counts[reason.index()].load(Ordering::Relaxed)
+    }
+    pub fn total(&self) -> u64 {
+        Reject::ALL.iter().map(|&r| self.get(r)).sum()
+    }
+    /// Every reason with its count, zeros included (so metrics always show every series).
+    pub fn snapshot(&self) -> Vec<(Reject, u64)> {
+        Reject::ALL.iter().map(|&r| (r, self.get(r))).collect()
+    }
+}
