@@ -1,1 +1,19 @@
-//! placeholder
+//! SPEAD-64-48 for the F-engine test bed: packets, heaps, descriptors, assembly into heaps and
+//! into caller-owned chunks, and UDP transport.
+//!
+//! - [`packet`]: decode (borrowing the datagram) and encode one packet.
+//! - [`heap`]: split a heap into packets; read items back from a complete heap.
+//! - [`descriptor`]: item descriptors, so generic receivers (spead2) can decode our heaps.
+//! - [`reject`]: every reason a packet or heap is dropped, with counters.
+//! - [`items`]: item ids of the wire formats.
+
+pub mod descriptor;
+pub mod heap;
+pub mod items;
+pub mod packet;
+pub mod reject;
+
+pub use descriptor::Descriptor;
+pub use heap::{HeapItem, HeapView, HeapWriter};
+pub use packet::{ItemPointer, Limits, Packet};
+pub use reject::{Reject, RejectCounters};
