@@ -39,7 +39,14 @@ impl Descriptor {
     pub fn numpy(id: u16, name: &str, description: &str, descr: &str, shape: &[u64]) -> Self {
         let dims = match shape {
             [one] => format!("({one},)"),
-            _ => format!("({})", shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+            _ => format!(
+                "({})",
+                shape
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
         Self {
             id,
@@ -47,13 +54,19 @@ impl Descriptor {
             description: description.into(),
             shape: shape.to_vec(),
             format: vec![],
-            dtype: Some(format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}")),
+            dtype: Some(format!(
+                "{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}"
+            )),
         }
     }
 
     /// The embedded packet: a one-packet heap with counter 1.
     pub fn encode(&self) -> Vec<u8> {
-        let format: Vec<u8> = self.format.iter().flat_map(|&(c, bits)| [c, (bits >> 8) as u8, bits as u8]).collect();
+        let format: Vec<u8> = self
+            .format
+            .iter()
+            .flat_map(|&(c, bits)| [c, (bits >> 8) as u8, bits as u8])
+            .collect();
         let mut shape = Vec::with_capacity(self.shape.len() * 7);
         for &d in &self.shape {
             shape.push(0u8); // not variable-sized
@@ -67,7 +80,10 @@ impl Descriptor {
             HeapItem::addressed(items::DESCRIPTOR_SHAPE, &shape),
         ];
         if let Some(dtype) = &self.dtype {
-            items.push(HeapItem::addressed(items::DESCRIPTOR_DTYPE, dtype.as_bytes()));
+            items.push(HeapItem::addressed(
+                items::DESCRIPTOR_DTYPE,
+                dtype.as_bytes(),
+            ));
         }
         let writer = HeapWriter::new(usize::MAX / 2);
         let mut out = Vec::new();
@@ -77,14 +93,23 @@ impl Descriptor {
 
     /// Decodes an embedded descriptor packet.
     pub fn decode(bytes: &[u8]) -> Result<Self, Reject> {
-        let limits = Limits { max_packet: bytes.len(), max_heap: bytes.len() as u64 };
+        let limits = Limits {
+            max_packet: bytes.len(),
+            max_heap: bytes.len() as u64,
+        };
         let packet = Packet::decode(bytes, &limits)?;
         if packet.heap_offset != 0 {
             return Err(Reject::MissingMandatoryItem);
         }
-        let id = packet.immediate(items::DESCRIPTOR_ID).ok_or(Reject::MissingMandatoryItem)? as u16;
+        let id = packet
+            .immediate(items::DESCRIPTOR_ID)
+            .ok_or(Reject::MissingMandatoryItem)? as u16;
         let heap = crate::heap::HeapView::from_single_packet(&packet)?;
-        let text = |item| heap.value(item).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        let text = |item| {
+            heap.value(item)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
         let format = heap
             .value(items::DESCRIPTOR_FORMAT)
             .unwrap_or(&[])
@@ -101,7 +126,9 @@ impl Descriptor {
                 u64::from_be_bytes(b)
             })
             .collect();
-        let dtype = heap.value(items::DESCRIPTOR_DTYPE).map(|b| String::from_utf8_lossy(b).into_owned());
+        let dtype = heap
+            .value(items::DESCRIPTOR_DTYPE)
+            .map(|b| String::from_utf8_lossy(b).into_owned());
         Ok(Self {
             id,
             name: text(items::DESCRIPTOR_NAME),
@@ -120,7 +147,13 @@ mod tests {
     #[test]
     fn round_trip_numpy_and_format() {
         for d in [
-            Descriptor::numpy(items::FENG_RAW, "feng_raw", "Channelised data", "|i1", &[64, 256, 2, 2]),
+            Descriptor::numpy(
+                items::FENG_RAW,
+                "feng_raw",
+                "Channelised data",
+                "|i1",
+                &[64, 256, 2, 2],
+            ),
             Descriptor::numpy(0x1234, "one", "1-d", ">i2", &[5]),
             Descriptor::unsigned(items::TIMESTAMP, "timestamp", "ADC sample count", 48),
         ] {
@@ -131,7 +164,10 @@ mod tests {
     #[test]
     fn numpy_header_is_a_python_dict() {
         let d = Descriptor::numpy(1, "x", "", "|i1", &[3]);
-        assert_eq!(d.dtype.unwrap(), "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }");
+        assert_eq!(
+            d.dtype.unwrap(),
+            "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }"
+        );
     }
 
     #[test]

@@ -33,7 +33,9 @@ const EMPTY_HEAP_PADDING: usize = 8;
 
 impl HeapWriter {
     pub fn new(max_payload: usize) -> Self {
-        Self { max_payload: max_payload.max(1) }
+        Self {
+            max_payload: max_payload.max(1),
+        }
     }
 
     /// Calls `emit` with each packet of the heap in order. The buffer passed to `emit` is reused.
@@ -47,7 +49,9 @@ impl HeapWriter {
         let mut payload = Vec::new();
         for item in items {
             match *item {
-                HeapItem::Immediate { id, value } => pointers.push(ItemPointer::immediate(id, value)),
+                HeapItem::Immediate { id, value } => {
+                    pointers.push(ItemPointer::immediate(id, value))
+                }
                 HeapItem::Addressed { id, value } => {
                     pointers.push(ItemPointer::addressed(id, payload.len() as u64));
                     payload.extend_from_slice(value);
@@ -59,12 +63,14 @@ impl HeapWriter {
         }
         let heap_size = (payload.len() as u64).min(MAX_VALUE);
         pointers[1] = ItemPointer::immediate(items::HEAP_SIZE, heap_size);
-        let mut buf = vec![0u8; packet::packet_size(pointers.len(), self.max_payload.min(payload.len()))];
+        let mut buf =
+            vec![0u8; packet::packet_size(pointers.len(), self.max_payload.min(payload.len()))];
         for (i, part) in payload.chunks(self.max_payload).enumerate() {
             let offset = (i * self.max_payload) as u64;
             pointers[2] = ItemPointer::immediate(items::HEAP_OFFSET, offset);
             pointers[3] = ItemPointer::immediate(items::PAYLOAD_LENGTH, part.len() as u64);
-            let n = packet::encode(&mut buf, &pointers, part).expect("buffer sized for the largest packet");
+            let n = packet::encode(&mut buf, &pointers, part)
+                .expect("buffer sized for the largest packet");
             emit(&buf[..n]);
         }
     }
@@ -81,16 +87,31 @@ pub struct HeapView<'a> {
 impl<'a> HeapView<'a> {
     /// A heap assembled elsewhere: `pointers` are the item pointers of any of its packets.
     /// Rejects addressed items pointing past the payload.
-    pub fn new(heap_cnt: u64, pointers: Vec<ItemPointer>, payload: &'a [u8]) -> Result<Self, Reject> {
-        if pointers.iter().any(|p| !p.is_immediate() && p.value() > payload.len() as u64) {
+    pub fn new(
+        heap_cnt: u64,
+        pointers: Vec<ItemPointer>,
+        payload: &'a [u8],
+    ) -> Result<Self, Reject> {
+        if pointers
+            .iter()
+            .any(|p| !p.is_immediate() && p.value() > payload.len() as u64)
+        {
             return Err(Reject::BadItemAddress);
         }
-        Ok(Self { heap_cnt, pointers, payload })
+        Ok(Self {
+            heap_cnt,
+            pointers,
+            payload,
+        })
     }
 
     /// A heap that arrived whole in one packet.
     pub fn from_single_packet(packet: &Packet<'a>) -> Result<Self, Reject> {
-        if packet.heap_offset != 0 || packet.heap_size.is_some_and(|s| s != packet.payload.len() as u64) {
+        if packet.heap_offset != 0
+            || packet
+                .heap_size
+                .is_some_and(|s| s != packet.payload.len() as u64)
+        {
             return Err(Reject::WrongHeapSize);
         }
         Self::new(packet.heap_cnt, packet.items().collect(), packet.payload)
@@ -106,14 +127,20 @@ impl<'a> HeapView<'a> {
     }
 
     pub fn immediate(&self, id: u16) -> Option<u64> {
-        self.pointers.iter().find(|p| p.id() == id && p.is_immediate()).map(|p| p.value())
+        self.pointers
+            .iter()
+            .find(|p| p.id() == id && p.is_immediate())
+            .map(|p| p.value())
     }
 
     /// An addressed item's bytes: from its address to the next address in (address, pointer
     /// order), or the heap's end. Items sharing an address (an empty one first) resolve as spead2's
     /// stable sort does.
     pub fn value(&self, id: u16) -> Option<&'a [u8]> {
-        let index = self.pointers.iter().position(|p| p.id() == id && !p.is_immediate())?;
+        let index = self
+            .pointers
+            .iter()
+            .position(|p| p.id() == id && !p.is_immediate())?;
         self.extent(index)
     }
 
@@ -131,7 +158,9 @@ impl<'a> HeapView<'a> {
     /// Descriptors carried by this heap (several items may share the descriptor id).
     pub fn descriptors(&self) -> Vec<crate::descriptor::Descriptor> {
         (0..self.pointers.len())
-            .filter(|&i| self.pointers[i].id() == items::DESCRIPTOR && !self.pointers[i].is_immediate())
+            .filter(|&i| {
+                self.pointers[i].id() == items::DESCRIPTOR && !self.pointers[i].is_immediate()
+            })
             .filter_map(|i| crate::descriptor::Descriptor::decode(self.extent(i)?).ok())
             .collect()
     }
@@ -145,7 +174,10 @@ mod tests {
     #[test]
     fn writer_splits_and_repeats_pointers() {
         let data: Vec<u8> = (0..100u8).collect();
-        let items = [HeapItem::immediate(items::TIMESTAMP, 99), HeapItem::addressed(items::FENG_RAW, &data)];
+        let items = [
+            HeapItem::immediate(items::TIMESTAMP, 99),
+            HeapItem::addressed(items::FENG_RAW, &data),
+        ];
         let mut packets = Vec::new();
         HeapWriter::new(32).write(5, &items, |p| packets.push(p.to_vec()));
         assert_eq!(packets.len(), 4);
@@ -165,7 +197,11 @@ mod tests {
     fn view_finds_item_extents() {
         let a = [1u8, 2, 3];
         let b = [9u8; 5];
-        let items = [HeapItem::addressed(0x1000, &a), HeapItem::addressed(0x1001, &b), HeapItem::immediate(0x1002, 7)];
+        let items = [
+            HeapItem::addressed(0x1000, &a),
+            HeapItem::addressed(0x1001, &b),
+            HeapItem::immediate(0x1002, 7),
+        ];
         let mut raw = Vec::new();
         HeapWriter::new(1000).write(1, &items, |p| raw = p.to_vec());
         let p = Packet::decode(&raw, &Limits::default()).unwrap();
@@ -179,6 +215,9 @@ mod tests {
     #[test]
     fn bad_address_rejected() {
         let ptrs = vec![ItemPointer::addressed(0x1000, 50)];
-        assert_eq!(HeapView::new(1, ptrs, &[0; 10]).unwrap_err(), Reject::BadItemAddress);
+        assert_eq!(
+            HeapView::new(1, ptrs, &[0; 10]).unwrap_err(),
+            Reject::BadItemAddress
+        );
     }
 }

@@ -5,8 +5,12 @@
 //! - [`heap`]: split a heap into packets; read items back from a complete heap.
 //! - [`descriptor`]: item descriptors, so generic receivers (spead2) can decode our heaps.
 //! - [`reject`]: every reason a packet or heap is dropped, with counters.
+//! - [`assemble`]: heaps from packets in any order (general path).
+//! - [`chunk`]: heaps written straight into caller-owned chunks (hot path).
 //! - [`items`]: item ids of the wire formats.
 
+pub mod assemble;
+pub mod chunk;
 pub mod descriptor;
 pub mod heap;
 pub mod items;

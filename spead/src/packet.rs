@@ -52,7 +52,12 @@ impl ItemPointer {
 impl std::fmt::Debug for ItemPointer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = if self.is_immediate() { "imm" } else { "addr" };
-        write!(f, "ItemPointer({:#06x} {kind} {:#x})", self.id(), self.value())
+        write!(
+            f,
+            "ItemPointer({:#06x} {kind} {:#x})",
+            self.id(),
+            self.value()
+        )
     }
 }
 
@@ -67,7 +72,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_packet: 9200, max_heap: 64 << 20 }
+        Self {
+            max_packet: 9200,
+            max_heap: 64 << 20,
+        }
     }
 }
 
@@ -107,7 +115,8 @@ impl<'a> Packet<'a> {
             return Err(Reject::ItemsPastEnd);
         }
         let pointers = &datagram[HEADER_SIZE..items_end];
-        let (mut heap_cnt, mut heap_size, mut heap_offset, mut payload_len) = (None, None, None, None);
+        let (mut heap_cnt, mut heap_size, mut heap_offset, mut payload_len) =
+            (None, None, None, None);
         for p in iter_pointers(pointers) {
             let slot = match p.id() {
                 items::HEAP_CNT => &mut heap_cnt,
@@ -121,7 +130,9 @@ impl<'a> Packet<'a> {
             }
             *slot = Some(p.value());
         }
-        let (Some(heap_cnt), Some(heap_offset), Some(payload_len)) = (heap_cnt, heap_offset, payload_len) else {
+        let (Some(heap_cnt), Some(heap_offset), Some(payload_len)) =
+            (heap_cnt, heap_offset, payload_len)
+        else {
             return Err(Reject::MissingStandardItem);
         };
         let payload = &datagram[items_end..];
@@ -138,7 +149,13 @@ impl<'a> Packet<'a> {
         } else if heap_offset + payload_len > limits.max_heap {
             return Err(Reject::HeapTooLarge);
         }
-        Ok(Self { heap_cnt, heap_size, heap_offset, pointers, payload })
+        Ok(Self {
+            heap_cnt,
+            heap_size,
+            heap_offset,
+            pointers,
+            payload,
+        })
     }
 
     /// All item pointers in packet order, standard items included.
@@ -149,7 +166,10 @@ impl<'a> Packet<'a> {
     /// Item pointers other than the four per-packet standard ones.
     pub fn items(&self) -> impl Iterator<Item = ItemPointer> + 'a {
         self.pointers().filter(|p| {
-            !matches!(p.id(), items::HEAP_CNT | items::HEAP_SIZE | items::HEAP_OFFSET | items::PAYLOAD_LENGTH)
+            !matches!(
+                p.id(),
+                items::HEAP_CNT | items::HEAP_SIZE | items::HEAP_OFFSET | items::PAYLOAD_LENGTH
+            )
         })
     }
 
@@ -160,7 +180,9 @@ impl<'a> Packet<'a> {
 
     /// The value of an immediate item.
     pub fn immediate(&self, id: u16) -> Option<u64> {
-        self.item(id).filter(|p| p.is_immediate()).map(|p| p.value())
+        self.item(id)
+            .filter(|p| p.is_immediate())
+            .map(|p| p.value())
     }
 
     /// True for a stream-control stop packet.
@@ -202,11 +224,26 @@ pub fn write_header(buf: &mut [u8], pointers: &[ItemPointer]) -> Result<usize, E
         return Err(EncodeError::TooManyItems(pointers.len()));
     }
     if buf.len() < need {
-        return Err(EncodeError::BufferTooSmall { need, have: buf.len() });
+        return Err(EncodeError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
     }
     let n = (pointers.len() as u16).to_be_bytes();
-    buf[..HEADER_SIZE].copy_from_slice(&[MAGIC, VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH, 0, 0, n[0], n[1]]);
-    for (chunk, p) in buf[HEADER_SIZE..need].chunks_exact_mut(ITEM_POINTER_SIZE).zip(pointers) {
+    buf[..HEADER_SIZE].copy_from_slice(&[
+        MAGIC,
+        VERSION,
+        ITEM_POINTER_WIDTH,
+        HEAP_ADDRESS_WIDTH,
+        0,
+        0,
+        n[0],
+        n[1],
+    ]);
+    for (chunk, p) in buf[HEADER_SIZE..need]
+        .chunks_exact_mut(ITEM_POINTER_SIZE)
+        .zip(pointers)
+    {
         chunk.copy_from_slice(&p.to_be_bytes());
     }
     Ok(need)
@@ -214,10 +251,17 @@ pub fn write_header(buf: &mut [u8], pointers: &[ItemPointer]) -> Result<usize, E
 
 /// Writes a whole packet: header, `pointers` (the caller includes heap counter, size, offset and
 /// payload length), then `payload`. Returns the bytes written.
-pub fn encode(buf: &mut [u8], pointers: &[ItemPointer], payload: &[u8]) -> Result<usize, EncodeError> {
+pub fn encode(
+    buf: &mut [u8],
+    pointers: &[ItemPointer],
+    payload: &[u8],
+) -> Result<usize, EncodeError> {
     let need = packet_size(pointers.len(), payload.len());
     if buf.len() < need {
-        return Err(EncodeError::BufferTooSmall { need, have: buf.len() });
+        return Err(EncodeError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
     }
     let at = write_header(buf, pointers)?;
     buf[at..need].copy_from_slice(payload);
@@ -262,7 +306,10 @@ mod tests {
         assert_eq!(p.heap_offset, 0);
         assert_eq!(p.payload, &[0xa5; 16]);
         assert_eq!(p.immediate(items::TIMESTAMP), Some(0x1234_5678_9abc));
-        assert_eq!(p.item(items::ADC_SAMPLES), Some(ItemPointer::addressed(items::ADC_SAMPLES, 0)));
+        assert_eq!(
+            p.item(items::ADC_SAMPLES),
+            Some(ItemPointer::addressed(items::ADC_SAMPLES, 0))
+        );
         assert_eq!(p.items().count(), 2);
         assert!(!p.is_stop());
     }
@@ -278,7 +325,14 @@ mod tests {
     }
 
     fn reject(buf: &[u8]) -> Reject {
-        Packet::decode(buf, &Limits { max_packet: 100, max_heap: 1000 }).unwrap_err()
+        Packet::decode(
+            buf,
+            &Limits {
+                max_packet: 100,
+                max_heap: 1000,
+            },
+        )
+        .unwrap_err()
     }
 
     #[test]
@@ -320,10 +374,17 @@ mod tests {
     #[test]
     fn missing_or_addressed_standard_item() {
         for missing in [items::HEAP_CNT, items::HEAP_OFFSET, items::PAYLOAD_LENGTH] {
-            let ptrs: Vec<_> = pointers(16).into_iter().filter(|p| p.id() != missing).collect();
+            let ptrs: Vec<_> = pointers(16)
+                .into_iter()
+                .filter(|p| p.id() != missing)
+                .collect();
             let mut buf = vec![0u8; 128];
             let n = encode(&mut buf, &ptrs, &[1; 16]).unwrap();
-            assert_eq!(reject(&buf[..n]), Reject::MissingStandardItem, "without {missing:#x}");
+            assert_eq!(
+                reject(&buf[..n]),
+                Reject::MissingStandardItem,
+                "without {missing:#x}"
+            );
         }
         let mut ptrs = pointers(16);
         ptrs[0] = ItemPointer::addressed(items::HEAP_CNT, 7);
@@ -360,7 +421,10 @@ mod tests {
     #[test]
     fn encode_errors() {
         let mut small = [0u8; 20];
-        assert!(matches!(encode(&mut small, &pointers(16), &[0; 16]), Err(EncodeError::BufferTooSmall { .. })));
+        assert!(matches!(
+            encode(&mut small, &pointers(16), &[0; 16]),
+            Err(EncodeError::BufferTooSmall { .. })
+        ));
     }
 
     #[test]

@@ -39,10 +39,12 @@ pub enum Reject {
     TooNew,
     /// An addressed item points outside its heap.
     BadItemAddress,
+    /// A packet's offset is not where the sender's packet size puts packets.
+    Misaligned,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 17] = [
+    pub const ALL: [Reject; 18] = [
         Reject::TooShort,
         Reject::TooLong,
         Reject::BadMagic,
@@ -60,6 +62,7 @@ impl Reject {
         Reject::TooOld,
         Reject::TooNew,
         Reject::BadItemAddress,
+        Reject::Misaligned,
     ];
 
     /// Name for metrics labels and logs (snake case).
@@ -82,6 +85,7 @@ impl Reject {
             Reject::TooOld => "too_old",
             Reject::TooNew => "too_new",
             Reject::BadItemAddress => "bad_item_address",
+            Reject::Misaligned => "misaligned",
         }
     }
 
