@@ -191,7 +191,7 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         }
         let offset = p.heap_offset as usize;
         let is_last = offset + p.payload.len() == self.cfg.slot_bytes;
-        if offset % self.cfg.packet_payload != 0
+        if !offset.is_multiple_of(self.cfg.packet_payload)
             || (!is_last && p.payload.len() != self.cfg.packet_payload)
         {
             return Err(Reject::Misaligned);

@@ -8,6 +8,8 @@
 //! - [`assemble`]: heaps from packets in any order (general path).
 //! - [`chunk`]: heaps written straight into caller-owned chunks (hot path).
 //! - [`items`]: item ids of the wire formats.
+//! - [`samples`]: packing of digitiser samples.
+//! - [`transport`]: UDP sockets, GRO receive, GSO send, pacing.
 
 pub mod assemble;
 pub mod chunk;
@@ -16,6 +18,8 @@ pub mod heap;
 pub mod items;
 pub mod packet;
 pub mod reject;
+pub mod samples;
+pub mod transport;
 
 pub use descriptor::Descriptor;
 pub use heap::{HeapItem, HeapView, HeapWriter};
