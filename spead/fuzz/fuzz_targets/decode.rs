@@ -1,0 +1,18 @@
+//! Any bytes: the packet decoder, heap views and descriptor decoder must not panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use spead::{Descriptor, HeapView, Limits, Packet};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(p) = Packet::decode(data, &Limits::default()) {
+        let _ = p.items().count();
+        if let Ok(h) = HeapView::from_single_packet(&p) {
+            for ptr in h.pointers() {
+                let _ = h.value(ptr.id());
+            }
+            let _ = h.descriptors();
+        }
+    }
+    let _ = Descriptor::decode(data);
+});
