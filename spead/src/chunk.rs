@@ -1,39 +1,48 @@
 //! The hot-path receiver: heaps written straight into caller-owned chunk memory (spead2's chunk
 //! stream). The caller maps each packet to a (chunk, slot); the payload is copied to
 //! `slot * slot_bytes + heap_offset` of that chunk's buffer, and the slot is marked present once all
-//! its bytes have arrived. No allocation per packet or per chunk: buffers come from [`give`].
+//! its bytes have arrived. No allocation per packet, nor per chunk when chunks are handed back with
+//! [`recycle`]: buffers come from [`give`], and a packet that finds none is dropped and counted.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, Placement};
-//! use spead::{items, Packet, Reject, RejectCounters};
+//! use spead::{items, HeapItem, HeapWriter, Limits, Packet, Reject, RejectCounters};
 //!
+//! // Chunks of 4 single-packet heaps of 16 bytes; heap t goes to chunk t / 4, slot t % 4.
 //! let cfg = ChunkConfig { slots: 4, slot_bytes: 16, packet_payload: 16, window: 2, max_jump: 100 };
 //! let mut asm = ChunkAssembler::new(cfg, Arc::new(RejectCounters::new()));
 //! for _ in 0..3 {
-//!     asm.give(vec![0u8; 4 * 16]);
+//!     asm.give(vec![0u8; 4 * 16]); // window + 1 buffers: the consumer holds one while it works
 //! }
-//! // Digitiser-style placement: the timestamp gives chunk and slot.
 //! let place = |p: &Packet| -> Result<Placement, Reject> {
 //!     let t = p.immediate(items::TIMESTAMP).ok_or(Reject::MissingMandatoryItem)?;
-//!     Ok(Placement { chunk: t / 64, slot: (t % 64 / 16) as usize })
+//!     Ok(Placement { chunk: t / 4, slot: (t % 4) as usize })
 //! };
-//! # let datagram = [0u8; 8];
 //! let mut ready = Vec::new();
-//! if let Ok(p) = Packet::decode(&datagram, &Default::default()) {
-//!     asm.add_packet(&p, place, &mut |e| ready.push(e));
+//! for t in [0u64, 1, 3, 4, 5, 6, 7, 9] {
+//!     let data = [t as u8; 16];
+//!     let items = [HeapItem::immediate(items::TIMESTAMP, t), HeapItem::addressed(0x3300, &data)];
+//!     HeapWriter::new(16).write(t, &items, |datagram| {
+//!         let _ = asm.add_datagram(datagram, &Limits::default(), place, &mut |e| ready.push(e));
+//!     });
 //! }
 //! asm.flush(&mut |e| ready.push(e));
+//! let ChunkEvent::Ready(first) = ready.remove(0) else { unreachable!() };
+//! assert_eq!((first.id, &first.present[..]), (0, &[true, true, false, true][..]));
+//! assert_eq!(&first.data[16..32], &[1u8; 16]);
+//! asm.recycle(first); // buffer and flags back to the free list, nothing allocated
 //! ```
 //!
 //! [`give`]: ChunkAssembler::give
+//! [`recycle`]: ChunkAssembler::recycle
 
 use std::collections::VecDeque;
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::packet::Packet;
+use crate::packet::{Limits, Packet};
 use crate::reject::{Reject, RejectCounters};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,13 +51,14 @@ pub struct ChunkConfig {
     pub slots: usize,
     /// Bytes of every heap (a heap of another size is rejected).
     pub slot_bytes: usize,
-    /// Payload bytes of every packet but a heap's last (the sender's packet size); used to detect
-    /// duplicate packets.
+    /// Payload bytes of every packet but a heap's last (the sender's packet size): a packet's
+    /// offset names its place in the slot, which is how duplicates are told apart.
     pub packet_payload: usize,
     /// Chunks being filled at once; a packet older than the oldest is too old.
     pub window: usize,
-    /// A packet more than this many chunks ahead of the window means the sender restarted:
-    /// everything live is flushed and the window starts again at the new chunk.
+    /// A packet more than this many chunks ahead of the window, or behind it, means the sender
+    /// restarted (a digitiser restarted with a new sync epoch counts from zero again): everything
+    /// live is flushed and the window starts again at the new chunk.
     pub max_jump: u64,
 }
 
@@ -63,21 +73,30 @@ pub struct Placement {
 #[derive(Debug)]
 pub struct Chunk<B> {
     pub id: u64,
+    /// `slots * slot_bytes` bytes (or more) as given; bytes of slots not present are stale.
     pub data: B,
     /// One flag per slot: its whole heap arrived.
     pub present: Vec<bool>,
-    /// Packets received per slot (to tell complete slots and count duplicates).
-    received: Vec<u32>,
+    /// Per-slot tracking while the chunk is live; empty once emitted.
+    track: Tracking,
 }
 
 impl<B> Chunk<B> {
     pub fn present_count(&self) -> usize {
         self.present.iter().filter(|&&p| p).count()
     }
-    /// Takes the buffer back (to give it to the assembler again).
+    /// Takes the buffer back (prefer [`ChunkAssembler::recycle`], which keeps the flags too).
     pub fn into_data(self) -> B {
         self.data
     }
+}
+
+/// Which packets of each slot arrived, and how many bytes.
+#[derive(Debug, Default)]
+struct Tracking {
+    /// One bit per (slot, packet index): a second copy of a packet is a duplicate.
+    seen: Vec<u64>,
+    bytes: Vec<u64>,
 }
 
 /// What the assembler hands out.
@@ -86,52 +105,71 @@ pub enum ChunkEvent<B> {
     /// A chunk left the window. Chunk ids that never received a packet are not emitted: a consumer
     /// sees the gap in ids.
     Ready(Chunk<B>),
-    /// The stream jumped (a restart): chunks before `to` were flushed.
+    /// The stream jumped (a restart): chunks before `to` were flushed, `to` opens the new window.
     Resync { from: u64, to: u64 },
 }
 
-/// Totals, readable from other threads.
+/// Totals of one assembler, written only by it and readable from other threads.
 #[derive(Debug, Default)]
 pub struct ChunkStats {
+    /// Packets offered, rejected ones included.
     pub packets: AtomicU64,
+    /// Payload bytes written into chunks.
     pub bytes: AtomicU64,
+    /// Heaps (slots) completed.
     pub heaps: AtomicU64,
+    /// Chunks emitted.
     pub chunks: AtomicU64,
+    /// Packets for chunks already emitted.
+    pub too_old: AtomicU64,
     pub resyncs: AtomicU64,
     /// Packets dropped because no free chunk buffer was available.
     pub no_buffer: AtomicU64,
 }
 
+/// Adds to a counter that has a single writer: a plain load and store, no locked instruction on
+/// the per-packet path. Readers see a recent value.
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
 pub struct ChunkAssembler<B> {
     cfg: ChunkConfig,
-    packets_per_slot: u32,
+    packets_per_slot: usize,
     /// Live chunks in id order (ids need not be contiguous).
     live: VecDeque<Chunk<B>>,
-    /// Id of the oldest chunk the window accepts.
+    /// Id of the oldest chunk the window accepts; `None` until the first packet.
     head: Option<u64>,
     free: Vec<B>,
-    /// Recycled per-chunk vectors, so that no chunk allocates.
-    spare: Vec<(Vec<bool>, Vec<u32>)>,
+    /// Recycled flag vectors, so that opening a chunk does not allocate.
+    spare_present: Vec<Vec<bool>>,
+    spare_track: Vec<Tracking>,
     counters: Arc<RejectCounters>,
     stats: Arc<ChunkStats>,
 }
 
 impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
+    /// Zero sizes are raised to 1. `counters` may be shared with other assemblers.
     pub fn new(cfg: ChunkConfig, counters: Arc<RejectCounters>) -> Self {
+        let slot_bytes = cfg.slot_bytes.max(1);
         let cfg = ChunkConfig {
+            slots: cfg.slots.max(1),
             window: cfg.window.max(1),
-            packet_payload: cfg.packet_payload.max(1),
-            slot_bytes: cfg.slot_bytes.max(1),
+            packet_payload: cfg.packet_payload.clamp(1, slot_bytes),
+            slot_bytes,
             ..cfg
         };
-        let packets_per_slot = cfg.slot_bytes.div_ceil(cfg.packet_payload) as u32;
         Self {
             cfg,
-            packets_per_slot,
-            live: VecDeque::with_capacity(cfg.window),
+            packets_per_slot: cfg.slot_bytes.div_ceil(cfg.packet_payload),
+            live: VecDeque::with_capacity(cfg.window + 1),
             head: None,
             free: Vec::new(),
-            spare: Vec::new(),
+            spare_present: Vec::new(),
+            spare_track: Vec::new(),
             counters,
             stats: Arc::new(ChunkStats::default()),
         }
@@ -149,11 +187,25 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         &self.counters
     }
 
-    /// Adds an empty buffer (at least `slots * slot_bytes` bytes; a smaller one is ignored).
-    pub fn give(&mut self, buf: B) {
-        if buf.len() >= self.cfg.slots * self.cfg.slot_bytes {
-            self.free.push(buf);
+    /// Bytes a buffer must hold: `slots * slot_bytes`.
+    pub fn chunk_bytes(&self) -> usize {
+        self.cfg.slots.saturating_mul(self.cfg.slot_bytes)
+    }
+
+    /// Adds an empty buffer of at least [`chunk_bytes`](Self::chunk_bytes); a smaller one is
+    /// returned as the error.
+    pub fn give(&mut self, buf: B) -> Result<(), B> {
+        if buf.len() < self.chunk_bytes() {
+            return Err(buf);
         }
+        self.free.push(buf);
+        Ok(())
+    }
+
+    /// Hands an emitted chunk back: its buffer joins the free list and its flag vector is reused.
+    pub fn recycle(&mut self, chunk: Chunk<B>) {
+        self.spare_present.push(chunk.present);
+        self.free.push(chunk.data);
     }
 
     /// Buffers waiting to be filled.
@@ -161,14 +213,33 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         self.free.len()
     }
 
-    /// Places one packet. Rejections are counted; the reason is also returned.
+    /// Decodes a datagram and places it. Rejections (decoding ones included) are counted and
+    /// returned.
+    pub fn add_datagram(
+        &mut self,
+        datagram: &[u8],
+        limits: &Limits,
+        place: impl FnOnce(&Packet) -> Result<Placement, Reject>,
+        emit: &mut impl FnMut(ChunkEvent<B>),
+    ) -> Result<(), Reject> {
+        match Packet::decode(datagram, limits) {
+            Ok(p) => self.add_packet(&p, place, emit),
+            Err(reason) => {
+                bump(&self.stats.packets, 1);
+                self.counters.count(reason);
+                Err(reason)
+            }
+        }
+    }
+
+    /// Places one decoded packet. Rejections are counted; the reason is also returned.
     pub fn add_packet(
         &mut self,
         p: &Packet,
         place: impl FnOnce(&Packet) -> Result<Placement, Reject>,
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<(), Reject> {
-        self.stats.packets.fetch_add(1, Ordering::Relaxed);
+        bump(&self.stats.packets, 1);
         let result = self.place(p, place, emit);
         if let Err(reason) = result {
             self.counters.count(reason);
@@ -182,37 +253,39 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         place: impl FnOnce(&Packet) -> Result<Placement, Reject>,
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<(), Reject> {
-        if p.heap_size != Some(self.cfg.slot_bytes as u64) {
+        let slot_bytes = self.cfg.slot_bytes;
+        if p.heap_size != Some(slot_bytes as u64) {
             return Err(Reject::WrongHeapSize);
         }
         let at = place(p)?;
         if at.slot >= self.cfg.slots {
             return Err(Reject::WrongHeapSize);
         }
+        // Decode guarantees offset + len <= heap size (= slot_bytes), so these fit in usize.
         let offset = p.heap_offset as usize;
-        let is_last = offset + p.payload.len() == self.cfg.slot_bytes;
-        if !offset.is_multiple_of(self.cfg.packet_payload)
-            || (!is_last && p.payload.len() != self.cfg.packet_payload)
-        {
+        let len = p.payload.len();
+        let index = offset / self.cfg.packet_payload;
+        let expected_len = self.cfg.packet_payload.min(slot_bytes - offset);
+        if index * self.cfg.packet_payload != offset || len != expected_len {
             return Err(Reject::Misaligned);
         }
-        let index = self.chunk_index(at.chunk, emit)?;
-        let chunk = &mut self.live[index];
-        // Each packet of a slot has a fixed offset, so counting packets detects repeats only if a
-        // repeat is refused: a packet for a complete slot, or a count past the total, is a duplicate.
-        if chunk.present[at.slot] || chunk.received[at.slot] >= self.packets_per_slot {
+        let c = self.chunk_index(at.chunk, emit)?;
+        let chunk = &mut self.live[c];
+        let bit = at.slot * self.packets_per_slot + index;
+        let (word, mask) = (bit / 64, 1u64 << (bit % 64));
+        if chunk.track.seen[word] & mask != 0 {
             return Err(Reject::Duplicate);
         }
-        let start = at.slot * self.cfg.slot_bytes + offset;
-        chunk.data[start..start + p.payload.len()].copy_from_slice(p.payload);
-        chunk.received[at.slot] += 1;
-        if chunk.received[at.slot] == self.packets_per_slot {
+        chunk.track.seen[word] |= mask;
+        let start = at.slot * slot_bytes + offset;
+        chunk.data[start..start + len].copy_from_slice(p.payload);
+        let got = &mut chunk.track.bytes[at.slot];
+        *got += len as u64;
+        if *got == slot_bytes as u64 {
             chunk.present[at.slot] = true;
-            self.stats.heaps.fetch_add(1, Ordering::Relaxed);
+            bump(&self.stats.heaps, 1);
         }
-        self.stats
-            .bytes
-            .fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+        bump(&self.stats.bytes, len as u64);
         Ok(())
     }
 
@@ -223,18 +296,20 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<usize, Reject> {
         let head = *self.head.get_or_insert(id);
-        if id < head {
+        let window = self.cfg.window as u64;
+        let last = head.saturating_add(window - 1);
+        if id < head && head - id <= self.cfg.max_jump {
+            bump(&self.stats.too_old, 1);
             return Err(Reject::TooOld);
         }
-        let window = self.cfg.window as u64;
-        if id >= head + window {
-            if id - (head + window - 1) > self.cfg.max_jump {
+        if id > last || id < head {
+            if id < head || id - last > self.cfg.max_jump {
                 self.flush(emit);
-                self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.resyncs, 1);
                 emit(ChunkEvent::Resync { from: head, to: id });
                 self.head = Some(id);
             } else {
-                let new_head = id + 1 - window;
+                let new_head = id - (window - 1);
                 while self.live.front().is_some_and(|c| c.id < new_head) {
                     let chunk = self.live.pop_front().expect("front exists");
                     self.emit_chunk(chunk, emit);
@@ -247,36 +322,39 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
             return Ok(at);
         }
         let Some(data) = self.free.pop() else {
-            self.stats.no_buffer.fetch_add(1, Ordering::Relaxed);
-            return Err(Reject::TooNew);
+            bump(&self.stats.no_buffer, 1);
+            return Err(Reject::NoBuffer);
         };
-        let (mut present, mut received) = self.spare.pop().unwrap_or_default();
+        let mut present = self.spare_present.pop().unwrap_or_default();
         present.clear();
         present.resize(self.cfg.slots, false);
-        received.clear();
-        received.resize(self.cfg.slots, 0);
+        let mut track = self.spare_track.pop().unwrap_or_default();
+        track.seen.clear();
+        track
+            .seen
+            .resize((self.cfg.slots * self.packets_per_slot).div_ceil(64), 0);
+        track.bytes.clear();
+        track.bytes.resize(self.cfg.slots, 0);
         self.live.insert(
             at,
             Chunk {
                 id,
                 data,
                 present,
-                received,
+                track,
             },
         );
         Ok(at)
     }
 
     fn emit_chunk(&mut self, mut chunk: Chunk<B>, emit: &mut impl FnMut(ChunkEvent<B>)) {
-        self.stats.chunks.fetch_add(1, Ordering::Relaxed);
-        // The consumer only needs the presence flags; keep the packet counts' allocation here.
-        let received = std::mem::take(&mut chunk.received);
-        self.spare
-            .push((Vec::with_capacity(self.cfg.slots), received));
+        bump(&self.stats.chunks, 1);
+        // The consumer only needs the presence flags; the tracking vectors stay here for reuse.
+        self.spare_track.push(std::mem::take(&mut chunk.track));
         emit(ChunkEvent::Ready(chunk));
     }
 
-    /// Emits every live chunk (end of stream, or before a resync).
+    /// Emits every live chunk (end of stream, or before a resync). The window stays where it is.
     pub fn flush(&mut self, emit: &mut impl FnMut(ChunkEvent<B>)) {
         while let Some(chunk) = self.live.pop_front() {
             self.emit_chunk(chunk, emit);
@@ -289,7 +367,6 @@ mod tests {
     use super::*;
     use crate::heap::{HeapItem, HeapWriter};
     use crate::items;
-    use crate::packet::Limits;
 
     const SLOT: usize = 32;
     const PKT: usize = 16;
@@ -329,23 +406,30 @@ mod tests {
         })
     }
 
-    fn feed(
-        asm: &mut ChunkAssembler<Vec<u8>>,
-        datagrams: &[Vec<u8>],
-        out: &mut Vec<ChunkEvent<Vec<u8>>>,
-    ) {
+    type Events = Vec<ChunkEvent<Vec<u8>>>;
+
+    fn feed(asm: &mut ChunkAssembler<Vec<u8>>, datagrams: &[Vec<u8>], out: &mut Events) {
         for d in datagrams {
-            let p = Packet::decode(d, &Limits::default()).unwrap();
-            let _ = asm.add_packet(&p, place, &mut |e| out.push(e));
+            let _ = asm.add_datagram(d, &Limits::default(), place, &mut |e| out.push(e));
         }
     }
 
     fn new_asm(buffers: usize) -> ChunkAssembler<Vec<u8>> {
         let mut a = ChunkAssembler::new(cfg(), Arc::new(RejectCounters::new()));
         for _ in 0..buffers {
-            a.give(vec![0xee; 4 * SLOT]);
+            a.give(vec![0xee; 4 * SLOT]).unwrap();
         }
         a
+    }
+
+    fn ready(events: Events) -> Vec<Chunk<Vec<u8>>> {
+        events
+            .into_iter()
+            .map(|e| match e {
+                ChunkEvent::Ready(c) => c,
+                other => panic!("{other:?}"),
+            })
+            .collect()
     }
 
     #[test]
@@ -359,39 +443,58 @@ mod tests {
             .collect();
         feed(&mut a, &packets, &mut out);
         a.flush(&mut |e| out.push(e));
-        let chunks: Vec<_> = out
-            .into_iter()
-            .map(|e| match e {
-                ChunkEvent::Ready(c) => c,
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let chunks = ready(out);
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[0].id, 0);
         assert_eq!(chunks[0].present, vec![true, true, false, true]);
         assert_eq!(&chunks[0].data[3 * SLOT..4 * SLOT], &[3u8; SLOT]);
         assert_eq!(chunks[1].present, vec![true; 4]);
         assert_eq!(&chunks[1].data[..SLOT], &[4u8; SLOT]);
+        let s = a.stats();
+        assert_eq!(s.heaps.load(Ordering::Relaxed), 7);
+        assert_eq!(s.packets.load(Ordering::Relaxed), 14);
+        assert_eq!(s.bytes.load(Ordering::Relaxed), 7 * SLOT as u64);
+        assert_eq!(s.chunks.load(Ordering::Relaxed), 2);
     }
 
     #[test]
-    fn duplicate_and_too_old() {
+    fn duplicate_counted_not_double_counted() {
         let mut a = new_asm(4);
         let mut out = Vec::new();
         let h0 = heap(0);
-        feed(
-            &mut a,
-            &[h0[0].clone(), h0[0].clone(), h0[1].clone(), h0[1].clone()],
-            &mut out,
-        );
+        // Two copies of the first packet must not complete a two-packet heap.
+        feed(&mut a, &[h0[0].clone(), h0[0].clone()], &mut out);
+        assert_eq!(a.counters().get(Reject::Duplicate), 1);
+        feed(&mut a, &[h0[1].clone(), h0[1].clone()], &mut out);
         assert_eq!(a.counters().get(Reject::Duplicate), 2);
-        // chunk 3 moves the window to [2, 3]; chunk 0 is now too old
+        a.flush(&mut |e| out.push(e));
+        let chunks = ready(out);
+        assert_eq!(chunks[0].present, [true, false, false, false]);
+        assert_eq!(a.stats().heaps.load(Ordering::Relaxed), 1);
+        assert_eq!(a.stats().bytes.load(Ordering::Relaxed), SLOT as u64);
+    }
+
+    #[test]
+    fn missing_packet_leaves_slot_absent() {
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        feed(&mut a, &heap(0)[..1], &mut out);
+        feed(&mut a, &heap(1), &mut out);
+        a.flush(&mut |e| out.push(e));
+        assert_eq!(ready(out)[0].present, [false, true, false, false]);
+    }
+
+    #[test]
+    fn too_old() {
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        feed(&mut a, &heap(0)[..1], &mut out);
+        // chunk 3 moves the window to [2, 3]; chunk 0 is emitted and now too old
         feed(&mut a, &heap(12), &mut out);
         feed(&mut a, &heap(1), &mut out);
         assert_eq!(a.counters().get(Reject::TooOld), 2);
-        assert!(
-            matches!(&out[..], [ChunkEvent::Ready(c)] if c.id == 0 && c.present == [true, false, false, false])
-        );
+        assert_eq!(a.stats().too_old.load(Ordering::Relaxed), 2);
+        assert!(matches!(&out[..], [ChunkEvent::Ready(c)] if c.id == 0 && c.present == [false; 4]));
     }
 
     #[test]
@@ -403,19 +506,119 @@ mod tests {
         assert!(matches!(out[0], ChunkEvent::Ready(ref c) if c.id == 0));
         assert!(matches!(out[1], ChunkEvent::Resync { from: 0, to: 250 }));
         assert_eq!(a.stats().resyncs.load(Ordering::Relaxed), 1);
+        // The new window starts at the new chunk: one before it is too old.
+        feed(&mut a, &heap(996), &mut out);
+        assert_eq!(a.counters().get(Reject::TooOld), 2);
     }
 
     #[test]
-    fn wrong_size_and_no_buffer() {
+    fn far_chunk_ids_do_not_overflow() {
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        let ids = [u64::MAX - 1, u64::MAX, 0, u64::MAX];
+        for id in ids {
+            let p = &heap(0)[0];
+            let p = Packet::decode(p, &Limits::default()).unwrap();
+            let _ = a.add_packet(&p, |_| Ok(Placement { chunk: id, slot: 0 }), &mut |e| {
+                out.push(e)
+            });
+        }
+        a.flush(&mut |e| out.push(e));
+        // 0 after u64::MAX - 1 is a restart, and so is u64::MAX after 0: no overflow, no panic.
+        assert_eq!(a.stats().resyncs.load(Ordering::Relaxed), 2);
+        assert_eq!(a.counters().get(Reject::TooOld), 0);
+    }
+
+    #[test]
+    fn backward_jump_resynchronises() {
+        // A digitiser restarted with a new epoch: timestamps start again near zero.
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        feed(&mut a, &heap(4000), &mut out);
+        feed(&mut a, &heap(3996), &mut out);
+        // (each heap is two packets)
+        assert_eq!(a.counters().get(Reject::TooOld), 2, "just behind the window is too old");
+        feed(&mut a, &heap(4), &mut out);
+        assert_eq!(a.stats().resyncs.load(Ordering::Relaxed), 1);
+        assert!(out.iter().any(|e| matches!(e, ChunkEvent::Resync { from: 1000, to: 1 })));
+        feed(&mut a, &heap(5), &mut out);
+        assert_eq!(a.counters().get(Reject::TooOld), 2);
+    }
+
+    #[test]
+    fn wrong_heap_size() {
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        let mut other = Vec::new();
+        HeapWriter::new(PKT).write(
+            1,
+            &[
+                HeapItem::immediate(items::TIMESTAMP, 1),
+                HeapItem::addressed(0x3300, &[1u8; 8]),
+            ],
+            |p| other.push(p.to_vec()),
+        );
+        feed(&mut a, &other, &mut out);
+        assert_eq!(a.counters().get(Reject::WrongHeapSize), 1);
+    }
+
+    #[test]
+    fn missing_mandatory_item_from_placement() {
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        let mut no_timestamp = Vec::new();
+        HeapWriter::new(PKT).write(1, &[HeapItem::addressed(0x3300, &[1u8; SLOT])], |p| {
+            no_timestamp.push(p.to_vec())
+        });
+        feed(&mut a, &no_timestamp, &mut out);
+        assert_eq!(a.counters().get(Reject::MissingMandatoryItem), 2);
+        assert_eq!(a.stats().bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn misaligned_packet() {
+        // The same heap cut into 8-byte packets by a sender not using the configured 16.
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        let mut small = Vec::new();
+        HeapWriter::new(8).write(
+            1,
+            &[
+                HeapItem::immediate(items::TIMESTAMP, 1),
+                HeapItem::addressed(0x3300, &[1u8; SLOT]),
+            ],
+            |p| small.push(p.to_vec()),
+        );
+        feed(&mut a, &small, &mut out);
+        assert_eq!(a.counters().get(Reject::Misaligned), 4);
+    }
+
+    #[test]
+    fn no_buffer_drops_and_counts() {
         let mut a = new_asm(0);
         let mut out = Vec::new();
         feed(&mut a, &heap(0)[..1], &mut out);
         assert_eq!(a.stats().no_buffer.load(Ordering::Relaxed), 1);
-        let mut other = Vec::new();
-        HeapWriter::new(PKT).write(1, &[HeapItem::addressed(0x3300, &[1u8; 8])], |p| {
-            other.push(p.to_vec())
-        });
-        feed(&mut a, &other, &mut out);
-        assert_eq!(a.counters().get(Reject::WrongHeapSize), 1);
+        assert_eq!(a.counters().get(Reject::NoBuffer), 1);
+        assert!(a.give(vec![0u8; 4]).is_err(), "too small a buffer");
+        a.give(vec![0u8; 4 * SLOT]).unwrap();
+        feed(&mut a, &heap(0), &mut out);
+        assert_eq!(a.stats().heaps.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn recycled_chunks_are_reused() {
+        let mut a = new_asm(1);
+        let mut out = Vec::new();
+        for t in [0u64, 4, 8, 12] {
+            feed(&mut a, &heap(t), &mut out);
+            a.flush(&mut |e| out.push(e));
+            for c in ready(std::mem::take(&mut out)) {
+                assert_eq!(c.present, [true, false, false, false]);
+                a.recycle(c);
+            }
+        }
+        assert_eq!(a.free_buffers(), 1);
+        assert_eq!(a.counters().total(), 0);
     }
 }

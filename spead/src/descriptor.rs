@@ -170,6 +170,21 @@ mod tests {
         );
     }
 
+    /// Found by fuzzing: a descriptor whose fields are all empty read the heap's padding back
+    /// as its shape.
+    #[test]
+    fn empty_fields_round_trip() {
+        let d = Descriptor {
+            id: 16,
+            name: String::new(),
+            description: String::new(),
+            shape: vec![],
+            format: vec![],
+            dtype: None,
+        };
+        assert_eq!(Descriptor::decode(&d.encode()).unwrap(), d);
+    }
+
     #[test]
     fn garbage_is_rejected() {
         assert!(Descriptor::decode(&[0x53, 4, 2, 6, 0, 0, 0, 0]).is_err());

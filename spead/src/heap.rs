@@ -28,7 +28,9 @@ pub struct HeapWriter {
     max_payload: usize,
 }
 
-/// Payload sent for a heap with no addressed items: spead2 gives every packet some payload.
+/// Payload sent for a heap with no payload: spead2 gives every packet some payload, and marks
+/// where the padding starts with a null item (id 0) so that it is not read as the last item's
+/// value.
 const EMPTY_HEAP_PADDING: usize = 8;
 
 impl HeapWriter {
@@ -59,6 +61,7 @@ impl HeapWriter {
             }
         }
         if payload.is_empty() {
+            pointers.push(ItemPointer::addressed(items::NULL, 0));
             payload.resize(EMPTY_HEAP_PADDING, 0);
         }
         let heap_size = (payload.len() as u64).min(MAX_VALUE);
@@ -210,6 +213,21 @@ mod tests {
         assert_eq!(h.value(0x1001), Some(&b[..]));
         assert_eq!(h.immediate(0x1002), Some(7));
         assert_eq!(h.value(0x1003), None);
+    }
+
+    #[test]
+    fn padding_of_an_empty_heap_is_no_item_value() {
+        let items = [
+            HeapItem::addressed(0x1000, &[]),
+            HeapItem::immediate(0x1001, 5),
+        ];
+        let mut raw = Vec::new();
+        HeapWriter::new(1000).write(1, &items, |p| raw = p.to_vec());
+        let p = Packet::decode(&raw, &Limits::default()).unwrap();
+        assert_eq!(p.payload.len(), EMPTY_HEAP_PADDING);
+        let h = HeapView::from_single_packet(&p).unwrap();
+        assert_eq!(h.value(0x1000), Some(&[][..]));
+        assert_eq!(h.immediate(0x1001), Some(5));
     }
 
     #[test]

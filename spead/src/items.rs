@@ -1,5 +1,7 @@
 //! Item ids: SPEAD's standard items and the ones our wire formats use (`wire-formats.md`).
 
+/// The null item: spead2 points it at padding so the padding is no other item's value.
+pub const NULL: u16 = 0x0000;
 /// Heap counter (immediate, mandatory in every packet).
 pub const HEAP_CNT: u16 = 0x0001;
 /// Heap size in bytes (immediate).

@@ -348,13 +348,21 @@ mod tests {
     }
 
     #[test]
-    fn bad_magic_version_flavour() {
+    fn bad_magic() {
         let mut b = good();
         b[0] = 0x54;
         assert_eq!(reject(&b), Reject::BadMagic);
+    }
+
+    #[test]
+    fn bad_version() {
         let mut b = good();
         b[1] = 3;
         assert_eq!(reject(&b), Reject::BadVersion);
+    }
+
+    #[test]
+    fn bad_flavour() {
         let mut b = good();
         b[2] = 3;
         b[3] = 5;

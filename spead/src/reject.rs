@@ -41,10 +41,15 @@ pub enum Reject {
     BadItemAddress,
     /// A packet's offset is not where the sender's packet size puts packets.
     Misaligned,
+    /// No free chunk buffer to open a new chunk with (the consumer is not returning them).
+    NoBuffer,
+    /// A heap in more disjoint pieces, or with more distinct item pointers, than the assembler
+    /// tracks (its memory is bounded).
+    TooFragmented,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 18] = [
+    pub const ALL: [Reject; 20] = [
         Reject::TooShort,
         Reject::TooLong,
         Reject::BadMagic,
@@ -63,6 +68,8 @@ impl Reject {
         Reject::TooNew,
         Reject::BadItemAddress,
         Reject::Misaligned,
+        Reject::NoBuffer,
+        Reject::TooFragmented,
     ];
 
     /// Name for metrics labels and logs (snake case).
@@ -86,6 +93,8 @@ impl Reject {
             Reject::TooNew => "too_new",
             Reject::BadItemAddress => "bad_item_address",
             Reject::Misaligned => "misaligned",
+            Reject::NoBuffer => "no_buffer",
+            Reject::TooFragmented => "too_fragmented",
         }
     }
 
@@ -127,5 +136,22 @@ impl RejectCounters {
     /// Every reason with its count, zeros included (so metrics always show every series).
     pub fn snapshot(&self) -> Vec<(Reject, u64)> {
         Reject::ALL.iter().map(|&r| (r, self.get(r))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_reason_at_its_index() {
+        for (i, r) in Reject::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r}");
+        }
+        let c = RejectCounters::new();
+        c.count(Reject::TooFragmented);
+        c.add(Reject::TooShort, 2);
+        assert_eq!(c.total(), 3);
+        assert_eq!(c.snapshot().len(), Reject::ALL.len());
     }
 }

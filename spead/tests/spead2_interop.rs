@@ -155,6 +155,7 @@ fn spead2_decodes_what_we_send() {
             "|i1",
             &[16, 8, 2, 2],
         ),
+        Descriptor::numpy(0x4301, "wide", "Big-endian int16 matrix", ">i2", &[3, 5]),
     ];
     let encoded: Vec<Vec<u8>> = descriptors.iter().map(Descriptor::encode).collect();
     let mut tx = Sender::new(UdpSocket::sender(&SocketConfig::default()).unwrap());
@@ -168,7 +169,11 @@ fn spead2_decodes_what_we_send() {
             .iter()
             .map(|d| HeapItem::addressed(items::DESCRIPTOR, d))
             .collect();
+        let wide: Vec<u8> = (0..15i16)
+            .flat_map(|i| (i * 1000 - 7000 * k as i16).to_be_bytes())
+            .collect();
         heap_items.extend([
+            HeapItem::addressed(0x4301, &wide),
             HeapItem::immediate(items::TIMESTAMP, 0x1_0000 * (k + 1)),
             HeapItem::immediate(items::FENG_ID, 3),
             HeapItem::immediate(items::FREQUENCY, 64),
@@ -216,6 +221,17 @@ fn spead2_decodes_what_we_send() {
         assert_eq!(raw["value"], json!(expect));
         assert_eq!(heap["timestamp"]["value"], json!(0x1_0000 * (k + 1)));
         assert_eq!(heap["feng_id"]["value"], 3);
+        let wide = &heap["wide"];
+        assert_eq!(wide["shape"], json!([3, 5]));
+        assert_eq!(wide["dtype"], ">i2");
+        let expect: Vec<Vec<i64>> = (0..3)
+            .map(|r| {
+                (0..5)
+                    .map(|c| (r * 5 + c) * 1000 - 7000 * k as i64)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(wide["value"], json!(expect));
         assert_eq!(heap["frequency"]["value"], 64);
     }
 }

@@ -1,52 +1,115 @@
-//! Batched send. The caller lays datagrams of one size out back to back in a buffer (the last may
-//! be shorter); they go out as GSO super-packets of up to 64 KiB where the kernel offers GSO, or
-//! in `sendmmsg` batches where it does not.
+//! Batched send. Runs of consecutive datagrams of one size to one destination (the last may be
+//! shorter) go out as one GSO `sendmsg` of at most 64 KiB where the socket has GSO, gathered
+//! straight from the caller's memory; everything else goes out in `sendmmsg` batches.
+//!
+//! A full socket (EAGAIN) is waited out with `poll`, ENOBUFS with a short backoff, both up to a
+//! timeout; what cannot be sent is counted in [`SendStats::dropped`] and reported as an error.
 
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::SockAddr;
 
+use super::poll::{self, Ready};
+use super::recv::MAX_UDP_PAYLOAD;
 use super::socket::UdpSocket;
-use super::wait_fd;
+use super::sys;
 
-/// Largest UDP payload one GSO send may carry over IPv4.
-const MAX_GSO_BYTES: usize = 65_507;
-/// Datagrams per `sendmmsg` call on the fallback path.
-const MMSG_BATCH: usize = 64;
-/// How long to wait for buffer space before reporting an error.
-const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// One datagram to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datagram<'a> {
+    pub dest: SocketAddr,
+    pub bytes: &'a [u8],
+}
 
+/// Running totals of a [`Sender`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendStats {
+    /// Datagrams and bytes the kernel accepted.
+    pub datagrams: u64,
+    pub bytes: u64,
+    /// `sendmsg` / `sendmmsg` calls that sent something.
+    pub syscalls: u64,
+    /// Times the socket was full and we waited for room.
+    pub waits: u64,
+    /// Datagrams given up on (socket full past the timeout, or refused by the kernel).
+    pub dropped: u64,
+}
+
+/// A sending socket.
 pub struct Sender {
     socket: UdpSocket,
-    datagrams: u64,
-    bytes: u64,
-    syscalls: u64,
+    timeout: Duration,
+    stats: SendStats,
+}
+
+/// Datagrams to send, by index: a caller's list, or one buffer cut into equal segments.
+trait Source {
+    fn len(&self) -> usize;
+    fn get(&self, i: usize) -> Datagram<'_>;
+}
+
+impl Source for [Datagram<'_>] {
+    fn len(&self) -> usize {
+        <[Datagram]>::len(self)
+    }
+    fn get(&self, i: usize) -> Datagram<'_> {
+        self[i]
+    }
+}
+
+struct Segments<'a> {
+    dest: SocketAddr,
+    buf: &'a [u8],
+    segment: usize,
+}
+
+impl Source for Segments<'_> {
+    fn len(&self) -> usize {
+        self.buf.len().div_ceil(self.segment)
+    }
+    fn get(&self, i: usize) -> Datagram<'_> {
+        let start = i * self.segment;
+        let end = start.saturating_add(self.segment).min(self.buf.len());
+        Datagram {
+            dest: self.dest,
+            bytes: &self.buf[start..end],
+        }
+    }
 }
 
 impl Sender {
     pub fn new(socket: UdpSocket) -> Self {
         Self {
             socket,
-            datagrams: 0,
-            bytes: 0,
-            syscalls: 0,
+            timeout: Duration::from_secs(1),
+            stats: SendStats::default(),
         }
+    }
+
+    /// How long a send waits for room in a full socket before dropping (default 1 s).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
     }
 
-    /// (datagrams, bytes, syscalls) sent so far.
-    pub fn totals(&self) -> (u64, u64, u64) {
-        (self.datagrams, self.bytes, self.syscalls)
+    pub fn stats(&self) -> SendStats {
+        self.stats
     }
 
-    /// Sends `buf` as datagrams of `segment` bytes (the last may be shorter) to `dest`, waiting
-    /// for socket space as needed. Errors only when the socket stays full or the kernel refuses.
+    /// Sends one datagram.
+    pub fn send_to(&mut self, dest: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.send_batch(&[Datagram { dest, bytes }])
+    }
+
+    /// Sends `buf` as datagrams of `segment` bytes (the last may be shorter) to `dest`: the
+    /// zero-copy path for packets laid out back to back.
     pub fn send_segments(
         &mut self,
         dest: SocketAddr,
@@ -56,127 +119,180 @@ impl Sender {
         if buf.is_empty() || segment == 0 {
             return Ok(());
         }
-        let per_send = self
-            .socket
-            .caps()
-            .gso_segments
-            .min(MAX_GSO_BYTES / segment)
-            .max(1);
-        if per_send > 1 {
-            for part in buf.chunks(per_send * segment) {
-                if let Err(e) = self.send_gso(dest, part, segment) {
-                    if e.raw_os_error() == Some(libc::EIO) || e.raw_os_error() == Some(libc::EINVAL)
-                    {
-                        // The device refused GSO: carry on without it, as quinn-udp does.
-                        tracing::warn!("UDP GSO refused ({e}); falling back to sendmmsg");
-                        self.socket.disable_gso();
-                        return self.send_segments(dest, part, segment);
+        self.send_from(&Segments { dest, buf, segment })
+    }
+
+    /// Sends datagrams in order, packing runs of one size to one destination into GSO sends.
+    /// On error the datagrams not yet sent are counted as dropped and the error is returned.
+    pub fn send_batch(&mut self, datagrams: &[Datagram<'_>]) -> io::Result<()> {
+        self.send_from(datagrams)
+    }
+
+    fn send_from<S: Source + ?Sized>(&mut self, src: &S) -> io::Result<()> {
+        let n = src.len();
+        let mut i = 0;
+        let mut stalled: Option<Instant> = None;
+        while i < n {
+            let run = gso_run(src, i, self.socket.caps().gso_segments);
+            let result = if run > 1 {
+                self.send_gso(src, i, run)
+            } else {
+                self.send_singles(src, i)
+            };
+            match result {
+                Ok(sent) => {
+                    i += sent;
+                    stalled = None;
+                }
+                Err(e) if run > 1 && gso_refused(&e) => {
+                    // Some devices refuse GSO; carry on without it, as quinn-udp does.
+                    tracing::warn!("UDP GSO refused ({e}); sending one datagram per segment");
+                    self.socket.disable_gso();
+                }
+                Err(e) => {
+                    let since = *stalled.get_or_insert_with(Instant::now);
+                    if let Err(e) = self.wait_for_room(e, since) {
+                        self.stats.dropped += (n - i) as u64;
+                        return Err(e);
                     }
-                    return Err(e);
                 }
-            }
-            Ok(())
-        } else {
-            self.send_mmsg(dest, buf, segment)
-        }
-    }
-
-    fn send_gso(&mut self, dest: SocketAddr, part: &[u8], segment: usize) -> io::Result<()> {
-        let transmit = quinn_udp::Transmit {
-            destination: dest,
-            ecn: None,
-            contents: part,
-            segment_size: Some(segment),
-            src_ip: None,
-        };
-        loop {
-            match self
-                .socket
-                .state()
-                .try_send(self.socket.socket().into(), &transmit)
-            {
-                Ok(()) => {
-                    self.syscalls += 1;
-                    self.datagrams += part.len().div_ceil(segment) as u64;
-                    self.bytes += part.len() as u64;
-                    return Ok(());
-                }
-                Err(e) => self.wait_or_fail(e)?,
-            }
-        }
-    }
-
-    fn send_mmsg(&mut self, dest: SocketAddr, buf: &[u8], segment: usize) -> io::Result<()> {
-        let addr = SockAddr::from(dest);
-        let datagrams: Vec<&[u8]> = buf.chunks(segment).collect();
-        for batch in datagrams.chunks(MMSG_BATCH) {
-            let mut iovs: Vec<libc::iovec> = batch
-                .iter()
-                .map(|d| libc::iovec {
-                    iov_base: d.as_ptr() as *mut _,
-                    iov_len: d.len(),
-                })
-                .collect();
-            let mut sent = 0;
-            while sent < batch.len() {
-                let mut msgs: Vec<libc::mmsghdr> = iovs[sent..]
-                    .iter_mut()
-                    .map(|iov| {
-                        // SAFETY: zeroed mmsghdr is a valid empty header; fields set below.
-                        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                        m.msg_hdr.msg_name = addr.as_ptr() as *mut _;
-                        m.msg_hdr.msg_namelen = addr.len();
-                        m.msg_hdr.msg_iov = iov;
-                        m.msg_hdr.msg_iovlen = 1;
-                        m
-                    })
-                    .collect();
-                // SAFETY: msgs points at valid headers whose iovecs and address outlive the call.
-                let n = unsafe {
-                    libc::sendmmsg(
-                        self.socket.as_raw_fd(),
-                        msgs.as_mut_ptr(),
-                        msgs.len() as libc::c_uint,
-                        0,
-                    )
-                };
-                if n < 0 {
-                    self.wait_or_fail(io::Error::last_os_error())?;
-                    continue;
-                }
-                self.syscalls += 1;
-                let n = n as usize;
-                self.datagrams += n as u64;
-                self.bytes += batch[sent..sent + n]
-                    .iter()
-                    .map(|d| d.len() as u64)
-                    .sum::<u64>();
-                sent += n;
             }
         }
         Ok(())
     }
 
-    /// Waits for space after EAGAIN/ENOBUFS; any other error is returned.
-    fn wait_or_fail(&self, e: io::Error) -> io::Result<()> {
-        let full = e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS);
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(());
+    /// One GSO `sendmsg` of datagrams `i..i + run`. Returns how many were sent.
+    fn send_gso<S: Source + ?Sized>(&mut self, src: &S, i: usize, run: usize) -> io::Result<usize> {
+        let first = src.get(i);
+        let dest = SockAddr::from(first.dest);
+        let segment = first.bytes.len() as u16; // gso_run keeps it within u16
+        let parts = (i..i + run).map(|j| src.get(j).bytes);
+        let bytes = sys::sendmsg(self.socket.as_raw_fd(), &dest, parts, Some(segment))?;
+        self.stats.syscalls += 1;
+        self.stats.datagrams += run as u64;
+        self.stats.bytes += bytes as u64;
+        Ok(run)
+    }
+
+    /// One `sendmmsg` of the datagrams from `i` up to the next GSO run. Returns how many were
+    /// sent.
+    fn send_singles<S: Source + ?Sized>(&mut self, src: &S, i: usize) -> io::Result<usize> {
+        let gso = self.socket.caps().gso_segments;
+        let mut end = i + 1;
+        while end < src.len() && end - i < sys::MMSG_BATCH && gso_run(src, end, gso) == 1 {
+            end += 1;
         }
-        if !full {
+        let items = (i..end).map(|j| {
+            let d = src.get(j);
+            (d.dest, d.bytes)
+        });
+        let sent = sys::sendmmsg(self.socket.as_raw_fd(), items)?;
+        self.stats.syscalls += 1;
+        self.stats.datagrams += sent as u64;
+        self.stats.bytes += (i..i + sent)
+            .map(|j| src.get(j).bytes.len() as u64)
+            .sum::<u64>();
+        Ok(sent)
+    }
+
+    /// After a failed send: waits for room if the socket was full and the stall is younger than
+    /// the timeout, else returns the error to give up with.
+    fn wait_for_room(&mut self, e: io::Error, since: Instant) -> io::Result<()> {
+        let left = self.timeout.saturating_sub(since.elapsed());
+        let full = e.kind() == io::ErrorKind::WouldBlock;
+        let no_bufs = e.raw_os_error() == Some(libc::ENOBUFS);
+        if !(full || no_bufs) {
             return Err(e);
         }
-        if e.raw_os_error() == Some(libc::ENOBUFS) {
-            std::thread::sleep(Duration::from_micros(50));
-            return Ok(());
-        }
-        if wait_fd(&self.socket, libc::POLLOUT, SEND_TIMEOUT)? {
-            Ok(())
-        } else {
-            Err(io::Error::new(
+        if left.is_zero() {
+            return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "socket stayed full for 5 s",
-            ))
+                format!("UDP socket stayed full for {:?} ({e})", self.timeout),
+            ));
         }
+        self.stats.waits += 1;
+        if full {
+            poll::wait(&self.socket, Ready::Write, left)?;
+        } else {
+            // ENOBUFS: a device queue is full and poll would say writable at once; back off.
+            std::thread::sleep(left.min(Duration::from_micros(100)));
+        }
+        Ok(())
+    }
+}
+
+/// How many datagrams from `i` one GSO send can carry: same destination, same size as the first
+/// (the last may be shorter), at most `max_segments`, at most 64 KiB. 1 means send it alone.
+fn gso_run<S: Source + ?Sized>(src: &S, i: usize, max_segments: usize) -> usize {
+    let first = src.get(i);
+    let size = first.bytes.len();
+    if max_segments < 2 || size == 0 || size > usize::from(u16::MAX) {
+        return 1;
+    }
+    let limit = max_segments
+        .min(MAX_UDP_PAYLOAD / size)
+        .min(sys::MAX_IOV)
+        .min(src.len() - i);
+    let mut run = 1;
+    while run < limit {
+        let d = src.get(i + run);
+        if d.dest != first.dest || d.bytes.is_empty() || d.bytes.len() > size {
+            break;
+        }
+        run += 1;
+        if d.bytes.len() < size {
+            break;
+        }
+    }
+    run
+}
+
+/// EIO or EINVAL on a GSO send: the device (or a segment larger than the MTU) rules GSO out.
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list<'a>(dests: &[u16], sizes: &[usize], buf: &'a [u8]) -> Vec<Datagram<'a>> {
+        dests
+            .iter()
+            .zip(sizes)
+            .map(|(&port, &size)| Datagram {
+                dest: SocketAddr::from(([127, 0, 0, 1], port)),
+                bytes: &buf[..size],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_group_equal_sizes_to_one_destination() {
+        let buf = vec![0u8; 200_000];
+        let d = list(&[1, 1, 1, 1, 2, 2], &[100, 100, 50, 100, 100, 100], &buf);
+        assert_eq!(gso_run(&d[..], 0, 64), 3, "short one ends the run");
+        assert_eq!(gso_run(&d[..], 3, 64), 1, "destination changes");
+        assert_eq!(gso_run(&d[..], 4, 64), 2);
+        assert_eq!(gso_run(&d[..], 0, 1), 1, "no GSO");
+        assert_eq!(gso_run(&d[..], 0, 2), 2, "segment limit");
+
+        let d = list(&[1; 20], &[5192; 20], &buf);
+        assert_eq!(gso_run(&d[..], 0, 64), 12, "64 KiB limit");
+        let d = list(&[1; 20], &[8264; 20], &buf);
+        assert_eq!(gso_run(&d[..], 0, 64), 7);
+        let d = list(&[1, 1], &[0, 0], &buf);
+        assert_eq!(gso_run(&d[..], 0, 64), 1, "empty datagrams go alone");
+        let d = list(&[1, 1], &[65_507, 65_507], &buf);
+        assert_eq!(gso_run(&d[..], 0, 64), 1);
+
+        let seg = Segments {
+            dest: SocketAddr::from(([127, 0, 0, 1], 1)),
+            buf: &buf[..5192 * 30 + 7],
+            segment: 5192,
+        };
+        assert_eq!(seg.len(), 31);
+        assert_eq!(seg.get(30).bytes.len(), 7);
+        assert_eq!(gso_run(&seg, 24, 64), 7, "short last segment joins the run");
     }
 }

@@ -1,19 +1,23 @@
-//! One socket-state type: creates the UDP socket with socket2, joins multicast, sizes buffers, and
-//! probes GSO/GRO through quinn-udp, degrading to plain batched syscalls when they are missing.
+//! One socket-state type: creates the UDP socket with socket2 (bind, multicast, buffer sizes),
+//! hands it to quinn-udp (which makes it non-blocking and probes GSO/GRO), and records what the
+//! kernel actually offers and what this socket will use.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Domain, Protocol, Socket, Type};
+
+use super::sys;
 
 /// How to set a socket up.
 #[derive(Clone, Debug)]
 pub struct SocketConfig {
-    /// Requested SO_RCVBUF / SO_SNDBUF in bytes.
+    /// Requested SO_RCVBUF (receiving sockets) or SO_SNDBUF (sending sockets), in bytes.
     pub buffer_bytes: usize,
-    /// Local interface address for multicast joins and multicast sends (`None`: the kernel's choice).
+    /// Local interface address for multicast joins and multicast sends (`None`: the kernel's
+    /// choice from the routing table).
     pub interface: Option<Ipv4Addr>,
     /// Multicast TTL for senders.
     pub ttl: u32,
@@ -35,157 +39,114 @@ impl Default for SocketConfig {
     }
 }
 
-/// What this socket can do, as probed.
+/// What the kernel offers and what this socket uses, as probed when it was created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caps {
-    /// Datagrams per GSO send (1: no GSO).
+    /// Datagrams per send in use (1: no GSO); may drop to 1 if a send is refused.
     pub gso_segments: usize,
+    /// UDP GRO in use on receive.
     pub gro: bool,
-    /// Buffer sizes the kernel granted (Linux reports double the usable size).
+    /// What the kernel offers, whatever the configuration says.
+    pub kernel_gso_segments: usize,
+    pub kernel_gro: bool,
+    /// SO_RCVBUF / SO_SNDBUF as the kernel reports them (Linux reports twice the payload room).
     pub recv_buffer: usize,
     pub send_buffer: usize,
+    /// The kernel granted less than `buffer_bytes` (net.core.rmem_max / wmem_max).
+    pub buffer_capped: bool,
 }
 
-/// An IPv4 endpoint list `ADDR[+N]:PORT`: N+1 consecutive addresses (multicast groups, usually).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    pub addrs: Vec<SocketAddrV4>,
-}
-
-impl FromStr for Endpoint {
-    type Err = String;
-
-    /// Parses `239.10.0.1+3:7148` (four groups), `127.0.0.1:7148`, or `host:port` (resolved).
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (host, port) = s
-            .rsplit_once(':')
-            .ok_or_else(|| format!("'{s}' is not ADDR[+N]:PORT"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("'{port}' in '{s}' is not a port number"))?;
-        let (base, extra) = match host.split_once('+') {
-            Some((b, n)) => (
-                b,
-                n.parse::<u32>()
-                    .map_err(|_| format!("'+{n}' in '{s}' is not a count"))?,
-            ),
-            None => (host, 0),
-        };
-        let base: Ipv4Addr = match base.parse() {
-            Ok(ip) => ip,
-            Err(_) if extra == 0 => {
-                let resolved = (base, port)
-                    .to_socket_addrs()
-                    .map_err(|e| format!("cannot resolve '{base}': {e}"))?;
-                resolved
-                    .filter_map(|a| match a {
-                        SocketAddr::V4(v4) => Some(*v4.ip()),
-                        SocketAddr::V6(_) => None,
-                    })
-                    .next()
-                    .ok_or_else(|| format!("'{base}' has no IPv4 address"))?
-            }
-            Err(_) => return Err(format!("'{base}' in '{s}' is not an IPv4 address")),
-        };
-        let start = u32::from(base);
-        let end = start
-            .checked_add(extra)
-            .ok_or_else(|| format!("'{s}' runs past 255.255.255.255"))?;
-        Ok(Self {
-            addrs: (start..=end)
-                .map(|a| SocketAddrV4::new(a.into(), port))
-                .collect(),
-        })
-    }
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.addrs.as_slice() {
-            [] => f.write_str("(none)"),
-            [one] => write!(f, "{one}"),
-            [first, ..] => write!(
-                f,
-                "{}+{}:{}",
-                first.ip(),
-                self.addrs.len() - 1,
-                first.port()
-            ),
-        }
-    }
-}
-
-/// A UDP socket with its probed capabilities.
+/// A non-blocking UDP socket with quinn-udp's state and the probed capabilities.
+#[derive(Debug)]
 pub struct UdpSocket {
     socket: Socket,
     state: quinn_udp::UdpSocketState,
     caps: Caps,
 }
 
+/// Which buffer a socket sizes: receivers need SO_RCVBUF, senders SO_SNDBUF.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Recv,
+    Send,
+}
+
 impl UdpSocket {
-    /// A receiving socket on `addr`: for a multicast group, bound to the group's port and joined on
-    /// the configured interface; for a unicast address, bound to it.
+    /// A receiving socket on `addr`: for a multicast group, bound to the group's address and port
+    /// (so other groups on the port stay out) and joined on the configured interface; for a
+    /// unicast address, bound to it (port 0: an ephemeral port).
     pub fn bind(addr: SocketAddrV4, cfg: &SocketConfig) -> io::Result<Self> {
-        let socket = Self::raw()?;
+        let socket = new_socket()?;
         if addr.ip().is_multicast() {
+            // Several receivers (processes, tests) may listen to one group.
             socket.set_reuse_address(true)?;
-            socket.bind(&SocketAddr::V4(SocketAddrV4::new(*addr.ip(), addr.port())).into())?;
-            socket.join_multicast_v4(addr.ip(), &cfg.interface.unwrap_or(Ipv4Addr::UNSPECIFIED))?;
+            socket.bind(&SocketAddr::V4(addr).into())?;
+            join(&socket, *addr.ip(), cfg)?;
         } else {
             socket.bind(&SocketAddr::V4(addr).into())?;
         }
-        Self::finish(socket, cfg)
+        Self::finish(socket, cfg, Role::Recv)
     }
 
-    /// A sending socket bound to an ephemeral port (on the interface, if given).
+    /// A receiving socket for several multicast groups on one port: bound to the wildcard address,
+    /// joined to each group, and told to deliver only the groups it joined.
+    pub fn bind_groups(groups: &[Ipv4Addr], port: u16, cfg: &SocketConfig) -> io::Result<Self> {
+        if groups.is_empty() || groups.iter().any(|g| !g.is_multicast()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bind_groups needs one or more multicast groups",
+            ));
+        }
+        let socket = new_socket()?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())?;
+        // Linux otherwise delivers every group any socket on the host joined to this port.
+        socket.set_multicast_all_v4(false)?;
+        for &g in groups {
+            join(&socket, g, cfg)?;
+        }
+        Self::finish(socket, cfg, Role::Recv)
+    }
+
+    /// A sending socket on an ephemeral port, with multicast interface and TTL set and multicast
+    /// loopback on (receivers on this host see what it sends; see [`Self::set_multicast_loop`]).
     pub fn sender(cfg: &SocketConfig) -> io::Result<Self> {
-        let socket = Self::raw()?;
-        let local = cfg.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
-        socket.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())?;
+        let socket = new_socket()?;
+        socket.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)).into())?;
         if let Some(ifaddr) = cfg.interface {
             socket.set_multicast_if_v4(&ifaddr)?;
         }
         socket.set_multicast_ttl_v4(cfg.ttl)?;
         socket.set_multicast_loop_v4(true)?;
-        Self::finish(socket, cfg)
+        Self::finish(socket, cfg, Role::Send)
     }
 
-    fn raw() -> io::Result<Socket> {
-        Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-    }
-
-    fn finish(socket: Socket, cfg: &SocketConfig) -> io::Result<Self> {
+    fn finish(socket: Socket, cfg: &SocketConfig, role: Role) -> io::Result<Self> {
+        // quinn-udp makes the socket non-blocking, forbids fragmentation, turns GRO on where the
+        // kernel has it and probes GSO.
         let state = quinn_udp::UdpSocketState::new((&socket).into())?;
-        socket.set_nonblocking(true)?;
-        // The kernel silently caps buffers at net.core.{r,w}mem_max; ask, then check what we got.
-        let _ = socket.set_recv_buffer_size(cfg.buffer_bytes);
-        let _ = socket.set_send_buffer_size(cfg.buffer_bytes);
-        let recv_buffer = socket.recv_buffer_size()?;
-        let send_buffer = socket.send_buffer_size()?;
-        // Linux reports twice the usable size it granted.
-        if recv_buffer / 2 < cfg.buffer_bytes || send_buffer / 2 < cfg.buffer_bytes {
-            tracing::warn!(
-                requested = cfg.buffer_bytes,
-                recv_buffer,
-                send_buffer,
-                "socket buffers capped by the kernel; raise them with: sysctl -w net.core.rmem_max={0} net.core.wmem_max={0}",
-                cfg.buffer_bytes
-            );
-        }
-        let gro = cfg.gro && state.gro_segments() > 1;
-        if !gro {
-            set_gro(&socket, false);
-        }
-        let gso_segments = if cfg.gso {
-            state.max_gso_segments().max(1)
+        let fd = socket.as_raw_fd();
+        // We read no receive timestamps; skip the control message per buffer.
+        let _ = sys::set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 0);
+        let buffer_capped = size_buffer(&socket, role, cfg.buffer_bytes)?;
+
+        let kernel_gro = state.gro_segments() > 1;
+        let gro = if kernel_gro && !cfg.gro {
+            // Off by configuration: if the kernel will not turn it off, it stays in use (the
+            // receiver splits by stride either way).
+            sys::set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 0).is_err()
         } else {
-            1
+            kernel_gro
         };
+        let kernel_gso_segments = state.max_gso_segments().max(1);
         let caps = Caps {
-            gso_segments,
+            gso_segments: if cfg.gso { kernel_gso_segments } else { 1 },
             gro,
-            recv_buffer,
-            send_buffer,
+            kernel_gso_segments,
+            kernel_gro,
+            recv_buffer: socket.recv_buffer_size()?,
+            send_buffer: socket.send_buffer_size()?,
+            buffer_capped,
         };
         tracing::debug!(?caps, "udp socket ready");
         Ok(Self {
@@ -193,6 +154,12 @@ impl UdpSocket {
             state,
             caps,
         })
+    }
+
+    /// Whether multicast this socket sends is also delivered to receivers on this host. (When
+    /// the sending interface is `lo` itself, the device delivers it regardless.)
+    pub fn set_multicast_loop(&self, on: bool) -> io::Result<()> {
+        self.socket.set_multicast_loop_v4(on)
     }
 
     pub fn caps(&self) -> Caps {
@@ -214,7 +181,7 @@ impl UdpSocket {
         &self.socket
     }
 
-    /// GSO failed at run time (some drivers refuse it): fall back to one datagram per segment.
+    /// The device refused a GSO send (some drivers do): one datagram per segment from now on.
     pub(crate) fn disable_gso(&mut self) {
         self.caps.gso_segments = 1;
     }
@@ -232,19 +199,48 @@ impl AsFd for UdpSocket {
     }
 }
 
-/// Turns UDP_GRO on or off; quinn-udp turns it on where the kernel has it.
-fn set_gro(socket: &Socket, on: bool) {
-    let value: libc::c_int = on.into();
-    // SAFETY: setsockopt with a valid fd and a c_int option value.
-    unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            &value as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+fn new_socket() -> io::Result<Socket> {
+    Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+}
+
+fn join(socket: &Socket, group: Ipv4Addr, cfg: &SocketConfig) -> io::Result<()> {
+    let iface = cfg.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    socket.join_multicast_v4(&group, &iface).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot join multicast group {group} on interface {iface}: {e}"),
+        )
+    })
+}
+
+/// Asks for `bytes` of the role's buffer and checks what the kernel granted: it silently caps
+/// requests at net.core.{r,w}mem_max. Returns whether it was capped, warning once per process.
+fn size_buffer(socket: &Socket, role: Role, bytes: usize) -> io::Result<bool> {
+    static WARNED_RECV: AtomicBool = AtomicBool::new(false);
+    static WARNED_SEND: AtomicBool = AtomicBool::new(false);
+    // The option is a C int that the kernel doubles; larger requests would wrap.
+    let bytes = bytes.min(i32::MAX as usize / 2);
+    let (granted, sysctl, warned) = match role {
+        Role::Recv => {
+            let _ = socket.set_recv_buffer_size(bytes);
+            (socket.recv_buffer_size()?, "rmem_max", &WARNED_RECV)
+        }
+        Role::Send => {
+            let _ = socket.set_send_buffer_size(bytes);
+            (socket.send_buffer_size()?, "wmem_max", &WARNED_SEND)
+        }
+    };
+    // Linux doubles the request (bookkeeping overhead) and reports the doubled figure.
+    let capped = granted / 2 < bytes;
+    if capped && !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            requested = bytes,
+            granted = granted / 2,
+            "UDP socket buffer capped by the kernel (expect loss at high rates); raise it with: \
+             sysctl -w net.core.{sysctl}={bytes}"
         );
     }
+    Ok(capped)
 }
 
 #[cfg(test)]
@@ -252,39 +248,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse() {
-        let e: Endpoint = "239.10.0.1+3:7148".parse().unwrap();
-        assert_eq!(e.addrs.len(), 4);
-        assert_eq!(e.addrs[3], "239.10.0.4:7148".parse().unwrap());
-        assert_eq!(e.to_string(), "239.10.0.1+3:7148");
-        let e: Endpoint = "127.0.0.1:9".parse().unwrap();
-        assert_eq!(e.addrs, vec!["127.0.0.1:9".parse().unwrap()]);
-        let e: Endpoint = "localhost:9".parse().unwrap();
-        assert_eq!(e.addrs.len(), 1);
-        for bad in [
-            "239.1.1.1",
-            "239.1.1.1:x",
-            "239.1.1.1+y:5",
-            "255.255.255.255+1:5",
-            "1.2.3.4.5:6",
-        ] {
-            assert!(bad.parse::<Endpoint>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn probes_capabilities() {
-        let s = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &SocketConfig::default()).unwrap();
-        let caps = s.caps();
+    fn probes_and_obeys_configuration() {
+        let on = UdpSocket::bind(
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            &SocketConfig::default(),
+        )
+        .unwrap();
+        let caps = on.caps();
         assert!(caps.gso_segments >= 1);
+        assert_eq!(caps.gso_segments, caps.kernel_gso_segments);
+        assert_eq!(caps.gro, caps.kernel_gro);
         assert!(caps.recv_buffer > 0 && caps.send_buffer > 0);
-        let off = UdpSocket::sender(&SocketConfig {
+
+        let off = SocketConfig {
             gso: false,
             gro: false,
             ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(off.caps().gso_segments, 1);
-        assert!(!off.caps().gro);
+        };
+        let rx = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &off).unwrap();
+        assert!(!rx.caps().gro);
+        let tx = UdpSocket::sender(&off).unwrap();
+        assert_eq!(tx.caps().gso_segments, 1);
+        assert_eq!(tx.caps().kernel_gso_segments, caps.kernel_gso_segments);
+        assert!(tx.socket.multicast_loop_v4().unwrap());
+        tx.set_multicast_loop(false).unwrap();
+        assert!(!tx.socket.multicast_loop_v4().unwrap());
+    }
+
+    #[test]
+    fn reports_capped_buffers() {
+        // Far above any default rmem_max, so capped unless the host was tuned for it.
+        let cfg = SocketConfig {
+            buffer_bytes: 1 << 40,
+            ..Default::default()
+        };
+        let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &cfg).unwrap();
+        assert!(s.caps().buffer_capped);
+        let cfg = SocketConfig {
+            buffer_bytes: 64 << 10,
+            ..Default::default()
+        };
+        let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &cfg).unwrap();
+        assert!(!s.caps().buffer_capped);
+    }
+
+    #[test]
+    fn bind_groups_rejects_unicast() {
+        let cfg = SocketConfig::default();
+        assert!(UdpSocket::bind_groups(&[], 0, &cfg).is_err());
+        assert!(UdpSocket::bind_groups(&[Ipv4Addr::LOCALHOST], 0, &cfg).is_err());
     }
 }
