@@ -13,6 +13,19 @@ use spead::packet::Limits;
 use spead::transport::{Receiver, Sender, SocketConfig, UdpSocket};
 use spead::{items, Descriptor, HeapItem, HeapWriter, RejectCounters};
 
+/// Waits for a Python child at most 30 s: a hung interpreter must fail the test, not hang the suite.
+fn finish(mut child: std::process::Child) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("spead2 script did not finish within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/py")
@@ -48,11 +61,12 @@ fn we_decode_what_spead2_sends() {
     .unwrap();
     let port = sock.local_addr().unwrap().port();
     let mut rx = Receiver::new(sock, 16);
-    let status = Command::new("python3")
+    let sender = Command::new("python3")
         .arg(script("send_heaps.py"))
         .arg(port.to_string())
-        .status()
+        .spawn()
         .unwrap();
+    let status = finish(sender).status;
     assert!(status.success(), "spead2 sender failed");
 
     let mut asm = HeapAssembler::new(Limits::default(), 4, Arc::new(RejectCounters::new()));
@@ -193,7 +207,7 @@ fn spead2_decodes_what_we_send() {
         |p| tx.send_segments(dest, p, p.len()).unwrap(),
     );
 
-    let out = child.wait_with_output().unwrap();
+    let out = finish(child);
     assert!(out.status.success(), "spead2 receiver failed");
     let heaps: Vec<Value> = serde_json::from_slice(&out.stdout).expect("receiver prints JSON");
     assert_eq!(heaps.len(), 2, "spead2 saw two heaps");
