@@ -1,0 +1,358 @@
+//! The command line. Other projects' tests spawn `dsim` with these options: keep them stable.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use clap::{Args, Parser, Subcommand};
+use spead::transport::Endpoint;
+
+use crate::bench::BenchArgs;
+use crate::config::{self, Config, SignalSpec, Tone};
+use crate::faults::FaultsRequest;
+
+const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
+in the MeerKAT digitiser format, paced to the wall clock, controlled over HTTP while running.";
+
+const LONG_ABOUT: &str = "\
+Digitiser simulator: both polarisations of one digitiser as SPEAD streams in the MeerKAT \
+digitiser format (SPEAD-64-48, one heap per packet: timestamp, digitiser id and status items, \
+packed signed samples, most significant bit first), paced to the wall clock.
+
+The signal is tones common to both polarisations, plus Gaussian noise and uniform dither \
+independent per polarisation, quantised with saturation. It is computed once into a buffer of \
+--buffer-heaps heaps that repeats; packets point into it, so sending costs no signal work. \
+Tone frequencies are rounded to a whole number of cycles per buffer, so the buffer wraps \
+without a phase jump; the repetition is harmless as long as the buffer is much longer than \
+what a receiver analyses at once (the default, 8192 heaps of 4096 samples = 33.5 M samples, \
+is 32 windows of a 16-tap 65536-point filter bank). The noise repeats with the buffer.
+
+The heap with timestamp t leaves at sync_time + t / rate (bursts of one GSO send leave up to \
+50 us early). Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
+to address k mod (N+1); its heap counter is k.";
+
+const AFTER_HELP: &str = "\
+HTTP control (--control): GET /health, /status, /metrics (Prometheus), /signal, /rate, /faults; \
+PUT /signal {\"tones\": [{\"frequency\": 1.5e7, \"amplitude\": 0.5}], \"noise\": 0.05, \"dither\": true, \
+\"delays\": [0, 2.5], \"seed\": 1} (fields left out are kept; the reply names the heap it applies from), \
+PUT /rate {\"rate\": 1e9} (from a heap shortly ahead, named in the reply; timestamps stay continuous \
+and the signal is unchanged in cycles per sample, so tone frequencies in Hz scale with the rate), PUT /faults {\"pol0\": {\"drop\": {\"probability\": 0.01, \"heaps\": [100], \
+\"ranges\": [[200, 210]]}, \"duplicate\": {...}, \"reorder\": {..., \"window\": 4}, \"corrupt\": {...}}}.
+
+Logs go to stderr (RUST_LOG sets the filter, default info). On start dsim logs \
+`control listening on ADDR:PORT` and `sending` with the sync time and first timestamp.
+
+Examples:
+  dsim --pol0-dest 127.0.0.1:7148 --pol1-dest 127.0.0.1:7149 --rate 1e8 --tone 1.5e7:0.5 \\
+       --noise 0.05 --seed 1 --control 127.0.0.1:8080
+  dsim --pol0-dest 239.10.0.1+3:7148 --pol1-dest 239.10.0.5+3:7148 --interface 10.0.0.2
+  dsim bench --rate 6.3e9 --seconds 5";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dsim",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Send into a loopback sink in this process and report the rates sent and received.
+    Bench(BenchArgs),
+}
+
+/// `FREQ_HZ:AMPLITUDE`, e.g. `1.5e7:0.5`.
+pub fn parse_tone(s: &str) -> Result<Tone, String> {
+    let (f, a) = s
+        .split_once(':')
+        .ok_or_else(|| format!("'{s}' is not FREQ_HZ:AMPLITUDE (e.g. 1.5e7:0.5)"))?;
+    let frequency = f
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{f}' in '{s}' is not a frequency in Hz"))?;
+    let amplitude = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{a}' in '{s}' is not an amplitude (fraction of full scale)"))?;
+    Ok(Tone {
+        frequency,
+        amplitude,
+    })
+}
+
+fn parse_faults(s: &str) -> Result<FaultsRequest, String> {
+    let f: FaultsRequest =
+        serde_json::from_str(s).map_err(|e| format!("not a faults object: {e}"))?;
+    f.validate().map_err(|e| e.0)?;
+    Ok(f)
+}
+
+/// `now` or Unix seconds.
+fn parse_sync_time(s: &str) -> Result<f64, String> {
+    if s == "now" {
+        return Ok(crate::schedule::unix_now());
+    }
+    s.parse()
+        .map_err(|_| format!("'{s}' is not a Unix time in seconds or 'now'"))
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Destination(s) of polarisation 0: ADDR[+N]:PORT, N+1 consecutive IPv4 addresses
+    /// (multicast groups or unicast hosts); heap k goes to address k mod (N+1).
+    #[arg(long, value_name = "ADDR[+N]:PORT", required = true)]
+    pub pol0_dest: Option<Endpoint>,
+
+    /// Destination(s) of polarisation 1, as --pol0-dest.
+    #[arg(long, value_name = "ADDR[+N]:PORT", required = true)]
+    pub pol1_dest: Option<Endpoint>,
+
+    /// ADC sample rate per polarisation, in samples/s (MeerKAT L-band by default). Also the
+    /// send rate: heaps leave at rate / heap-samples per second per polarisation.
+    #[arg(long, value_name = "SAMPLES_PER_S", default_value_t = config::DEFAULT_RATE)]
+    pub rate: f64,
+
+    /// Unix time (s, fractional allowed) of timestamp 0, or 'now'. Default: when sending starts.
+    #[arg(long, value_name = "UNIX_S", value_parser = parse_sync_time)]
+    pub sync_time: Option<f64>,
+
+    /// Samples per heap (one heap per packet); a multiple of 8.
+    #[arg(long, value_name = "SAMPLES", default_value_t = config::DEFAULT_HEAP_SAMPLES)]
+    pub heap_samples: usize,
+
+    /// Bits per sample, 2 to 16 (signed, packed most significant bit first).
+    #[arg(long, value_name = "BITS", default_value_t = config::DEFAULT_SAMPLE_BITS)]
+    pub sample_bits: u32,
+
+    /// A tone common to both polarisations: frequency in Hz (0 to rate/2; rounded to whole
+    /// cycles per buffer) and amplitude as a fraction of full scale (1.0 = 2^(bits-1) counts).
+    /// Repeat for several tones. Default: none.
+    #[arg(long = "tone", value_name = "FREQ_HZ:AMPLITUDE", value_parser = parse_tone)]
+    pub tones: Vec<Tone>,
+
+    /// Gaussian noise rms as a fraction of full scale, independent per polarisation
+    /// (0.05 of a 10-bit full scale is 25.6 counts).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.05)]
+    pub noise: f64,
+
+    /// Add uniform dither of +-0.5 LSB before rounding (the default), independent per
+    /// polarisation; it makes the mean quantisation error zero.
+    #[arg(long, overrides_with = "no_dither")]
+    pub dither: bool,
+
+    /// Round without dither.
+    #[arg(long, overrides_with = "dither")]
+    pub no_dither: bool,
+
+    /// Delay of polarisation 0 in samples (fractional allowed): it emits x(t + delay0), the
+    /// geometric delay an engine loaded with the same delay removes. Applies to the tones; the
+    /// noise is independent per polarisation, so its delay is immaterial.
+    #[arg(
+        long,
+        value_name = "SAMPLES",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub delay0: f64,
+
+    /// Delay of polarisation 1 in samples, as --delay0.
+    #[arg(
+        long,
+        value_name = "SAMPLES",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub delay1: f64,
+
+    /// Seed of the noise, the dither and the random faults: the same seed gives the same
+    /// samples.
+    #[arg(long, value_name = "U64", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Heaps in the repeating signal buffer, per polarisation (rounded up to a whole number of
+    /// send batches per thread; memory about heaps x packet bytes per polarisation). Make it
+    /// much longer than any analysis window of the receiver: the signal repeats with it.
+    #[arg(long, value_name = "HEAPS", default_value_t = config::DEFAULT_BUFFER_HEAPS)]
+    pub buffer_heaps: usize,
+
+    /// Send threads per polarisation; 0 picks one per 3 GB/s of the stream at the starting
+    /// rate (a later PUT /rate does not add threads).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+
+    /// IPv4 address of the local interface to send multicast from. Default: the kernel's route.
+    #[arg(long, value_name = "IPV4")]
+    pub interface: Option<Ipv4Addr>,
+
+    /// Multicast time-to-live (hops).
+    #[arg(long, value_name = "HOPS", default_value_t = 4)]
+    pub ttl: u32,
+
+    /// Digitiser (antenna) index; the digitiser id item is index x 2 + polarisation.
+    #[arg(long, value_name = "INDEX", default_value_t = 0)]
+    pub digitiser_id: u64,
+
+    /// Stop after this many heaps per polarisation. Default: run until stopped.
+    #[arg(long, value_name = "N")]
+    pub heaps: Option<u64>,
+
+    /// Stop after this many seconds of signal at the starting rate (a heap count fixed at start).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+
+    /// Serve the HTTP control API on ADDR:PORT (port 0: any free port; the address is logged
+    /// as 'control listening on ADDR:PORT'). Default: no control server.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub control: Option<SocketAddr>,
+
+    /// When the run ends, send a SPEAD stream-stop heap to every destination.
+    #[arg(long)]
+    pub send_stop: bool,
+
+    /// Faults to inject from the start, as the JSON body of PUT /faults, e.g.
+    /// '{"pol0": {"drop": {"probability": 0.01}}}'. Default: none.
+    #[arg(long, value_name = "JSON", value_parser = parse_faults)]
+    pub faults: Option<FaultsRequest>,
+
+    /// Socket send buffer per thread, in bytes (the kernel caps it at net.core.wmem_max).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    pub socket_buffer: usize,
+}
+
+impl RunArgs {
+    pub fn to_config(&self) -> Config {
+        // clap enforces the destinations; these defaults are never used from the command line.
+        let dest = |d: &Option<Endpoint>| {
+            d.clone().unwrap_or(Endpoint {
+                addrs: vec!["127.0.0.1:7148".parse().expect("literal address")],
+            })
+        };
+        let mut c = Config::new(dest(&self.pol0_dest), dest(&self.pol1_dest));
+        c.rate = self.rate;
+        c.sync_time = self.sync_time;
+        c.heap_samples = self.heap_samples;
+        c.sample_bits = self.sample_bits;
+        c.signal = SignalSpec {
+            tones: self.tones.clone(),
+            noise: self.noise,
+            dither: !self.no_dither,
+            delays: [self.delay0, self.delay1],
+            seed: self.seed,
+        };
+        c.buffer_heaps = self.buffer_heaps;
+        c.threads = self.threads;
+        c.interface = self.interface;
+        c.ttl = self.ttl;
+        c.digitiser_id = self.digitiser_id;
+        c.heaps = self.heaps;
+        c.duration = self.duration;
+        c.control = self.control;
+        c.send_stop = self.send_stop;
+        c.socket_buffer = self.socket_buffer;
+        c.faults = self.faults.clone().unwrap_or_default();
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn example_command_line_parses() {
+        let cli = Cli::try_parse_from([
+            "dsim",
+            "--pol0-dest",
+            "127.0.0.1:7148",
+            "--pol1-dest",
+            "239.1.2.3+3:7149",
+            "--rate",
+            "1e8",
+            "--tone",
+            "1.5e7:0.5",
+            "--tone",
+            "0:0.1",
+            "--noise",
+            "0.05",
+            "--seed",
+            "7",
+            "--control",
+            "127.0.0.1:0",
+            "--sync-time",
+            "1700000000.5",
+            "--delay1",
+            "-2.5",
+            "--no-dither",
+            "--heaps",
+            "100",
+            "--faults",
+            r#"{"pol1": {"drop": {"heaps": [5]}}}"#,
+        ])
+        .unwrap();
+        let c = cli.run.to_config();
+        c.validate().unwrap();
+        assert_eq!(c.rate, 1e8);
+        assert_eq!(c.dests[1].addrs.len(), 4);
+        assert_eq!(c.signal.tones.len(), 2);
+        assert_eq!(c.signal.delays, [0.0, -2.5]);
+        assert!(!c.signal.dither);
+        assert_eq!(c.sync_time, Some(1_700_000_000.5));
+        assert_eq!(c.heaps, Some(100));
+        assert_eq!(c.faults.pol1.unwrap().drop.unwrap().heaps, vec![5]);
+    }
+
+    #[test]
+    fn dither_is_on_by_default_and_last_flag_wins() {
+        let base = [
+            "dsim",
+            "--pol0-dest",
+            "127.0.0.1:1",
+            "--pol1-dest",
+            "127.0.0.1:2",
+        ];
+        let parse = |extra: &[&str]| {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            Cli::try_parse_from(args)
+                .unwrap()
+                .run
+                .to_config()
+                .signal
+                .dither
+        };
+        assert!(parse(&[]));
+        assert!(!parse(&["--no-dither"]));
+        assert!(parse(&["--no-dither", "--dither"]));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_reasons() {
+        let err = Cli::try_parse_from(["dsim", "--pol0-dest", "127.0.0.1:1"]).unwrap_err();
+        assert!(err.to_string().contains("--pol1-dest"));
+        let err = Cli::try_parse_from([
+            "dsim",
+            "--pol0-dest",
+            "127.0.0.1:1",
+            "--pol1-dest",
+            "127.0.0.1:2",
+            "--tone",
+            "5e6",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("FREQ_HZ:AMPLITUDE"));
+        assert!(Cli::try_parse_from(["dsim", "bench", "--seconds", "1"]).is_ok());
+    }
+}

@@ -1,0 +1,352 @@
+//! What a dsim run is asked to do, shared by the command line, the HTTP API and in-process users,
+//! with the checks that turn a bad value into a sentence saying what is wrong.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+use spead::transport::Endpoint;
+
+/// A request or configuration that cannot be honoured; the text is one sentence for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+impl BadRequest {
+    pub fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
+/// Why a control request was refused: the request is wrong (HTTP 422), or it cannot apply now
+/// (HTTP 409, e.g. the run has ended).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl From<BadRequest> for RequestError {
+    fn from(e: BadRequest) -> Self {
+        Self::Invalid(e.0)
+    }
+}
+
+/// Fails with `msg` unless `ok`.
+pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), BadRequest> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BadRequest(msg()))
+    }
+}
+
+/// One sinusoid common to both polarisations: `amplitude * cos(2 pi frequency t)`, amplitude as a
+/// fraction of full scale (1.0 = 2^(sample_bits-1) counts).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tone {
+    /// Hz, 0 (a constant) to rate/2.
+    pub frequency: f64,
+    pub amplitude: f64,
+}
+
+/// The signal: tones common to both polarisations, then per polarisation independent Gaussian noise
+/// and uniform dither, a per-polarisation delay, and quantisation with saturation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalSpec {
+    pub tones: Vec<Tone>,
+    /// Noise rms as a fraction of full scale.
+    pub noise: f64,
+    /// Uniform dither of +-0.5 LSB before rounding.
+    pub dither: bool,
+    /// Per-polarisation delay in samples (fractional allowed): polarisation p emits x(t + delay[p]).
+    pub delays: [f64; 2],
+    /// Seeds the noise, the dither and the random faults.
+    pub seed: u64,
+}
+
+impl Default for SignalSpec {
+    fn default() -> Self {
+        Self {
+            tones: Vec::new(),
+            noise: 0.05,
+            dither: true,
+            delays: [0.0; 2],
+            seed: 1,
+        }
+    }
+}
+
+/// Largest |delay| accepted, in samples: far beyond any geometric delay, small enough that the
+/// phase arithmetic keeps full precision.
+pub const MAX_DELAY_SAMPLES: f64 = 1e9;
+/// Most tones in one signal (each costs a little generation time per sample).
+pub const MAX_TONES: usize = 64;
+
+impl SignalSpec {
+    /// Checks the signal against the sample rate it will be generated for.
+    pub fn validate(&self, rate: f64) -> Result<(), BadRequest> {
+        ensure(self.tones.len() <= MAX_TONES, || {
+            format!(
+                "{} tones were given; at most {MAX_TONES} are allowed.",
+                self.tones.len()
+            )
+        })?;
+        for (i, t) in self.tones.iter().enumerate() {
+            ensure(
+                t.frequency.is_finite() && t.frequency >= 0.0 && t.frequency <= rate / 2.0,
+                || {
+                    format!(
+                        "tone {i} has frequency {} Hz, outside 0 to {} Hz (half the sample rate).",
+                        t.frequency,
+                        rate / 2.0
+                    )
+                },
+            )?;
+            ensure(t.amplitude.is_finite() && t.amplitude >= 0.0, || {
+                format!(
+                    "tone {i} has amplitude {}; it must be a finite fraction of full scale, 0 or more.",
+                    t.amplitude
+                )
+            })?;
+        }
+        ensure(self.noise.is_finite() && self.noise >= 0.0, || {
+            format!(
+                "noise {} is not a finite rms of 0 or more (a fraction of full scale).",
+                self.noise
+            )
+        })?;
+        for (p, d) in self.delays.iter().enumerate() {
+            ensure(d.is_finite() && d.abs() <= MAX_DELAY_SAMPLES, || {
+                format!(
+                    "delay of polarisation {p} is {d} samples; it must be finite and at most {MAX_DELAY_SAMPLES:e} in size."
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A partial signal, as PUT /signal takes it: fields left out keep their current values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalUpdate {
+    pub tones: Option<Vec<Tone>>,
+    pub noise: Option<f64>,
+    pub dither: Option<bool>,
+    pub delays: Option<[f64; 2]>,
+    pub seed: Option<u64>,
+}
+
+impl SignalUpdate {
+    pub fn apply_to(&self, current: &SignalSpec) -> SignalSpec {
+        SignalSpec {
+            tones: self.tones.clone().unwrap_or_else(|| current.tones.clone()),
+            noise: self.noise.unwrap_or(current.noise),
+            dither: self.dither.unwrap_or(current.dither),
+            delays: self.delays.unwrap_or(current.delays),
+            seed: self.seed.unwrap_or(current.seed),
+        }
+    }
+}
+
+/// Everything a run needs. [`Config::validate`] is called by `Dsim::start`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Destinations of polarisation 0 and 1; heap k goes to group k mod (number of groups).
+    pub dests: [Endpoint; 2],
+    /// ADC samples per second per polarisation.
+    pub rate: f64,
+    /// Unix time (s) of timestamp 0; `None`: the moment sending starts.
+    pub sync_time: Option<f64>,
+    pub heap_samples: usize,
+    pub sample_bits: u32,
+    pub signal: SignalSpec,
+    /// Heaps in the repeating signal buffer (rounded up to whole send batches per thread).
+    pub buffer_heaps: usize,
+    /// Sender threads per polarisation; 0 picks from the rate.
+    pub threads: usize,
+    /// Local interface address for multicast.
+    pub interface: Option<Ipv4Addr>,
+    pub ttl: u32,
+    /// Digitiser (antenna) index; the digitiser id item is `index * 2 + pol`.
+    pub digitiser_id: u64,
+    /// Stop after this many heaps per polarisation.
+    pub heaps: Option<u64>,
+    /// Stop after this many seconds of signal at the starting rate.
+    pub duration: Option<f64>,
+    /// Address for the HTTP control server (port 0: any free port).
+    pub control: Option<SocketAddr>,
+    /// Send a SPEAD stream-stop heap to every destination when the run ends.
+    pub send_stop: bool,
+    /// Socket send buffer in bytes.
+    pub socket_buffer: usize,
+    /// Faults injected from the first heap (PUT /faults changes them later).
+    pub faults: crate::faults::FaultsRequest,
+}
+
+impl Config {
+    /// A configuration with the documented defaults, sending to the given destinations.
+    pub fn new(pol0: Endpoint, pol1: Endpoint) -> Self {
+        Self {
+            dests: [pol0, pol1],
+            rate: DEFAULT_RATE,
+            sync_time: None,
+            heap_samples: DEFAULT_HEAP_SAMPLES,
+            sample_bits: DEFAULT_SAMPLE_BITS,
+            signal: SignalSpec::default(),
+            buffer_heaps: DEFAULT_BUFFER_HEAPS,
+            threads: 0,
+            interface: None,
+            ttl: 4,
+            digitiser_id: 0,
+            heaps: None,
+            duration: None,
+            control: None,
+            send_stop: false,
+            socket_buffer: 16 << 20,
+            faults: Default::default(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), BadRequest> {
+        validate_rate(self.rate)?;
+        spead::samples::check_bits(self.sample_bits).map_err(|e| BadRequest(format!("{e}.")))?;
+        ensure(
+            self.heap_samples >= 8 && self.heap_samples.is_multiple_of(8),
+            || {
+                format!(
+                    "heap-samples {} must be a positive multiple of 8 (so that heaps start on a byte).",
+                    self.heap_samples
+                )
+            },
+        )?;
+        let packet = packet_bytes(self.heap_samples, self.sample_bits);
+        ensure(packet <= MAX_UDP_PAYLOAD, || {
+            format!(
+                "a heap of {} {}-bit samples makes a {packet}-byte packet, more than the {MAX_UDP_PAYLOAD} bytes a UDP datagram can carry.",
+                self.heap_samples, self.sample_bits
+            )
+        })?;
+        ensure(self.buffer_heaps >= 1, || {
+            "buffer-heaps must be at least 1.".into()
+        })?;
+        ensure(self.threads <= 64, || {
+            format!("{} threads per polarisation is more than 64.", self.threads)
+        })?;
+        for (p, d) in self.dests.iter().enumerate() {
+            ensure(!d.addrs.is_empty() && d.addrs.len() <= 256, || {
+                format!(
+                    "polarisation {p} has {} destinations; give 1 to 256 (ADDR+N:PORT).",
+                    d.addrs.len()
+                )
+            })?;
+            ensure(d.addrs.iter().all(|a| a.port() != 0), || {
+                format!("polarisation {p} destination {d} has port 0; give the receiver's port.")
+            })?;
+        }
+        if let Some(t) = self.sync_time {
+            ensure(t.is_finite() && t >= 0.0, || {
+                format!("sync time {t} is not a Unix time in seconds.")
+            })?;
+        }
+        if let Some(d) = self.duration {
+            ensure(d.is_finite() && d > 0.0, || {
+                format!("duration {d} s is not a positive number of seconds.")
+            })?;
+        }
+        ensure(self.heaps != Some(0), || {
+            "heaps 0 would send nothing; give 1 or more.".into()
+        })?;
+        self.faults.validate()?;
+        self.signal.validate(self.rate)
+    }
+}
+
+pub fn validate_rate(rate: f64) -> Result<(), BadRequest> {
+    ensure((1.0..=MAX_RATE).contains(&rate), || {
+        format!("rate {rate} samples/s is outside 1 to {MAX_RATE:e} samples/s.")
+    })
+}
+
+/// MeerKAT L-band ADC rate.
+pub const DEFAULT_RATE: f64 = 1712e6;
+pub const DEFAULT_HEAP_SAMPLES: usize = 4096;
+pub const DEFAULT_SAMPLE_BITS: u32 = 10;
+pub const DEFAULT_BUFFER_HEAPS: usize = 8192;
+/// Far above anything a host can send; keeps heap arithmetic well inside f64 and u64.
+pub const MAX_RATE: f64 = 1e12;
+/// Largest UDP payload over IPv4.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// 8-byte header and 8 item pointers (`wire-formats.md`).
+pub const HEADER_BYTES: usize = 72;
+
+/// Bytes of one digitiser packet (one heap).
+pub fn packet_bytes(heap_samples: usize, bits: u32) -> usize {
+    HEADER_BYTES + spead::samples::packed_len(heap_samples, bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::new(
+            "127.0.0.1:7148".parse().unwrap(),
+            "127.0.0.1:7149".parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        config().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_are_sentences() {
+        type Change = Box<dyn Fn(&mut Config)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (Box::new(|c| c.rate = -1.0), "rate -1"),
+            (Box::new(|c| c.sample_bits = 17), "17 bits"),
+            (Box::new(|c| c.heap_samples = 100), "multiple of 8"),
+            (Box::new(|c| c.heap_samples = 65536), "UDP datagram"),
+            (
+                Box::new(|c| {
+                    c.signal.tones = vec![Tone {
+                        frequency: 1e10,
+                        amplitude: 0.1,
+                    }]
+                }),
+                "tone 0 has frequency",
+            ),
+            (Box::new(|c| c.signal.noise = f64::NAN), "noise NaN"),
+            (
+                Box::new(|c| c.signal.delays[1] = f64::INFINITY),
+                "polarisation 1",
+            ),
+            (Box::new(|c| c.heaps = Some(0)), "heaps 0"),
+        ];
+        for (change, expect) in cases {
+            let mut c = config();
+            change(&mut c);
+            let e = c.validate().unwrap_err().0;
+            assert!(e.contains(expect), "{e:?} should mention {expect:?}");
+            assert!(e.ends_with('.'), "{e:?} is not a sentence");
+        }
+    }
+
+    #[test]
+    fn update_keeps_what_is_left_out() {
+        let cur = SignalSpec {
+            noise: 0.1,
+            ..Default::default()
+        };
+        let u: SignalUpdate = serde_json::from_str(r#"{"delays":[1.5,0]}"#).unwrap();
+        let s = u.apply_to(&cur);
+        assert_eq!((s.noise, s.delays), (0.1, [1.5, 0.0]));
+        assert!(serde_json::from_str::<SignalUpdate>(r#"{"nosie":1}"#).is_err());
+    }
+}

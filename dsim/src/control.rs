@@ -1,0 +1,205 @@
+//! The HTTP control API (axum on its own small tokio runtime, so the send threads never share
+//! a scheduler with it). JSON in and out; a bad request gets a 4xx and one sentence, and changes
+//! nothing.
+//!
+//! | method and path | body | reply |
+//! | --- | --- | --- |
+//! | GET /health | | 200 `ok` |
+//! | GET /status | | [`crate::Status`] |
+//! | GET /metrics | | Prometheus text |
+//! | GET /signal | | the signal in force |
+//! | PUT /signal | [`crate::SignalUpdate`] | [`crate::SignalChange`]: the heap it applies from |
+//! | PUT /rate | `{"rate": samples_per_s}` | [`crate::RateChange`] |
+//! | GET /faults, PUT /faults | [`crate::FaultsRequest`] | the faults in force |
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::config::RequestError;
+use crate::{Controller, FaultsRequest, SignalUpdate};
+
+/// PUT /rate body.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateRequest {
+    /// Samples per second per polarisation.
+    pub rate: f64,
+}
+
+/// A refusal: status code and a sentence (sent as text, with a JSON twin for clients that ask).
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.1 });
+        (self.0, Json(body)).into_response()
+    }
+}
+
+impl From<RequestError> for Refusal {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Invalid(m) => Refusal(StatusCode::UNPROCESSABLE_ENTITY, m),
+            RequestError::Conflict(m) => Refusal(StatusCode::CONFLICT, m),
+        }
+    }
+}
+
+/// Parses a JSON body whatever its content type (curl -d sends form encoding), with a sentence
+/// on failure.
+fn parse<T: DeserializeOwned>(what: &str, body: &Bytes) -> Result<T, Refusal> {
+    serde_json::from_slice(body).map_err(|e| {
+        Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not a valid {what} request: {e}."),
+        )
+    })
+}
+
+pub fn router(controller: Controller) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/signal", get(signal).put(put_signal))
+        .route("/rate", get(rate).put(put_rate))
+        .route("/faults", get(faults).put(put_faults))
+        .fallback(|| async {
+            Refusal(
+                StatusCode::NOT_FOUND,
+                "no such endpoint; try GET /health, /status, /metrics, /signal, /rate, /faults, or PUT /signal, /rate, /faults.".into(),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            Refusal(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "that method is not allowed here: read with GET, change with PUT.".into(),
+            )
+        })
+        .with_state(controller)
+}
+
+async fn status(State(c): State<Controller>) -> impl IntoResponse {
+    Json(c.status())
+}
+
+async fn metrics(State(c): State<Controller>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        c.metrics(),
+    )
+}
+
+async fn signal(State(c): State<Controller>) -> impl IntoResponse {
+    Json(c.signal())
+}
+
+async fn rate(State(c): State<Controller>) -> impl IntoResponse {
+    Json(RateRequest {
+        rate: c.status().rate,
+    })
+}
+
+async fn faults(State(c): State<Controller>) -> impl IntoResponse {
+    Json(c.faults())
+}
+
+async fn put_signal(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
+    let update: SignalUpdate = parse("signal", &body)?;
+    // Building the buffer is CPU work of up to seconds: keep it off the async workers.
+    let change = tokio::task::spawn_blocking(move || c.set_signal(&update))
+        .await
+        .map_err(|e| {
+            Refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("building the signal failed: {e}."),
+            )
+        })??;
+    Ok(Json(change).into_response())
+}
+
+async fn put_rate(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
+    let req: RateRequest = parse("rate", &body)?;
+    Ok(Json(c.set_rate(req.rate)?).into_response())
+}
+
+async fn put_faults(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
+    let req: FaultsRequest = parse("faults", &body)?;
+    Ok(Json(c.set_faults(&req)?).into_response())
+}
+
+/// The server thread: its runtime, and how to shut it down.
+pub struct ControlServer {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Binds `addr` (port 0: any free port) before returning, so the address is known and a
+    /// taken port is an error here, then serves on a thread of its own.
+    pub fn spawn(addr: SocketAddr, controller: Controller) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("cannot listen for control on {addr}: {e}."))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dsim-control")
+            .enable_all()
+            .build()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("dsim-control".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "control listener unusable");
+                            return;
+                        }
+                    };
+                    let app = router(controller);
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(async {
+                            let _ = rx.await;
+                        })
+                        .await;
+                    if let Err(e) = served {
+                        tracing::error!(error = %e, "control server failed");
+                    }
+                });
+            })?;
+        tracing::info!("control listening on {addr}");
+        Ok(Self {
+            addr,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,152 @@
+//! State shared between the send threads, the control plane and the status reader.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+use spead::transport::Endpoint;
+
+use crate::buffer::{Layout, Slot};
+use crate::config::{Config, SignalSpec};
+use crate::faults::{FaultCounters, FaultPlan};
+use crate::schedule::{Schedule, Versioned};
+use crate::status::RateWindow;
+
+/// Totals of one send thread (each on its own cache lines, so threads never contend; readers
+/// add them up).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct PolCounters {
+    /// Heaps whose timestamps have been dealt with (sent, dropped or held back).
+    pub heaps_done: AtomicU64,
+    /// Datagrams handed to the kernel (duplicates and corrupted ones included).
+    pub datagrams: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Saturated samples in the heaps sent.
+    pub saturated: AtomicU64,
+    /// Failed send calls.
+    pub send_errors: AtomicU64,
+}
+
+/// Counts one send thread gathers over a batch and then adds to [`PolCounters`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchCounts {
+    pub heaps_done: u64,
+    pub datagrams: u64,
+    pub bytes: u64,
+    pub saturated: u64,
+    pub send_errors: u64,
+}
+
+impl PolCounters {
+    /// Adds a batch's counts (only the owning thread writes).
+    pub fn add(&self, c: &BatchCounts) {
+        for (a, v) in [
+            (&self.heaps_done, c.heaps_done),
+            (&self.datagrams, c.datagrams),
+            (&self.bytes, c.bytes),
+            (&self.saturated, c.saturated),
+            (&self.send_errors, c.send_errors),
+        ] {
+            if v > 0 {
+                a.fetch_add(v, Relaxed);
+            }
+        }
+    }
+}
+
+/// A new signal's slots for one send thread, used from heap `from_heap` (a batch boundary) on.
+pub struct Switch {
+    pub from_heap: u64,
+    pub slots: Vec<Slot>,
+}
+
+/// Where a send thread has got to: the first heap of its latest batch and when it left.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub heap: u64,
+    pub sent_at: Instant,
+}
+
+pub struct PolState {
+    pub pol: usize,
+    pub layout: Layout,
+    pub endpoint: Endpoint,
+    pub dests: Vec<SocketAddr>,
+    /// One per send thread.
+    pub counters: Vec<PolCounters>,
+    pub faults: Versioned<FaultPlan>,
+    pub fault_counters: FaultCounters,
+    /// One per send thread.
+    pub progress: Vec<Mutex<Option<Progress>>>,
+    /// Highest batch start any thread of this polarisation has begun.
+    pub started: AtomicU64,
+    /// One per send thread: new signals.
+    pub switches: Mutex<Vec<mpsc::Sender<Switch>>>,
+}
+
+impl PolState {
+    /// The totals over all threads.
+    pub fn totals(&self) -> BatchCounts {
+        let mut t = BatchCounts::default();
+        for c in &self.counters {
+            t.heaps_done += c.heaps_done.load(Relaxed);
+            t.datagrams += c.datagrams.load(Relaxed);
+            t.bytes += c.bytes.load(Relaxed);
+            t.saturated += c.saturated.load(Relaxed);
+            t.send_errors += c.send_errors.load(Relaxed);
+        }
+        t
+    }
+
+    /// The latest progress over all threads.
+    pub fn progress(&self) -> Option<Progress> {
+        self.progress
+            .iter()
+            .filter_map(|p| *p.lock().unwrap_or_else(|e| e.into_inner()))
+            .max_by_key(|p| p.heap)
+    }
+}
+
+/// The signal in force (or about to be).
+#[derive(Clone, Debug)]
+pub struct SignalState {
+    pub spec: SignalSpec,
+    /// Tone frequencies as generated (rounded to whole cycles per buffer), Hz at `rate`.
+    pub tone_frequencies: Vec<f64>,
+    /// The sample rate the frequencies were converted with.
+    pub rate: f64,
+    pub from_heap: u64,
+}
+
+pub struct Shared {
+    pub config: Config,
+    pub heap_samples: usize,
+    pub threads: usize,
+    pub pols: [PolState; 2],
+    pub schedule: Versioned<Schedule>,
+    pub signal: Mutex<SignalState>,
+    /// Held while a new signal is built, so two requests do not interleave.
+    pub signal_busy: Mutex<()>,
+    pub stop: AtomicBool,
+    /// Send threads still running.
+    pub running: AtomicUsize,
+    pub first_heap: u64,
+    /// Heap index at which sending ends (exclusive), if it does.
+    pub end_heap: Option<u64>,
+    pub sync_time: f64,
+    pub started_at: Instant,
+    pub rate_window: Mutex<RateWindow>,
+}
+
+impl Shared {
+    pub fn finished(&self) -> bool {
+        self.running.load(Relaxed) == 0
+    }
+
+    /// Largest batch of either polarisation, in heaps.
+    pub fn max_batch(&self) -> usize {
+        self.pols.iter().map(|p| p.layout.batch).max().unwrap_or(1)
+    }
+}

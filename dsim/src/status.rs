@@ -1,0 +1,256 @@
+//! What dsim reports: counters per polarisation, the signal, and the achieved rate over the last
+//! 10 s, measured from when heaps actually left against when they were due.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::SignalSpec;
+use crate::faults::{FaultCounts, PolFaults};
+use crate::state::{Progress, Shared};
+
+/// The window over which the achieved rate is measured.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+/// Allowed relative error of the achieved rate.
+pub const RATE_TOLERANCE: f64 = 1e-3;
+/// How often the progress is sampled.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Progress samples of both polarisations over the last [`RATE_WINDOW`].
+#[derive(Debug, Default)]
+pub struct RateWindow {
+    samples: [VecDeque<Progress>; 2],
+}
+
+impl RateWindow {
+    pub fn push(&mut self, pol: usize, p: Progress) {
+        let q = &mut self.samples[pol];
+        if q.back().is_some_and(|b| b.heap == p.heap) {
+            return;
+        }
+        q.push_back(p);
+        while q
+            .front()
+            .is_some_and(|f| p.sent_at - f.sent_at > RATE_WINDOW)
+        {
+            q.pop_front();
+        }
+    }
+
+    /// (oldest, newest) progress in the window.
+    pub fn span(&self, pol: usize) -> Option<(Progress, Progress)> {
+        let q = &self.samples[pol];
+        Some((*q.front()?, *q.back()?)).filter(|(a, b)| b.heap > a.heap)
+    }
+}
+
+/// Achieved rate of one polarisation over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateReport {
+    /// Samples per second actually achieved (timestamps advanced / wall time).
+    pub achieved_rate: Option<f64>,
+    /// What the schedule asked for over the same heaps (the rate, unless it changed).
+    pub expected_rate: Option<f64>,
+    /// achieved / expected - 1.
+    pub rate_error: Option<f64>,
+    /// Seconds the measurement spans (up to 10).
+    pub window_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolStatus {
+    pub pol: usize,
+    pub destinations: String,
+    /// Heaps whose timestamps have gone by (sent, dropped or held back).
+    pub heaps: u64,
+    /// Datagrams sent, duplicates and corrupted ones included.
+    pub heaps_sent: u64,
+    pub bytes_sent: u64,
+    pub saturated_samples: u64,
+    pub send_errors: u64,
+    /// Timestamp of the latest heap to leave.
+    pub timestamp: Option<u64>,
+    pub rate: RateReport,
+    pub faults_injected: FaultCounts,
+    pub faults: PolFaults,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalStatus {
+    #[serde(flatten)]
+    pub spec: SignalSpec,
+    /// Tone frequencies as generated, rounded to whole cycles per buffer period.
+    pub tone_frequencies: Vec<f64>,
+    /// Heap from which this signal is (or will be) sent.
+    pub from_heap: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// "running", "finished" (reached its heap count) or "stopped".
+    pub state: String,
+    /// Requested samples per second per polarisation (the latest rate set).
+    pub rate: f64,
+    /// Lowest achieved rate of the two polarisations over the window.
+    pub achieved_rate: Option<f64>,
+    /// Largest relative error of the two polarisations over the window.
+    pub rate_error: Option<f64>,
+    pub rate_window_s: f64,
+    /// True when the rate error is within 0.1%.
+    pub rate_ok: bool,
+    /// Seconds the latest heap left after its due time (positive: behind).
+    pub late_s: Option<f64>,
+    /// Unix time of timestamp 0 as configured.
+    pub sync_time: f64,
+    /// The sync time the current rate implies (equal to sync_time until the rate changes).
+    pub implied_sync_time: f64,
+    /// Next timestamp due by the wall clock.
+    pub timestamp: u64,
+    pub heap_samples: usize,
+    pub sample_bits: u32,
+    pub first_heap: u64,
+    pub end_heap: Option<u64>,
+    pub threads_per_pol: usize,
+    pub heaps_per_batch: [usize; 2],
+    pub buffer_heaps: usize,
+    pub signal: SignalStatus,
+    pub pols: Vec<PolStatus>,
+    pub uptime_s: f64,
+}
+
+fn rate_report(shared: &Shared, pol: usize) -> RateReport {
+    let window = shared
+        .rate_window
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .span(pol);
+    let Some((a, b)) = window else {
+        return RateReport::default();
+    };
+    let schedule = shared.schedule.load();
+    let samples = (b.heap - a.heap) as f64 * shared.heap_samples as f64;
+    let wall = (b.sent_at - a.sent_at).as_secs_f64();
+    let planned = (schedule.due(b.heap) - schedule.due(a.heap)).as_secs_f64();
+    let achieved = (wall > 0.0).then(|| samples / wall);
+    let expected = (planned > 0.0).then(|| samples / planned);
+    RateReport {
+        achieved_rate: achieved,
+        expected_rate: expected,
+        rate_error: achieved.zip(expected).map(|(a, e)| a / e - 1.0),
+        window_s: wall,
+    }
+}
+
+pub fn status(shared: &Shared) -> Status {
+    let schedule = shared.schedule.load();
+    let now = Instant::now();
+    let mut pols = Vec::new();
+    let mut late: Option<f64> = None;
+    for p in &shared.pols {
+        let progress = p.progress();
+        if let Some(pr) = progress {
+            let due = schedule.due(pr.heap);
+            let l = if pr.sent_at >= due {
+                (pr.sent_at - due).as_secs_f64()
+            } else {
+                -(due - pr.sent_at).as_secs_f64()
+            };
+            late = Some(late.map_or(l, |x: f64| x.max(l)));
+        }
+        let c = p.totals();
+        pols.push(PolStatus {
+            pol: p.pol,
+            destinations: p.endpoint.to_string(),
+            heaps: c.heaps_done,
+            heaps_sent: c.datagrams,
+            bytes_sent: c.bytes,
+            saturated_samples: c.saturated,
+            send_errors: c.send_errors,
+            timestamp: progress.map(|pr| pr.heap * shared.heap_samples as u64),
+            rate: rate_report(shared, p.pol),
+            faults_injected: p.fault_counters.snapshot(),
+            faults: p.faults.load().spec().clone(),
+        });
+    }
+    let achieved_rate = pols
+        .iter()
+        .filter_map(|p| p.rate.achieved_rate)
+        .min_by(f64::total_cmp);
+    let rate_error = pols
+        .iter()
+        .filter_map(|p| p.rate.rate_error)
+        .max_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let rate_window_s = pols
+        .iter()
+        .map(|p| p.rate.window_s)
+        .fold(f64::INFINITY, f64::min);
+    let state = if !shared.finished() {
+        "running"
+    } else if shared.stop.load(Relaxed) {
+        "stopped"
+    } else {
+        "finished"
+    };
+    let now_heap = schedule.index_at(now);
+    let signal = shared
+        .signal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    Status {
+        state: state.into(),
+        rate: schedule.latest_rate(),
+        achieved_rate,
+        rate_error,
+        rate_window_s: if rate_window_s.is_finite() {
+            rate_window_s
+        } else {
+            0.0
+        },
+        rate_ok: rate_error.is_some_and(|e| e.abs() <= RATE_TOLERANCE),
+        late_s: late,
+        sync_time: shared.sync_time,
+        implied_sync_time: schedule.implied_sync_time(now_heap),
+        timestamp: now_heap * shared.heap_samples as u64,
+        heap_samples: shared.heap_samples,
+        sample_bits: shared.config.sample_bits,
+        first_heap: shared.first_heap,
+        end_heap: shared.end_heap,
+        threads_per_pol: shared.threads,
+        heaps_per_batch: [shared.pols[0].layout.batch, shared.pols[1].layout.batch],
+        buffer_heaps: shared.pols[0].layout.buffer_heaps,
+        signal: SignalStatus {
+            spec: signal.spec,
+            tone_frequencies: signal.tone_frequencies,
+            from_heap: signal.from_heap,
+        },
+        pols,
+        uptime_s: shared.started_at.elapsed().as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_keeps_ten_seconds() {
+        let t0 = Instant::now();
+        let mut w = RateWindow::default();
+        for i in 0..200u64 {
+            w.push(
+                0,
+                Progress {
+                    heap: i * 10,
+                    sent_at: t0 + Duration::from_millis(i * 100),
+                },
+            );
+        }
+        let (a, b) = w.span(0).unwrap();
+        assert_eq!(b.heap, 1990);
+        assert_eq!((b.sent_at - a.sent_at), Duration::from_secs(10));
+        assert!(w.span(1).is_none());
+    }
+}

@@ -1,0 +1,329 @@
+//! The HTTP control API against a running dsim: reads, changes that take effect at the heap the
+//! reply names, and bad requests that get a 4xx sentence and change nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, contiguous, decode, slope, Capture};
+use dsim::{Dsim, DsimHandle, Tone};
+use serde_json::{json, Value};
+
+const HS: u64 = 4096;
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into()
+}
+
+struct Reply {
+    status: u16,
+    body: String,
+    content_type: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+fn call(d: &DsimHandle, method: &str, path: &str, body: Option<&str>) -> Reply {
+    let url = format!("http://{}{path}", d.control_addr().unwrap());
+    let a = agent();
+    let r = match (method, body) {
+        ("GET", _) => a.get(&url).call(),
+        ("POST", _) => a.post(&url).send(body.unwrap_or("")),
+        (_, Some(b)) => a.put(&url).send(b),
+        _ => a.put(&url).send_empty(),
+    };
+    let mut r = r.unwrap();
+    let content_type = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or("").to_string())
+        .unwrap_or_default();
+    Reply {
+        status: r.status().as_u16(),
+        body: r.body_mut().read_to_string().unwrap(),
+        content_type,
+    }
+}
+
+/// Held by the test that measures timing and the one that builds a signal (CPU work that could
+/// starve the first on a small machine).
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn start(cap: &Capture, rate: f64, heaps: Option<u64>) -> DsimHandle {
+    let mut cfg = config(cap);
+    cfg.rate = rate;
+    cfg.heaps = heaps;
+    cfg.control = Some("127.0.0.1:0".parse().unwrap());
+    Dsim::start(cfg).unwrap()
+}
+
+#[test]
+fn reads_health_status_and_metrics() {
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 1e7, None);
+    std::thread::sleep(Duration::from_millis(300));
+    let h = call(&d, "GET", "/health", None);
+    assert_eq!((h.status, h.body.trim()), (200, "ok"));
+    let s = call(&d, "GET", "/status", None).json();
+    assert_eq!(s["rate"], 1e7);
+    assert_eq!(s["state"], "running");
+    assert_eq!(s["heap_samples"], 4096);
+    assert!(s["pols"][0]["heaps_sent"].as_u64().unwrap() > 0);
+    assert!(s["pols"][1]["bytes_sent"].as_u64().unwrap() > 0);
+    assert!(s["timestamp"].as_u64().unwrap() > 0);
+    for key in [
+        "achieved_rate",
+        "rate_error",
+        "rate_ok",
+        "sync_time",
+        "signal",
+    ] {
+        assert!(s.get(key).is_some(), "status lacks {key}");
+    }
+    assert_eq!(s["pols"][0]["saturated_samples"], 0);
+    let m = call(&d, "GET", "/metrics", None);
+    assert_eq!(m.status, 200);
+    assert!(
+        m.content_type.starts_with("text/plain"),
+        "{}",
+        m.content_type
+    );
+    for line in m.body.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        assert!(series.starts_with("dsim_"), "{line}");
+        value.parse::<f64>().unwrap();
+    }
+    assert!(m.body.contains("dsim_heaps_sent_total{pol=\"1\"}"));
+    assert!(m.body.contains("# TYPE dsim_bytes_sent_total counter"));
+    assert_eq!(call(&d, "GET", "/signal", None).json()["noise"], 0.0);
+    assert_eq!(call(&d, "GET", "/rate", None).json()["rate"], 1e7);
+    d.stop();
+    drop(cap.finish(Duration::from_millis(50)));
+}
+
+#[test]
+fn bad_requests_get_a_4xx_sentence_and_change_nothing() {
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 1e7, None);
+    let before = call(&d, "GET", "/status", None).json();
+    let faults_before = call(&d, "GET", "/faults", None).body;
+    let cases: &[(&str, &str, Option<&str>, u16, &str)] = &[
+        ("PUT", "/rate", Some(r#"{"rate": -5}"#), 422, "rate -5"),
+        ("PUT", "/rate", Some(r#"{"rate": 1e20}"#), 422, "outside"),
+        (
+            "PUT",
+            "/rate",
+            Some("fast please"),
+            400,
+            "not a valid rate request",
+        ),
+        (
+            "PUT",
+            "/rate",
+            Some(r#"{"rtae": 1e8}"#),
+            400,
+            "unknown field",
+        ),
+        ("PUT", "/rate", None, 400, "not a valid rate request"),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"tones": [{"frequency": 1e12, "amplitude": 0.5}]}"#),
+            422,
+            "tone 0 has frequency",
+        ),
+        ("PUT", "/signal", Some(r#"{"noise": -1}"#), 422, "noise -1"),
+        ("PUT", "/signal", Some(r#"{"delays": [0]}"#), 400, "signal"),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"nosie": 0.1}"#),
+            400,
+            "unknown field",
+        ),
+        (
+            "PUT",
+            "/faults",
+            Some(r#"{"pol0": {"drop": {"probability": 2}}}"#),
+            422,
+            "pol0.drop.probability 2",
+        ),
+        (
+            "PUT",
+            "/faults",
+            Some(r#"{"pol1": {"reorder": {"window": 0}}}"#),
+            422,
+            "window 0",
+        ),
+        (
+            "PUT",
+            "/faults",
+            Some(r#"{"pol2": {}}"#),
+            400,
+            "unknown field",
+        ),
+        ("GET", "/nowhere", None, 404, "no such endpoint"),
+        ("POST", "/status", Some("{}"), 405, "not allowed"),
+    ];
+    for &(method, path, body, code, words) in cases {
+        let r = call(&d, method, path, body);
+        assert_eq!(r.status, code, "{method} {path} {body:?}: {}", r.body);
+        let msg = r.json()["error"].as_str().unwrap().to_string();
+        assert!(
+            msg.contains(words),
+            "{method} {path}: {msg:?} lacks {words:?}"
+        );
+        assert!(msg.ends_with('.'), "{msg:?} is not a sentence");
+    }
+    let after = call(&d, "GET", "/status", None).json();
+    assert_eq!(after["rate"], before["rate"]);
+    assert_eq!(after["signal"], before["signal"]);
+    assert_eq!(call(&d, "GET", "/faults", None).body, faults_before);
+    d.stop();
+    drop(cap.finish(Duration::from_millis(50)));
+}
+
+#[test]
+fn put_signal_applies_from_the_heap_the_reply_names() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let cap = Capture::start([1, 1]);
+    let mut cfg = config(&cap);
+    cfg.rate = 2e7;
+    cfg.control = Some("127.0.0.1:0".parse().unwrap());
+    // A constant: 0.2 of full scale = 102.4 counts, rounded to 102 without dither.
+    cfg.signal.tones = vec![Tone {
+        frequency: 0.0,
+        amplitude: 0.2,
+    }];
+    cfg.signal.dither = false;
+    let d = Dsim::start(cfg).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let r = call(
+        &d,
+        "PUT",
+        "/signal",
+        Some(r#"{"tones": [{"frequency": 0, "amplitude": 0.4}]}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    let k = reply["from_heap"].as_u64().unwrap();
+    assert_eq!(reply["from_timestamp"].as_u64().unwrap(), k * HS);
+    assert_eq!(reply["signal"]["tones"][0]["amplitude"], 0.4);
+    assert_eq!(reply["signal"]["dither"], false, "fields left out are kept");
+    // Run on until well past the switch.
+    while d
+        .status()
+        .pols
+        .iter()
+        .any(|p| p.timestamp.unwrap_or(0) < (k + 200) * HS)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = d.stop();
+    assert!(
+        k > status.first_heap,
+        "the switch is ahead of what was sent when asked"
+    );
+    let got = cap.finish(Duration::from_millis(200));
+    for arrivals in &got {
+        let (heaps, _) = decode(arrivals, 10);
+        assert_eq!(contiguous(&heaps, HS), status.first_heap * HS);
+        assert!(heaps.iter().any(|h| h.heap_cnt >= k + 100));
+        // Around the switch, and the first heap (unpacking everything is slow in debug builds).
+        for h in heaps.iter().filter(|h| {
+            h.heap_cnt + 100 > k && h.heap_cnt < k + 100 || h.heap_cnt == status.first_heap
+        }) {
+            let want = if h.heap_cnt < k { 102 } else { 205 };
+            assert!(
+                h.samples().iter().all(|&s| s == want),
+                "heap {} (switch at {k}) is not {want}",
+                h.heap_cnt
+            );
+        }
+    }
+}
+
+#[test]
+fn put_rate_changes_the_pace_and_keeps_timestamps_continuous() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 1e7, None);
+    std::thread::sleep(Duration::from_millis(700));
+    let r = call(&d, "PUT", "/rate", Some(r#"{"rate": 2e7}"#));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let k = r.json()["from_heap"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let status = d.stop();
+    assert_eq!(status.rate, 2e7);
+    let got = cap.finish(Duration::from_millis(200));
+    for arrivals in &got {
+        let (heaps, _) = decode(arrivals, 10);
+        contiguous(&heaps, HS);
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        for (h, a) in heaps.iter().zip(arrivals) {
+            let point = (h.timestamp as f64, a.at.elapsed().as_secs_f64());
+            if h.heap_cnt < k {
+                before.push(point);
+            } else {
+                after.push(point);
+            }
+        }
+        // Arrival time falls as timestamps rise (elapsed counts back), so rates are -1/slope.
+        let rate = |pts: &[(f64, f64)]| -1.0 / slope(pts);
+        // Loose bounds: this shows the change; tests/pacing.rs holds the rate to 0.1%.
+        assert!(
+            (rate(&before) / 1e7 - 1.0).abs() < 0.03,
+            "before {}",
+            rate(&before)
+        );
+        assert!(
+            (rate(&after) / 2e7 - 1.0).abs() < 0.03,
+            "after {}",
+            rate(&after)
+        );
+    }
+}
+
+#[test]
+fn put_faults_drops_the_listed_heaps_and_counts_them() {
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 2e7, None);
+    std::thread::sleep(Duration::from_millis(100));
+    let now = call(&d, "GET", "/status", None).json()["timestamp"]
+        .as_u64()
+        .unwrap()
+        / HS;
+    let drop = [now + 1000, now + 1001, now + 1500];
+    let body = json!({"pol1": {"drop": {"heaps": drop}}}).to_string();
+    let r = call(&d, "PUT", "/faults", Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["pol1"]["drop"]["heaps"], json!(drop));
+    assert_eq!(
+        call(&d, "GET", "/faults", None).json()["pol1"]["drop"]["heaps"],
+        json!(drop)
+    );
+    // 2e7 / 4096 heaps/s: heap now + 1500 is due about 0.31 s from now.
+    std::thread::sleep(Duration::from_millis(600));
+    let m = call(&d, "GET", "/metrics", None).body;
+    assert!(
+        m.contains("dsim_faults_injected_total{pol=\"1\",kind=\"drop\"} 3"),
+        "{m}"
+    );
+    let status = d.stop();
+    assert_eq!(status.pols[1].faults_injected.dropped, 3);
+    let got = cap.finish(Duration::from_millis(200));
+    let (heaps, _) = decode(&got[1], 10);
+    let seen: std::collections::BTreeSet<u64> = heaps.iter().map(|h| h.heap_cnt).collect();
+    let (lo, hi) = (*seen.first().unwrap(), *seen.last().unwrap());
+    let missing: Vec<u64> = (lo..=hi).filter(|k| !seen.contains(k)).collect();
+    assert_eq!(missing, drop.to_vec());
+}
