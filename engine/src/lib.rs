@@ -5,4 +5,11 @@
 //! - [`backend`]: the signal path behind one trait: `reference` (float64 oracle), `cpu`, `cuda`, `null`.
 
 pub mod backend;
+pub mod bench;
 pub mod signal;
+
+pub mod app;
+pub mod config;
+pub mod control;
+pub mod metrics;
+pub mod pipeline;

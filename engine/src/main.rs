@@ -1,1 +1,30 @@
-fn main() {}
+//! `fengine`: see `fengine --help`. The work is in the library (`fengine::app`).
+
+use std::io::IsTerminal;
+
+use clap::Parser;
+use fengine::config::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match (&cli.command, &cli.run) {
+        (Some(Command::Bench(b)), _) => fengine::app::bench(b),
+        (Some(Command::Run(r)), _) | (None, Some(r)) => fengine::app::run(r),
+        (None, None) => Err("give the run options (see fengine --help) or a subcommand.".into()),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

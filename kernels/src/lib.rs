@@ -1,1 +1,199 @@
-//! placeholder
+//! CUDA C sources of the F-engine kernels, specialised per configuration.
+//!
+//! [`source`] prepends the configuration as `#define`s to the kernels, so that NVRTC compiles one
+//! module per configuration with every loop bound and index a compile-time constant. The sources
+//! are self-contained (no includes), as NVRTC needs.
+//!
+//! - `pfb_fir`: unpacks the packed samples, applies the per-spectrum window offset (coarse delay)
+//!   and the PFB FIR, and writes float32 in the order the unzipped FFT reads.
+//! - (cuFFT: batched complex FFTs of [`Config::fft_len`] points, done by the host crate.)
+//! - `postproc`: twiddles and 4-point FFTs (the rest of the unzipped FFT), the real-FFT fix-up, fine
+//!   delay, fringe phase, gain, quantisation with saturation counts, and the transpose into heap
+//!   layout through shared memory.
+
+const COMMON: &str = include_str!("common.cuh");
+const PFB_FIR: &str = include_str!("pfb_fir.cu");
+const POSTPROC: &str = include_str!("postproc.cu");
+
+/// Kernel names, as `extern "C"` in the sources.
+pub const PFB_FIR_KERNEL: &str = "pfb_fir";
+pub const POSTPROC_KERNEL: &str = "postproc";
+
+/// The n-point complex FFT is split into `UNZIP` FFTs of n / UNZIP points (cuFFT) and
+/// UNZIP-point FFTs in the post-processing kernel (paper, section 4.2).
+pub const UNZIP: usize = 4;
+
+/// Post-processing block: `POSTPROC_TILE` column pairs x `POSTPROC_TILE` spectra, run by
+/// `POSTPROC_TILE` x [`Tuning::postproc_rows`] threads. Must match `postproc.cu`.
+pub const POSTPROC_TILE: usize = 32;
+
+/// Launch-shape choices that change speed, not results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Spectra whose new samples `pfb_fir` loads together (memory-level parallelism).
+    pub fir_batch: usize,
+    /// Threads per block of `pfb_fir` (at most; never more than the channels).
+    pub fir_block: usize,
+    /// Thread rows per block of `postproc`: a divisor of [`POSTPROC_TILE`].
+    pub postproc_rows: usize,
+}
+
+impl Default for Tuning {
+    /// Measured on an H100 at 32768 channels, 16 taps, 10 bits (`cuda_bench`, table d).
+    fn default() -> Self {
+        Self {
+            fir_batch: 16,
+            fir_block: 128,
+            postproc_rows: 4,
+        }
+    }
+}
+
+/// What a compiled module is specialised for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub channels: usize,
+    pub taps: usize,
+    pub sample_bits: u32,
+    pub spectra_per_heap: usize,
+    pub tuning: Tuning,
+}
+
+impl Config {
+    /// Points of each cuFFT transform.
+    pub fn fft_len(&self) -> usize {
+        self.channels / UNZIP
+    }
+
+    /// Threads per block of `pfb_fir` (one per column pair; a block never straddles spectra).
+    pub fn fir_block(&self) -> usize {
+        self.channels.min(self.tuning.fir_block)
+    }
+
+    /// Checks what the kernels assume, with a sentence saying what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.channels.is_power_of_two() || self.channels < 16 {
+            return Err(format!(
+                "the kernels need a power of two of at least 16 channels, not {}",
+                self.channels
+            ));
+        }
+        if self.taps == 0 {
+            return Err("the kernels need at least one tap".into());
+        }
+        if ![8, 10, 12, 16].contains(&self.sample_bits) {
+            return Err(format!(
+                "the kernels read 8, 10, 12 or 16-bit samples, not {}",
+                self.sample_bits
+            ));
+        }
+        if self.spectra_per_heap == 0 {
+            return Err("spectra per heap must be positive".into());
+        }
+        let t = &self.tuning;
+        if t.fir_batch == 0 || !t.fir_block.is_power_of_two() || t.fir_block > 1024 {
+            return Err(format!(
+                "bad pfb_fir tuning {t:?}: batch >= 1, block a power of two up to 1024"
+            ));
+        }
+        if t.postproc_rows == 0 || !POSTPROC_TILE.is_multiple_of(t.postproc_rows) {
+            return Err(format!(
+                "postproc rows must divide {POSTPROC_TILE}, not {}",
+                t.postproc_rows
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The complete CUDA C source of the module for `cfg`: configuration `#define`s, then the kernels.
+pub fn source(cfg: &Config) -> String {
+    let defines = [
+        ("CHANNELS", cfg.channels.to_string()),
+        ("TAPS", cfg.taps.to_string()),
+        ("SAMPLE_BITS", cfg.sample_bits.to_string()),
+        ("UNZIP", UNZIP.to_string()),
+        ("SPECTRA_PER_HEAP", cfg.spectra_per_heap.to_string()),
+        ("FIR_BLOCK", cfg.fir_block().to_string()),
+        ("FIR_BATCH", cfg.tuning.fir_batch.to_string()),
+        ("PP_ROWS", cfg.tuning.postproc_rows.to_string()),
+    ];
+    let mut src = String::with_capacity(COMMON.len() + PFB_FIR.len() + POSTPROC.len() + 512);
+    for (name, value) in defines {
+        src.push_str(&format!("#define {name} {value}\n"));
+    }
+    for part in [COMMON, PFB_FIR, POSTPROC] {
+        src.push_str(part);
+        src.push('\n');
+    }
+    src
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config {
+            channels: 4096,
+            taps: 16,
+            sample_bits: 10,
+            spectra_per_heap: 256,
+            tuning: Tuning::default(),
+        }
+    }
+
+    #[test]
+    fn source_starts_with_the_configuration() {
+        let src = source(&cfg());
+        assert!(src.starts_with("#define CHANNELS 4096\n#define TAPS 16\n#define SAMPLE_BITS 10\n"));
+        assert!(src.contains("#define UNZIP 4\n"));
+        assert!(src.contains("#define SPECTRA_PER_HEAP 256\n"));
+        assert!(src.contains("#define FIR_BLOCK 128\n"));
+        assert!(src.contains("#define FIR_BATCH 16\n"));
+        assert!(src.contains("#define PP_ROWS 4\n"));
+        assert!(src.contains("void __launch_bounds__(FIR_BLOCK) pfb_fir("));
+        assert!(src.contains("postproc("));
+    }
+
+    #[test]
+    fn no_includes_for_nvrtc() {
+        assert!(!source(&cfg()).contains("#include"));
+    }
+
+    #[test]
+    fn tile_constant_matches_the_source() {
+        assert!(POSTPROC.contains(&format!("#define PP_TILE {POSTPROC_TILE}\n")));
+    }
+
+    #[test]
+    fn validation() {
+        assert!(cfg().validate().is_ok());
+        assert!(Config {
+            channels: 1000,
+            ..cfg()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            channels: 8,
+            ..cfg()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            sample_bits: 9,
+            ..cfg()
+        }
+        .validate()
+        .is_err());
+        assert_eq!(
+            Config {
+                channels: 16,
+                ..cfg()
+            }
+            .fir_block(),
+            16
+        );
+    }
+}

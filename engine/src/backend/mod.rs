@@ -105,19 +105,28 @@ impl Geometry {
     /// Checks the invariants every backend relies on, with a sentence saying what is wrong.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if !self.channels.is_power_of_two() || self.channels < 16 || self.channels > 65536 {
-            return Err(format!("channels must be a power of two from 16 to 65536, not {}", self.channels));
+            return Err(format!(
+                "channels must be a power of two from 16 to 65536, not {}",
+                self.channels
+            ));
         }
         if self.taps == 0 || self.taps > 64 {
             return Err(format!("taps must be from 1 to 64, not {}", self.taps));
         }
         if ![8, 10, 12, 16].contains(&self.sample_bits) {
-            return Err(format!("sample bits must be 8, 10, 12 or 16, not {}", self.sample_bits));
+            return Err(format!(
+                "sample bits must be 8, 10, 12 or 16, not {}",
+                self.sample_bits
+            ));
         }
         if self.spectra_per_heap == 0 || self.heaps_per_frame == 0 {
             return Err("spectra per heap and heaps per frame must be positive".into());
         }
         if self.overlap_samples % 8 != 0 {
-            return Err(format!("overlap ({} samples) must be a multiple of 8", self.overlap_samples));
+            return Err(format!(
+                "overlap ({} samples) must be a multiple of 8",
+                self.overlap_samples
+            ));
         }
         if self.overlap_samples < (self.taps - 1) * self.step() {
             return Err(format!(
@@ -161,7 +170,11 @@ impl HostBuffer {
     pub fn zeroed(len: usize) -> Self {
         let mut v = vec![0u8; len].into_boxed_slice();
         let ptr = NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling());
-        Self { ptr, len, owner: Box::new(v) }
+        Self {
+            ptr,
+            len,
+            owner: Box::new(v),
+        }
     }
     /// Wraps memory owned by `owner` (for example a pinned allocation).
     ///
@@ -224,7 +237,10 @@ impl Frame {
     pub fn new_host(g: &Geometry) -> Self {
         Self {
             timestamp: 0,
-            chunk: [HostBuffer::zeroed(g.chunk_bytes()), HostBuffer::zeroed(g.chunk_bytes())],
+            chunk: [
+                HostBuffer::zeroed(g.chunk_bytes()),
+                HostBuffer::zeroed(g.chunk_bytes()),
+            ],
             delays: [
                 vec![SpectrumDelay::default(); g.spectra_per_frame()],
                 vec![SpectrumDelay::default(); g.spectra_per_frame()],
@@ -259,4 +275,60 @@ pub trait Backend: Send {
     fn wait(&mut self) -> Result<Option<Frame>>;
     /// Frames that may be submitted before the oldest must be waited for.
     fn max_in_flight(&self) -> usize;
+}
+
+// Helpers added for the reference, cpu and null backends (shared so every backend checks the same).
+
+impl Geometry {
+    /// Index of the complex output value of spectrum `spectrum` (in the frame), polarisation `pol`,
+    /// channel `channel` in the `[heap][channel][spectrum in heap][pol]` layout: its bytes in
+    /// [`Frame::output`] are `2 * index` (real) and `2 * index + 1` (imaginary).
+    pub fn output_index(&self, spectrum: usize, pol: usize, channel: usize) -> usize {
+        let (heap, s) = (
+            spectrum / self.spectra_per_heap,
+            spectrum % self.spectra_per_heap,
+        );
+        ((heap * self.channels + channel) * self.spectra_per_heap + s) * POLS + pol
+    }
+}
+
+impl Frame {
+    /// Checks that the frame's buffers are sized for `g` and that every delay is usable (offset
+    /// within [`Geometry::max_offset`], finite fine delay and phase).
+    pub fn check(&self, g: &Geometry) -> Result<()> {
+        for pol in 0..POLS {
+            if self.chunk[pol].len() != g.chunk_bytes() {
+                return Err(BackendError::Misuse(format!(
+                    "pol {pol} chunk has {} bytes, the geometry needs {}",
+                    self.chunk[pol].len(),
+                    g.chunk_bytes()
+                )));
+            }
+            if self.delays[pol].len() != g.spectra_per_frame() {
+                return Err(BackendError::Misuse(format!(
+                    "pol {pol} has {} delays for {} spectra",
+                    self.delays[pol].len(),
+                    g.spectra_per_frame()
+                )));
+            }
+            let bad = self.delays[pol].iter().position(|d| {
+                d.offset as usize > g.max_offset() || !d.fine.is_finite() || !d.phase.is_finite()
+            });
+            if let Some(m) = bad {
+                return Err(BackendError::Misuse(format!(
+                    "pol {pol} spectrum {m}: {:?} is unusable (offsets run to {}, fine and phase must be finite)",
+                    self.delays[pol][m],
+                    g.max_offset()
+                )));
+            }
+        }
+        if self.output.len() != g.output_bytes() {
+            return Err(BackendError::Misuse(format!(
+                "output has {} bytes, the geometry needs {}",
+                self.output.len(),
+                g.output_bytes()
+            )));
+        }
+        Ok(())
+    }
 }

@@ -1,1 +1,29 @@
-//! Signal maths shared by every backend.
+//! Signal maths shared by every backend, fixed in `shared/design/signal-path.md` and the
+//! conventions of `ARCHITECTURE.md`.
+//!
+//! - [`weights`]: PFB weights and the channel response they imply.
+//! - [`unpack`]: packed digitiser samples to numbers and back.
+//! - [`delay`]: the delay model, per-spectrum placement in the span, and validity.
+//! - [`quantise`]: rounding and clamping to 8 bits.
+//! - [`gain`]: the default per-channel gain.
+
+pub mod delay;
+pub mod gain;
+pub mod quantise;
+pub mod unpack;
+pub mod weights;
+
+/// A bad argument to one of the signal functions, with a sentence saying what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SignalError(pub String);
+
+pub type Result<T> = std::result::Result<T, SignalError>;
+
+/// Shorthand for an `Err` carrying a formatted sentence.
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err($crate::signal::SignalError(format!($($arg)*)))
+    };
+}
+pub(crate) use bail;

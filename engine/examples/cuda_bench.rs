@@ -1,0 +1,46 @@
+//! Runs the CUDA backend's benchmark (`fengine::backend::cuda::bench`) until the CLI has
+//! `fengine bench --backend cuda`.
+//!
+//!     cargo run --release -p fengine --example cuda_bench -- [channels,...] [taps] [bits]
+
+use fengine::backend::cuda::bench::{run, BenchOptions};
+use fengine::backend::cuda::Tuning;
+
+fn main() {
+    let mut opts = BenchOptions::default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(list) = args.first() {
+        opts.channels = list.split(',').filter_map(|c| c.parse().ok()).collect();
+    }
+    if let Some(t) = args.get(1).and_then(|t| t.parse().ok()) {
+        opts.taps = t;
+    }
+    if let Some(b) = args.get(2).and_then(|b| b.parse().ok()) {
+        opts.sample_bits = b;
+    }
+    // FENGINE_BENCH_VARIANTS=1 also compares launch shapes at 32768 channels.
+    if std::env::var_os("FENGINE_BENCH_VARIANTS").is_some() {
+        let t = |fir_batch, fir_block, postproc_rows| Tuning {
+            fir_batch,
+            fir_block,
+            postproc_rows,
+        };
+        opts.variants = vec![
+            t(16, 128, 4),
+            t(8, 128, 4),
+            t(24, 128, 4),
+            t(32, 128, 4),
+            t(16, 64, 4),
+            t(16, 128, 8),
+            t(16, 128, 2),
+        ];
+    }
+    // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
+    if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
+        opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];
+    }
+    if let Err(e) = run(&opts, &mut std::io::stdout()) {
+        eprintln!("cuda_bench: {e}");
+        std::process::exit(1);
+    }
+}

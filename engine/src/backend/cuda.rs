@@ -1,1 +1,0 @@
-//! cuda backend (to be written).

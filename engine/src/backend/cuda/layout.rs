@@ -1,0 +1,187 @@
+//! How the geometry shapes the device work: the per-frame parameter block, the kernels' launch
+//! shapes, and the post-processing twiddle table.
+
+use cudarc::driver::LaunchConfig;
+
+use crate::backend::{BackendError, Geometry, Result, POLS};
+
+/// Where each per-frame parameter lives in a slot's parameter block (byte offsets, 256-aligned).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ParamLayout {
+    /// u32 [pol][spectrum]: window offset in the span, in samples.
+    pub offsets: usize,
+    /// (f32 x 4) [pol][spectrum]: fine delay r (samples), 0, cos p, sin p (phase p from f64).
+    pub rotation: usize,
+    /// (f32, f32) [pol][channel]: half the complex gain (the 1/2 of the real-FFT fix-up).
+    pub gains: usize,
+    /// Bytes up to the gains (what changes every frame).
+    pub per_frame: usize,
+    pub total: usize,
+}
+
+impl ParamLayout {
+    pub fn new(g: &Geometry) -> Self {
+        let align = |x: usize| x.div_ceil(256) * 256;
+        let m = g.spectra_per_frame();
+        let rotation = align(4 * POLS * m);
+        let gains = rotation + align(16 * POLS * m);
+        Self {
+            offsets: 0,
+            rotation,
+            gains,
+            per_frame: gains,
+            total: gains + 8 * POLS * g.channels,
+        }
+    }
+}
+
+/// Launch shapes derived once from the geometry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shapes {
+    pub fir: LaunchConfig,
+    pub fir_spectra_per_thread: u32,
+    pub postproc: LaunchConfig,
+}
+
+impl Shapes {
+    pub fn new(g: &Geometry, cfg: &kernels::Config) -> Result<Self> {
+        let m = g.spectra_per_frame();
+        let threads_per_spectrum_run = 2 * g.channels; // column pairs x pols
+                                                       // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that
+                                                       // leaves fewer than 2^17 threads to fill the GPU.
+                                                       // A multiple of the FIR batch, so that runs split into whole batches.
+        let batch = cfg.tuning.fir_batch;
+        let mut per_thread = (8 * g.taps).div_ceil(batch) * batch;
+        while per_thread > 1 && threads_per_spectrum_run * m.div_ceil(per_thread) < (1 << 17) {
+            per_thread /= 2;
+        }
+        let per_thread = per_thread.min(m).max(1);
+        let block = cfg.fir_block();
+        let fir = LaunchConfig {
+            grid_dim: (
+                (g.channels / block) as u32,
+                m.div_ceil(per_thread) as u32,
+                POLS as u32,
+            ),
+            block_dim: (block as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let pairs = g.channels / 8;
+        let postproc = LaunchConfig {
+            grid_dim: (
+                pairs.div_ceil(kernels::POSTPROC_TILE) as u32,
+                m.div_ceil(kernels::POSTPROC_TILE) as u32,
+                1,
+            ),
+            block_dim: (
+                kernels::POSTPROC_TILE as u32,
+                cfg.tuning.postproc_rows as u32,
+                1,
+            ),
+            shared_mem_bytes: 0,
+        };
+        if fir.grid_dim.1 > 65535 || postproc.grid_dim.1 > 65535 {
+            return Err(BackendError::Unsupported(format!(
+                "{m} spectra per frame is too many for one launch: use smaller frames"
+            )));
+        }
+        Ok(Self {
+            fir,
+            fir_spectra_per_thread: per_thread as u32,
+            postproc,
+        })
+    }
+}
+
+/// The post-processing twiddles as float32 pairs, computed in float64: exp(-i pi k / n) for
+/// k < n (real-FFT fix-up), then exp(-2 pi i j k1 / n) for j = 1..3, k1 < n/4 (unzipped FFT).
+pub(crate) fn twiddle_table(n: usize) -> Vec<u8> {
+    let a = n / kernels::UNZIP;
+    let pi = std::f64::consts::PI;
+    let fix = (0..n).map(|k| -pi * k as f64 / n as f64);
+    let unzip = (1..4).flat_map(|j| (0..a).map(move |k1| -2.0 * pi * (j * k1) as f64 / n as f64));
+    fix.chain(unzip)
+        .flat_map(|x| {
+            let (s, c) = x.sin_cos();
+            [(c as f32).to_ne_bytes(), (s as f32).to_ne_bytes()]
+        })
+        .flatten()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(t: &[u8], i: usize) -> (f32, f32) {
+        let f = |o: usize| f32::from_ne_bytes(t[o..o + 4].try_into().unwrap());
+        (f(8 * i), f(8 * i + 4))
+    }
+
+    #[test]
+    fn twiddles_are_where_postproc_reads_them() {
+        let n = 64;
+        let t = twiddle_table(n);
+        assert_eq!(t.len(), 8 * (n + 3 * n / 4));
+        let pi = std::f64::consts::PI;
+        let close = |(c, s): (f32, f32), x: f64| {
+            (c as f64 - x.cos()).abs() < 1e-7 && (s as f64 - x.sin()).abs() < 1e-7
+        };
+        for k in [0, 1, 17, n - 1] {
+            assert!(close(pair(&t, k), -pi * k as f64 / n as f64), "fix-up {k}");
+        }
+        for (j, k1) in [(1, 0), (1, 5), (2, 7), (3, 15)] {
+            let i = n + (j - 1) * n / 4 + k1;
+            assert!(
+                close(pair(&t, i), -2.0 * pi * (j * k1) as f64 / n as f64),
+                "unzip {j} {k1}"
+            );
+        }
+    }
+
+    #[test]
+    fn shapes_split_runs_into_whole_batches_and_fit_the_grid() {
+        let g = Geometry {
+            channels: 32768,
+            taps: 16,
+            sample_bits: 10,
+            spectra_per_heap: 256,
+            heaps_per_frame: 4,
+            overlap_samples: 15 * 65536,
+        };
+        let cfg = kernels::Config {
+            channels: g.channels,
+            taps: g.taps,
+            sample_bits: g.sample_bits,
+            spectra_per_heap: g.spectra_per_heap,
+            tuning: kernels::Tuning::default(),
+        };
+        let s = Shapes::new(&g, &cfg).unwrap();
+        assert_eq!(s.fir_spectra_per_thread as usize % cfg.tuning.fir_batch, 0);
+        assert_eq!(s.fir.grid_dim, (256, 1024 / s.fir_spectra_per_thread, 2));
+        assert_eq!(s.postproc.grid_dim, (128, 32, 1));
+        let huge = Geometry {
+            channels: 16,
+            spectra_per_heap: 1 << 22,
+            heaps_per_frame: 1,
+            overlap_samples: 0,
+            taps: 1,
+            ..g
+        };
+        let cfg = kernels::Config {
+            channels: 16,
+            taps: 1,
+            spectra_per_heap: 1 << 22,
+            ..cfg
+        };
+        assert!(matches!(
+            Shapes::new(&huge, &cfg),
+            Err(BackendError::Unsupported(_))
+        ));
+        let l = ParamLayout::new(&g);
+        assert!(l.offsets < l.rotation && l.rotation < l.gains && l.gains < l.total);
+        assert_eq!(l.total - l.gains, 8 * POLS * g.channels);
+        assert_eq!(l.rotation % 256, 0);
+        assert_eq!(l.gains % 256, 0);
+    }
+}

@@ -1,0 +1,472 @@
+//! GPU tests against the float64 reference and the float32 CPU backend. On a host without CUDA
+//! each prints `skipped: no CUDA device` and passes.
+
+use num_complex::{Complex32, Complex64};
+use rayon::prelude::*;
+
+use super::*;
+use crate::backend::cpu::CpuBackend;
+use crate::backend::reference::testing::*;
+use crate::backend::reference::ReferenceBackend;
+use crate::signal::{gain, unpack, weights};
+
+fn skip(why: &str) {
+    println!("skipped: no CUDA device ({why})");
+}
+
+/// A CUDA backend, or None (after saying so) where this host has no CUDA.
+fn cuda(g: &Geometry) -> Option<CudaBackend> {
+    match CudaBackend::new(g.clone(), 0) {
+        Ok(b) => Some(b),
+        Err(BackendError::Unavailable(why)) => {
+            skip(&why);
+            None
+        }
+        Err(e) => panic!("CUDA backend for {g:?}: {e}"),
+    }
+}
+
+/// A host copy of `frame`'s inputs, for the CPU backends.
+fn host_copy(g: &Geometry, frame: &Frame) -> Frame {
+    let mut f = Frame::new_host(g);
+    for pol in 0..POLS {
+        f.chunk[pol].copy_from_slice(&frame.chunk[pol]);
+        f.delays[pol].clone_from(&frame.delays[pol]);
+    }
+    f.timestamp = frame.timestamp;
+    f
+}
+
+/// Nominal delays: window of spectrum m at `margin + m 2n`, no fine delay or phase.
+fn nominal_delays(g: &Geometry, margin: usize, frame: &mut Frame) {
+    for pol in 0..POLS {
+        for (m, d) in frame.delays[pol].iter_mut().enumerate() {
+            *d = SpectrumDelay {
+                offset: (margin + m * g.step()) as u32,
+                fine: 0.0,
+                phase: 0.0,
+            };
+        }
+    }
+}
+
+/// How one GPU frame compares with the reference and CPU backends.
+#[derive(Clone, Debug, Default)]
+struct Comparison {
+    /// Output components.
+    values: usize,
+    /// Components differing from the float64 reference by 1 (more fails at once).
+    off_by_one: usize,
+    /// Components differing from the CPU backend.
+    cpu_mismatch: usize,
+    /// ... of which the CPU's float was not within `tol` of a rounding boundary: must be 0.
+    cpu_mismatch_clear: usize,
+    /// Components whose CPU float lies within `tol` of a rounding boundary.
+    near_boundary: usize,
+    /// The boundary margin used: float noise, from the CPU's own distance to the reference.
+    tol: f64,
+    /// |GPU - reference| saturation counts, against what boundary cases allow.
+    saturation_gap: u64,
+    saturation_allowed: u64,
+}
+
+/// Distance of `x` from the nearest rounding boundary (n + 1/2).
+fn boundary_distance(x: f32) -> f64 {
+    let a = (x as f64).abs();
+    (a - a.floor() - 0.5).abs()
+}
+
+fn compare(
+    gpu: &Frame,
+    reference: &Frame,
+    ref_values: &[Complex64],
+    cpu: &Frame,
+    cpu_values: &[Complex32],
+) -> Comparison {
+    let (go, ro, co) = (gpu.output_i8(), reference.output_i8(), cpu.output_i8());
+    // Float noise: the CPU's worst distance from the float64 values, twice over (the GPU's float32
+    // arithmetic differs in order, not in precision), and never under 1e-4.
+    let cpu_err = ref_values
+        .iter()
+        .zip(cpu_values)
+        .map(|(r, c)| (r.re - c.re as f64).abs().max((r.im - c.im as f64).abs()))
+        .fold(0.0, f64::max);
+    let tol = (4.0 * cpu_err).max(1e-4);
+    let mut c = Comparison {
+        values: go.len(),
+        tol,
+        ..Default::default()
+    };
+    let mut sat_boundary = [0u64; POLS];
+    for (e, cv) in cpu_values.iter().enumerate() {
+        let mut near_clamp = false;
+        for (part, x) in [cv.re, cv.im].into_iter().enumerate() {
+            let i = 2 * e + part;
+            let d = (go[i] as i32 - ro[i] as i32).abs();
+            assert!(
+                d <= 1,
+                "output byte {i}: GPU {} vs reference {} (float {})",
+                go[i],
+                ro[i],
+                x
+            );
+            c.off_by_one += usize::from(d == 1);
+            let near = boundary_distance(x) <= tol;
+            c.near_boundary += usize::from(near);
+            near_clamp |= near && (x.abs() - 127.5).abs() <= tol as f32;
+            if go[i] != co[i] {
+                c.cpu_mismatch += 1;
+                c.cpu_mismatch_clear += usize::from(!near);
+            }
+        }
+        sat_boundary[e % POLS] += u64::from(near_clamp);
+    }
+    for ((g, r), b) in gpu
+        .saturated
+        .iter()
+        .zip(&reference.saturated)
+        .zip(sat_boundary)
+    {
+        c.saturation_gap += g.abs_diff(*r);
+        c.saturation_allowed += b;
+    }
+    c
+}
+
+/// One stream through the GPU, reference and CPU backends: frame 1 with random coarse and fine
+/// delays, phases and gains; frame 2 nominal with default gains (set between the frames).
+fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Comparison>> {
+    let margin = 100;
+    let g = geometry(channels, taps, bits, 7, 5, margin);
+    let mut gpu = cuda(&g)?;
+    let mut reference = ReferenceBackend::new(g.clone()).unwrap();
+    let mut cpu = CpuBackend::new(g.clone()).unwrap();
+    let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64);
+    let gains = random_gains(&mut rng, &g);
+    let default = gain::default_gains(channels, bits);
+    let mut out = Vec::new();
+    for f in 0..2 {
+        for (pol, random) in gains.iter().enumerate() {
+            let gain = if f == 0 { random } else { &default };
+            gpu.set_gains(pol, gain).unwrap();
+            reference.set_gains(pol, gain).unwrap();
+            cpu.set_gains(pol, gain).unwrap();
+        }
+        let mut frame = gpu.alloc_frame().unwrap();
+        let s0 = noise(&mut rng, bits, g.chunk_samples());
+        let s1 = noise(&mut rng, bits, g.chunk_samples());
+        load_chunk(&mut frame, bits, [&s0, &s1]);
+        if f == 0 {
+            random_delays(&mut rng, &g, margin, &mut frame);
+        } else {
+            nominal_delays(&g, margin, &mut frame);
+        }
+        let mut rf = host_copy(&g, &frame);
+        let mut cf = host_copy(&g, &frame);
+        poison(&mut frame);
+        gpu.submit(frame).unwrap();
+        let frame = gpu.wait().unwrap().expect("a frame in flight");
+        assert_written(&frame);
+        let rv = reference.process_unquantised(&mut rf).unwrap();
+        let cv = cpu.process_unquantised(&mut cf).unwrap();
+        out.push(compare(&frame, &rf, &rv, &cf, &cv));
+    }
+    Some(out)
+}
+
+#[test]
+fn unavailable_is_an_error_not_a_panic() {
+    let g = geometry(1024, 4, 10, 4, 1, 0);
+    match CudaBackend::new(g, 0) {
+        Ok(b) => println!("CUDA present: {}", b.device_name()),
+        Err(BackendError::Unavailable(why)) => {
+            assert!(!cuda_available());
+            assert!(why.len() > 20, "a sentence: {why}");
+            skip(&why);
+        }
+        Err(e) => panic!("{e}"),
+    }
+    // A GPU that does not exist is unavailable, not a panic.
+    let g = geometry(1024, 4, 10, 4, 1, 0);
+    assert!(matches!(
+        CudaBackend::new(g, 4096),
+        Err(BackendError::Unavailable(_))
+    ));
+}
+
+/// NVRTC compiles every configuration of the matrix (needs libnvrtc only, not a GPU).
+#[test]
+fn kernels_compile_for_sm90() {
+    // SAFETY: only tries to dlopen libnvrtc.
+    if !std::panic::catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
+        .unwrap_or(false)
+    {
+        skip("libnvrtc not found");
+        return;
+    }
+    let mut configs = Vec::new();
+    for channels in [16, 1024, 65536] {
+        for taps in [1, 4, 16, 32] {
+            for bits in [8, 10, 12, 16] {
+                configs.push(kernels::Config {
+                    channels,
+                    taps,
+                    sample_bits: bits,
+                    spectra_per_heap: 256,
+                    tuning: Tuning::default(),
+                });
+            }
+        }
+    }
+    configs.par_iter().for_each(|cfg| {
+        let cubin = compile_cubin(&kernels::source(cfg), "sm_90")
+            .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        assert!(cubin.len() > 1000);
+    });
+}
+
+/// The acceptance matrix: every channel count, tap count and sample width, with and without delays.
+#[test]
+fn matches_reference_and_cpu() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    let mut configs = Vec::new();
+    for channels in [1024, 4096, 8192, 32768, 65536] {
+        for taps in [4, 16, 32] {
+            for bits in [8, 10, 12, 16] {
+                configs.push((channels, taps, bits));
+            }
+        }
+    }
+    let results: Vec<_> = configs
+        .par_iter()
+        .with_max_len(1)
+        .map(|&(n, t, b)| ((n, t, b), check_config(n, t, b).expect("CUDA was present")))
+        .collect();
+    println!("channels taps bits | frame: off-by-1 vs f64 | GPU != CPU (clear of boundary) | near boundary, tol | sat gap/allowed");
+    let (mut values, mut ones, mut clear, mut mism) = (0, 0, 0, 0);
+    for ((n, t, b), frames) in &results {
+        for (f, c) in frames.iter().enumerate() {
+            println!(
+                "{n:>8} {t:>4} {b:>4} | {f}: {:>8} ({:.4}%) | {:>6} ({}) | {:>6}, {:.1e} | {}/{}",
+                c.off_by_one,
+                100.0 * c.off_by_one as f64 / c.values as f64,
+                c.cpu_mismatch,
+                c.cpu_mismatch_clear,
+                c.near_boundary,
+                c.tol,
+                c.saturation_gap,
+                c.saturation_allowed
+            );
+            values += c.values;
+            ones += c.off_by_one;
+            clear += c.cpu_mismatch_clear;
+            mism += c.cpu_mismatch;
+        }
+    }
+    println!(
+        "total: {values} components, {ones} off by one vs float64 ({:.5}%), {mism} differ from CPU, {clear} of them clear of a rounding boundary",
+        100.0 * ones as f64 / values as f64
+    );
+    for ((n, t, b), frames) in &results {
+        for (f, c) in frames.iter().enumerate() {
+            assert!(
+                (c.off_by_one as f64) < 1e-3 * c.values as f64,
+                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+            );
+            assert_eq!(
+                c.cpu_mismatch_clear, 0,
+                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+            );
+            assert!(
+                c.saturation_gap <= c.saturation_allowed,
+                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+            );
+        }
+    }
+}
+
+/// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
+/// overlap: each frame's span starts with the previous span's tail. Also a chunk shorter than the
+/// overlap, where the tail includes the previous frame's own overlap.
+#[test]
+fn frames_carry_the_overlap() {
+    for (channels, taps, s, h) in [(1024, 16, 8, 3), (4096, 16, 1, 1)] {
+        let margin = 2000;
+        let g = geometry(channels, taps, 10, s, h, margin);
+        let Some(mut gpu) = cuda(&g) else { return };
+        assert!(gpu.max_in_flight() >= 3);
+        let mut reference = ReferenceBackend::new(g.clone()).unwrap();
+        let mut rng = rng(channels as u64 + 77);
+        let gains = random_gains(&mut rng, &g);
+        for (pol, gain) in gains.iter().enumerate() {
+            gpu.set_gains(pol, gain).unwrap();
+            reference.set_gains(pol, gain).unwrap();
+        }
+        let frames = 9;
+        let mut expected = std::collections::VecDeque::new();
+        let (mut waited, mut ones, mut values) = (0, 0, 0);
+        for f in 0..frames {
+            let mut frame = gpu.alloc_frame().unwrap();
+            let s0 = noise(&mut rng, 10, g.chunk_samples());
+            let s1 = noise(&mut rng, 10, g.chunk_samples());
+            load_chunk(&mut frame, 10, [&s0, &s1]);
+            frame.timestamp = (f * g.chunk_samples()) as u64;
+            random_delays(&mut rng, &g, margin, &mut frame);
+            let mut rf = host_copy(&g, &frame);
+            reference.process_unquantised(&mut rf).unwrap();
+            expected.push_back(rf);
+            poison(&mut frame);
+            if f >= gpu.max_in_flight() {
+                let done = gpu.wait().unwrap().unwrap();
+                let want = expected.pop_front().unwrap();
+                assert_written(&done);
+                let (o, v) = int8_differences(done.output_i8(), want.output_i8());
+                assert_eq!(done.timestamp, want.timestamp);
+                ones += o;
+                values += v;
+                waited += 1;
+            }
+            gpu.submit(frame).unwrap();
+        }
+        while let Some(done) = gpu.wait().unwrap() {
+            let want = expected.pop_front().unwrap();
+            assert_written(&done);
+            let (o, v) = int8_differences(done.output_i8(), want.output_i8());
+            ones += o;
+            values += v;
+            waited += 1;
+        }
+        assert_eq!(waited, frames);
+        println!("{channels} ch, chunk {} / overlap {} samples: {frames} frames, {ones} of {values} off by one", g.chunk_samples(), g.overlap_samples);
+        assert!((ones as f64) < 1e-3 * values as f64);
+    }
+}
+
+#[test]
+fn misuse_is_an_error() {
+    let g = geometry(1024, 4, 8, 2, 1, 8);
+    let Some(mut gpu) = cuda(&g) else { return };
+    assert!(gpu.wait().unwrap().is_none());
+    let mut f = gpu.alloc_frame().unwrap();
+    f.delays[1][0].offset = g.max_offset() as u32 + 1;
+    assert!(matches!(gpu.submit(f), Err(BackendError::Misuse(_))));
+    for _ in 0..gpu.max_in_flight() {
+        gpu.submit(gpu.alloc_frame().unwrap()).unwrap();
+    }
+    assert!(matches!(
+        gpu.submit(gpu.alloc_frame().unwrap()),
+        Err(BackendError::Misuse(_))
+    ));
+    assert!(gpu.set_gains(0, &[Complex32::new(1.0, 0.0); 3]).is_err());
+    while gpu.wait().unwrap().is_some() {}
+    // Ordinary (unpinned) host frames work too.
+    let mut f = Frame::new_host(&g);
+    nominal_delays(&g, 8, &mut f);
+    poison(&mut f);
+    gpu.submit(f).unwrap();
+    assert_written(&gpu.wait().unwrap().unwrap());
+}
+
+/// Paper, Fig. 6: a full-scale tone at a channel centre, quantised to 10 bits with uniform dither,
+/// averaged (as voltages) over many spectra. Float32 rounding in the FFT is data-dependent and
+/// would show as spurs; we require every channel away from the tone to be below -100 dB.
+/// Other channels get a high gain so that small spurs survive 8-bit quantisation (the noise from
+/// the dither keeps that quantisation unbiased); results are divided by the gains.
+#[test]
+fn dithered_tone_has_no_spurs() {
+    let (channels, taps, tone) = (1024usize, 16usize, 192usize);
+    let (s, h, frames) = (256, 32, 4); // 32768 spectra
+    let g = Geometry {
+        channels,
+        taps,
+        sample_bits: 10,
+        spectra_per_heap: s,
+        heaps_per_frame: h,
+        overlap_samples: (taps - 1) * 2 * channels,
+    };
+    let Some(mut gpu) = cuda(&g) else { return };
+    let w = weights::default_weights(channels, taps).unwrap();
+    let amp = 500.0f64; // of 511
+    let tone_x = amp / 2.0 * weights::dc_gain(&w);
+    // Channels where the filter itself leaks more than -130 dB are not spurs: give them a gain that
+    // keeps the tone in range and leave them out of the search.
+    let near: Vec<bool> = (0..channels)
+        .map(|k| weights::response_db(&w, channels, k as f64 - tone as f64) > -130.0)
+        .collect();
+    let (g_low, g_high) = (100.0 / tone_x, 40.0);
+    let gains: Vec<Complex32> = near
+        .iter()
+        .map(|&nr| Complex32::new(if nr { g_low } else { g_high } as f32, 0.0))
+        .collect();
+    for pol in 0..POLS {
+        gpu.set_gains(pol, &gains).unwrap();
+    }
+    let mut rng = rng(2023);
+    let step = g.step();
+    let mut sum = vec![Complex64::new(0.0, 0.0); POLS * channels];
+    let mut count = 0usize;
+    let mut samples = vec![0i16; g.chunk_samples()];
+    for f in 0..frames {
+        let mut frame = gpu.alloc_frame().unwrap();
+        for pol in 0..POLS {
+            for (i, v) in samples.iter_mut().enumerate() {
+                let t = (f * g.chunk_samples() + i) as f64;
+                let x = amp * (2.0 * std::f64::consts::PI * tone as f64 * t / step as f64).cos();
+                // Uniform dither of one LSB, then round: the error is white and independent of x.
+                *v = (x + rand::Rng::random_range(&mut rng, -0.5..0.5))
+                    .round()
+                    .clamp(-512.0, 511.0) as i16;
+            }
+            unpack::pack(&samples, 10, &mut frame.chunk[pol]).unwrap();
+            // Window m starts m 2n into the span; frame 0's first T-1 windows reach into the
+            // silent overlap and are left out below.
+            for (m, d) in frame.delays[pol].iter_mut().enumerate() {
+                *d = SpectrumDelay {
+                    offset: (m * step) as u32,
+                    fine: 0.0,
+                    phase: 0.0,
+                };
+            }
+        }
+        gpu.submit(frame).unwrap();
+        let frame = gpu.wait().unwrap().unwrap();
+        let out = frame.output_i8();
+        let first = if f == 0 { taps - 1 } else { 0 };
+        for m in first..g.spectra_per_frame() {
+            for pol in 0..POLS {
+                for k in 0..channels {
+                    let e = g.output_index(m, pol, k);
+                    sum[pol * channels + k] +=
+                        Complex64::new(out[2 * e] as f64, out[2 * e + 1] as f64)
+                            / gains[k].re as f64;
+                }
+            }
+            count += 1;
+        }
+    }
+    let mut worst = (f64::NEG_INFINITY, 0usize);
+    let mut tone_level = [0.0; POLS];
+    for pol in 0..POLS {
+        let avg = |k: usize| sum[pol * channels + k].norm() / count as f64;
+        tone_level[pol] = avg(tone);
+        for k in (1..channels).filter(|&k| !near[k]) {
+            let db = 20.0 * (avg(k) / avg(tone)).log10();
+            if db > worst.0 {
+                worst = (db, k);
+            }
+        }
+    }
+    println!(
+        "dithered 10-bit tone in channel {tone} of {channels}, {count} spectra averaged: tone {:.1} ({:.1} predicted), worst spur {:.1} dB (channel {})",
+        tone_level[0], tone_x, worst.0, worst.1
+    );
+    assert!((tone_level[0] / tone_x - 1.0).abs() < 1e-2, "tone level");
+    assert!(
+        worst.0 < -100.0,
+        "spur at {:.1} dB in channel {}",
+        worst.0,
+        worst.1
+    );
+}

@@ -1,0 +1,192 @@
+//! Throughput of any backend on its own: random samples in, frames submitted and waited for in a
+//! pipelined loop (up to `max_in_flight` frames outstanding), no network.
+
+use std::fmt;
+use std::time::Instant;
+
+use crate::backend::{Backend, BackendError, Frame, Geometry, Result, SpectrumDelay, POLS};
+
+/// The outcome of [`run`].
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    pub backend: &'static str,
+    pub geometry: Geometry,
+    /// Frames timed (after the warm-up).
+    pub frames: usize,
+    /// Wall-clock seconds for those frames.
+    pub seconds: f64,
+    /// CPU seconds the whole process used meanwhile (all threads), where the OS says: with
+    /// `seconds` it shows how many cores the backend kept busy, and so whether other load on the
+    /// host held it back.
+    pub cpu_seconds: Option<f64>,
+}
+
+impl BenchResult {
+    /// Mean seconds per frame.
+    pub fn frame_time(&self) -> f64 {
+        self.seconds / self.frames as f64
+    }
+    /// Input samples per second of each polarisation (both are processed), in millions: compare
+    /// with the ADC rate (1712 Msample/s for MeerKAT L-band).
+    pub fn msamples_per_s(&self) -> f64 {
+        (self.frames * self.geometry.chunk_samples()) as f64 / self.seconds / 1e6
+    }
+}
+
+impl fmt::Display for BenchResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        write!(
+            f,
+            "{}: {} channels, {} taps, {}-bit, {} spectra x {} heaps per frame: \
+             {:.1} Msample/s per polarisation (dual-pol), {:.2} ms per frame ({} frames)",
+            self.backend,
+            g.channels,
+            g.taps,
+            g.sample_bits,
+            g.spectra_per_heap,
+            g.heaps_per_frame,
+            self.msamples_per_s(),
+            self.frame_time() * 1e3,
+            self.frames
+        )?;
+        if let Some(cpu) = self.cpu_seconds {
+            write!(f, ", {:.2} cores busy", cpu / self.seconds)?;
+        }
+        Ok(())
+    }
+}
+
+/// CPU seconds (user + system) used so far by this process, all threads.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the whole rusage it is pointed at when it returns 0.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return None;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
+/// xorshift64*: random bytes without a dependency (any byte pattern is valid packed samples).
+fn fill_random(buf: &mut [u8], state: &mut u64) {
+    for chunk in buf.chunks_mut(8) {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        let v = state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+/// A frame of random samples with every window at its undelayed place plus a fixed fine delay and
+/// phase (so the rotation is exercised).
+fn prepare(g: &Geometry, frame: &mut Frame, seed: &mut u64) {
+    let base = g.overlap_samples - (g.taps - 1) * g.step();
+    for pol in 0..POLS {
+        fill_random(&mut frame.chunk[pol], seed);
+        for (m, d) in frame.delays[pol].iter_mut().enumerate() {
+            *d = SpectrumDelay {
+                offset: (base + m * g.step()) as u32,
+                fine: 0.25,
+                phase: 0.5,
+            };
+        }
+    }
+}
+
+/// Times `frames` frames through `backend` after a warm-up, keeping up to `max_in_flight` frames
+/// submitted at once.
+pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
+    if frames == 0 {
+        return Err(BackendError::Misuse(
+            "a benchmark needs at least one frame".into(),
+        ));
+    }
+    let g = backend.geometry().clone();
+    let depth = backend.max_in_flight().max(1);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut free = Vec::with_capacity(depth);
+    for _ in 0..depth {
+        let mut frame = backend.alloc_frame()?;
+        prepare(&g, &mut frame, &mut seed);
+        free.push(frame);
+    }
+    let mut timestamp = 0u64;
+    // Submits every free frame, then waits for one, until `count` frames are done.
+    let mut pump = |backend: &mut dyn Backend, free: &mut Vec<Frame>, count: usize| -> Result<()> {
+        let (mut submitted, mut done) = (0, 0);
+        while done < count {
+            while submitted < count {
+                let Some(mut frame) = free.pop() else { break };
+                frame.timestamp = timestamp;
+                timestamp += g.chunk_samples() as u64;
+                backend.submit(frame)?;
+                submitted += 1;
+            }
+            let frame = backend
+                .wait()?
+                .ok_or_else(|| BackendError::Misuse("backend lost a submitted frame".into()))?;
+            free.push(frame);
+            done += 1;
+        }
+        Ok(())
+    };
+    pump(backend, &mut free, 2 * depth)?; // warm-up: caches, page faults, lazy initialisation
+    let (start, cpu_start) = (Instant::now(), process_cpu_seconds());
+    pump(backend, &mut free, frames)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_start.zip(process_cpu_seconds()).map(|(a, b)| b - a);
+    Ok(BenchResult {
+        backend: backend.name(),
+        geometry: g,
+        frames,
+        seconds,
+        cpu_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{cpu::CpuBackend, null::NullBackend};
+
+    fn geometry(channels: usize, taps: usize, s: usize, h: usize) -> Geometry {
+        Geometry {
+            channels,
+            taps,
+            sample_bits: 10,
+            spectra_per_heap: s,
+            heaps_per_frame: h,
+            // Room for coarse delays of 2n either way beyond the taps.
+            overlap_samples: (taps + 1) * 2 * channels,
+        }
+    }
+
+    #[test]
+    fn runs_and_reports() {
+        let mut b = NullBackend::new(geometry(64, 4, 4, 2)).unwrap();
+        let r = run(&mut b, 5).unwrap();
+        assert_eq!(r.frames, 5);
+        assert!(r.seconds > 0.0 && r.msamples_per_s() > 0.0);
+        assert!(r.to_string().starts_with("null: 64 channels, 4 taps"));
+        assert!(run(&mut b, 0).is_err());
+        let mut c = CpuBackend::new(geometry(64, 4, 4, 2)).unwrap();
+        assert!(run(&mut c, 2).is_ok());
+    }
+
+    /// CPU throughput at MeerKAT-like sizes. Run with
+    /// `cargo test -p fengine --release --lib bench::tests::cpu_throughput -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a benchmark: run in release"]
+    fn cpu_throughput() {
+        for (channels, s, h) in [(4096, 256, 8), (32768, 256, 1)] {
+            let mut b = CpuBackend::new(geometry(channels, 16, s, h)).unwrap();
+            let r = run(&mut b, 10).unwrap();
+            println!("{r}");
+        }
+    }
+}

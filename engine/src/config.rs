@@ -1,0 +1,543 @@
+//! The command line (`fengine run`, `fengine bench`) and the engine configuration derived from it:
+//! the backend [`Geometry`], the lag and overlap that `--max-delay` implies, and the checks that
+//! turn a bad combination into one sentence.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use spead::transport::Endpoint;
+
+use crate::backend::{Geometry, POLS};
+use crate::signal::delay::FramePlan;
+
+/// Bytes of the 8-byte SPEAD header and 8 item pointers that every packet carries.
+pub const PACKET_HEADER_BYTES: usize = 72;
+/// Largest UDP payload over IPv4.
+const MAX_UDP_PAYLOAD: usize = 65_507;
+
+const ABOUT: &str = "GPU F-engine: receives digitiser samples over SPEAD, channelises them \
+(PFB + FFT), applies delay, phase and gain, and sends 8-bit spectra in the katgpucbf format.";
+
+const LONG_ABOUT: &str = "\
+GPU F-engine: receives both polarisations of one digitiser (SPEAD-64-48, one heap per packet, \
+--sample-bits signed samples packed MSB first), channelises them with a --taps-tap polyphase \
+filter bank and a 2n-point real FFT (n = --channels), applies coarse and fine delay, fringe phase \
+and a complex gain per channel, quantises to 8 bits and sends heaps of --spectra-per-heap spectra \
+in the katgpucbf F-engine format (items timestamp, feng_id, frequency, feng_raw).
+
+Work goes in frames of --heaps-per-frame output heaps: a chunk of S x H x 2n new samples per \
+polarisation, plus samples kept from the previous chunk for the filter and for delays up to \
+--max-delay. Spectrum m of the frame whose chunk starts at ADC sample T has timestamp \
+T - lag + m 2n (lag = (taps-1) 2n + max delay, rounded up to 2n): the ADC sample of its first \
+input sample before delay. An output heap is sent only if every input sample of every spectrum \
+in it (both polarisations) arrived.";
+
+const AFTER_HELP: &str = "\
+HTTP API (--control): GET /health, /status (JSON), /metrics (Prometheus), /delays, /gains.
+  PUT /delays {\"pol0\": {\"delay\": 1.5e-9, \"delay_rate\": 0, \"phase\": 0.1, \"phase_rate\": 0},
+               \"pol1\": \"1.5e-9,0:0.1,0\", \"load_timestamp\": 123456789}
+    Units s, s/s, rad, rad/s; |delay| <= --max-delay. Load at an ADC timestamp, at \"load_time\"
+    (Unix s; needs --sync-time), or, with neither, from the next frame. A polarisation left out
+    keeps its model.
+  PUT /gains {\"pol0\": 0.5, \"pol1\": [0.5, -0.1]}  or one [re, im] per channel: [[re, im], ...].
+  A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
+
+Logs go to stderr (RUST_LOG sets the filter, default info).
+
+Examples:
+  fengine --src-pol0 239.10.0.1+3:7148 --src-pol1 239.10.0.5+3:7148 --dst 239.10.1.1+3:7148 \\
+          --interface 10.0.0.2 --channels 4096 --adc-sample-rate 1712e6 --sync-time 1700000000
+  fengine --src-pol0 127.0.0.1:7148 --src-pol1 127.0.0.1:7149 --dst 127.0.0.1:7150 \\
+          --channels 1024 --taps 4 --spectra-per-heap 64 --adc-sample-rate 5e7 --backend cpu \\
+          --control 127.0.0.1:0
+  fengine bench --backend cuda --channels 32768";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fengine",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// `fengine ARGS` is `fengine run ARGS`.
+    #[command(flatten)]
+    pub run: Option<RunArgs>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the engine (the default when no subcommand is given).
+    Run(RunArgs),
+    /// Time one backend on synthetic frames, without the network.
+    Bench(BenchArgs),
+}
+
+/// Which implementation of the signal path to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// CUDA when a GPU and driver are usable, otherwise the CPU backend.
+    Auto,
+    Cuda,
+    Cpu,
+    /// float64 oracle: exact but slow.
+    Reference,
+    /// Does no signal processing (zero output): measures the engine around the backend.
+    Null,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Reference => "reference",
+            BackendKind::Null => "null",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Polarisation 0 digitiser stream: ADDR[+N]:PORT, N+1 consecutive addresses (multicast groups
+    /// or local unicast addresses). Port 0 binds a free port (unicast only; see GET /status).
+    #[arg(long, value_name = "ADDR[+N]:PORT")]
+    pub src_pol0: Endpoint,
+    /// Polarisation 1 digitiser stream, as --src-pol0.
+    #[arg(long, value_name = "ADDR[+N]:PORT")]
+    pub src_pol1: Endpoint,
+    /// Output substreams: ADDR[+N]:PORT. Channels are divided evenly: substream i carries channels
+    /// [i c, (i+1) c) with c = channels / (N+1).
+    #[arg(long, value_name = "ADDR[+N]:PORT")]
+    pub dst: Endpoint,
+    /// Local IPv4 address of the interface to join multicast groups and send on (default: the
+    /// kernel's choice).
+    #[arg(long, value_name = "ADDR")]
+    pub interface: Option<Ipv4Addr>,
+    /// Output channels n (a power of two, 16 to 65536); each spectrum takes 2n samples.
+    #[arg(long, default_value_t = 4096)]
+    pub channels: usize,
+    /// PFB taps T; each spectrum's window is 2nT samples.
+    #[arg(long, default_value_t = 16)]
+    pub taps: usize,
+    /// Spectra per output heap (S).
+    #[arg(long, default_value_t = 256)]
+    pub spectra_per_heap: usize,
+    /// Output heaps (in time) per frame (H): one frame processes a chunk of S*H*2n samples per
+    /// polarisation, which must be a whole number of digitiser heaps.
+    #[arg(long, default_value_t = 4)]
+    pub heaps_per_frame: usize,
+    /// ADC sample rate in Hz (samples per second per polarisation).
+    #[arg(long, default_value_t = 1712e6, value_name = "HZ")]
+    pub adc_sample_rate: f64,
+    /// Unix time in seconds of ADC timestamp 0. Needed only for delay load times given as Unix
+    /// time; without it they must be given as ADC timestamps.
+    #[arg(long, value_name = "UNIX_S")]
+    pub sync_time: Option<f64>,
+    /// Bits per digitiser sample: 8, 10, 12 or 16 (signed, packed MSB first).
+    #[arg(long, default_value_t = 10)]
+    pub sample_bits: u32,
+    /// Samples per digitiser heap (one heap per packet).
+    #[arg(long, default_value_t = 4096)]
+    pub heap_samples: usize,
+    /// F-engine id (sent in every heap; also sets the heap counters).
+    #[arg(long, default_value_t = 0)]
+    pub feng_id: u64,
+    /// Number of F-engines in the array: output heap counters step by this so that engines never
+    /// collide (katgpucbf's scheme).
+    #[arg(long, default_value_t = 1)]
+    pub array_size: u64,
+    /// Largest payload of an output packet in bytes (each packet also carries a 72-byte header).
+    #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+    pub packet_payload: usize,
+    /// Largest delay magnitude in seconds that PUT /delays may load (either sign). Sets how many
+    /// samples each frame keeps from the previous one.
+    #[arg(long, default_value_t = 1e-4, value_name = "SECONDS")]
+    pub max_delay: f64,
+    /// Signal path implementation.
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    pub backend: BackendKind,
+    /// CUDA device index.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// HTTP control and monitoring address (GET /status, /metrics, /health; PUT /delays, /gains).
+    /// Port 0 picks a free port; the log says which ("control listening on ADDR:PORT").
+    #[arg(long, default_value = "0.0.0.0:7147", value_name = "ADDR:PORT")]
+    pub control: SocketAddr,
+    /// Initial complex gain, real part, for every channel of both polarisations (default
+    /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18).
+    #[arg(long, allow_negative_numbers = true)]
+    pub gain: Option<f32>,
+    /// Multicast TTL of the output.
+    #[arg(long, default_value_t = 4)]
+    pub ttl: u32,
+    /// Output rate as a multiple of the input's data rate (2 x ADC rate bytes/s of spectra);
+    /// above 1 so the sender catches up after a stall. 0 sends as fast as possible.
+    #[arg(long, default_value_t = 1.1, value_name = "FACTOR")]
+    pub send_rate_factor: f64,
+    /// Socket buffer size in bytes for each receive and the send socket (capped by the kernel's
+    /// net.core.rmem_max / wmem_max).
+    #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
+    pub socket_buffer: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Backend to time.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+    /// Output channels n.
+    #[arg(long, default_value_t = 4096)]
+    pub channels: usize,
+    /// PFB taps.
+    #[arg(long, default_value_t = 16)]
+    pub taps: usize,
+    /// Bits per input sample.
+    #[arg(long, default_value_t = 10)]
+    pub sample_bits: u32,
+    /// Frames to time (after a few warm-up frames).
+    #[arg(long, default_value_t = 20)]
+    pub frames: usize,
+    /// Spectra per output heap.
+    #[arg(long, default_value_t = 256)]
+    pub spectra_per_heap: usize,
+    /// Output heaps per frame.
+    #[arg(long, default_value_t = 4)]
+    pub heaps_per_frame: usize,
+    /// CUDA device index.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+}
+
+/// Everything the pipeline needs, checked and derived from [`RunArgs`].
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub geometry: Geometry,
+    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
+    pub lag: usize,
+    /// Largest coarse delay magnitude in samples that keeps every window inside the span.
+    pub max_delay_samples: u64,
+    pub max_delay: f64,
+    pub fs: f64,
+    pub sync_time: Option<f64>,
+    pub heap_samples: usize,
+    /// Packed bytes of one digitiser heap.
+    pub heap_bytes: usize,
+    pub sources: [Vec<SocketAddrV4>; POLS],
+    pub dests: Vec<SocketAddrV4>,
+    pub interface: Option<Ipv4Addr>,
+    pub feng_id: u64,
+    pub array_size: u64,
+    pub packet_payload: usize,
+    pub gain: f32,
+    pub ttl: u32,
+    pub send_rate_factor: f64,
+    pub socket_buffer: usize,
+    pub backend: BackendKind,
+    pub gpu: usize,
+    pub control: SocketAddr,
+}
+
+/// Rounds `x` up to a multiple of `m` (m > 0).
+fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}
+
+impl EngineConfig {
+    /// Checks the arguments and derives the geometry. Errors are one sentence for the user.
+    pub fn from_args(a: &RunArgs) -> Result<Self, String> {
+        let g0 = Geometry {
+            channels: a.channels,
+            taps: a.taps,
+            sample_bits: a.sample_bits,
+            spectra_per_heap: a.spectra_per_heap,
+            heaps_per_frame: a.heaps_per_frame,
+            overlap_samples: 0,
+        };
+        if !(a.adc_sample_rate.is_finite() && a.adc_sample_rate >= 1.0) {
+            return Err(format!(
+                "--adc-sample-rate {} is not a positive rate in Hz.",
+                a.adc_sample_rate
+            ));
+        }
+        if !(a.max_delay.is_finite() && a.max_delay >= 0.0) {
+            return Err(format!(
+                "--max-delay {} is not a delay of 0 seconds or more.",
+                a.max_delay
+            ));
+        }
+        // Rounded up, but not for the last bits of floating-point error (1e-5 s x 1e8 Hz).
+        let max_delay_samples = (a.max_delay * a.adc_sample_rate * (1.0 - 1e-12)).ceil();
+        if max_delay_samples > 1e9 {
+            return Err(format!(
+                "--max-delay {} s is {max_delay_samples} samples at this rate; at most 1e9 samples are supported.",
+                a.max_delay
+            ));
+        }
+        let max_delay_samples = max_delay_samples as u64;
+        // Windows must fit the span for any coarse delay in [-D, D] (ARCHITECTURE.md):
+        // lag >= (T-1) 2n + D and overlap >= lag + D.
+        let step = 2 * a.channels.max(1);
+        let d = max_delay_samples as usize;
+        let lag = round_up(a.taps.saturating_sub(1) * step + d, step);
+        let overlap = round_up(lag + d, 8);
+        let geometry = Geometry {
+            overlap_samples: overlap,
+            ..g0
+        };
+        geometry.validate().map_err(sentence)?;
+        let chunk = geometry.chunk_samples();
+        if a.heap_samples == 0 || !a.heap_samples.is_multiple_of(8) {
+            return Err(format!(
+                "--heap-samples {} must be a positive multiple of 8.",
+                a.heap_samples
+            ));
+        }
+        if !chunk.is_multiple_of(a.heap_samples) {
+            return Err(format!(
+                "a frame's chunk of {chunk} samples (spectra-per-heap x heaps-per-frame x 2 x channels) is not a whole number of {}-sample digitiser heaps.",
+                a.heap_samples
+            ));
+        }
+        if overlap > chunk {
+            return Err(format!(
+                "the overlap of {overlap} samples that taps and --max-delay need exceeds a frame's chunk of {chunk} samples; raise --heaps-per-frame or --spectra-per-heap, or lower --max-delay."
+            ));
+        }
+        let heap_bytes = a.heap_samples * a.sample_bits as usize / 8;
+        if heap_bytes + PACKET_HEADER_BYTES > MAX_UDP_PAYLOAD {
+            return Err(format!(
+                "a digitiser heap of {} samples makes a packet larger than a UDP datagram.",
+                a.heap_samples
+            ));
+        }
+        if a.packet_payload < 64 || a.packet_payload + PACKET_HEADER_BYTES > MAX_UDP_PAYLOAD {
+            return Err(format!(
+                "--packet-payload {} must be from 64 to {} bytes.",
+                a.packet_payload,
+                MAX_UDP_PAYLOAD - PACKET_HEADER_BYTES
+            ));
+        }
+        let substreams = a.dst.addrs.len();
+        if substreams == 0 || !a.channels.is_multiple_of(substreams) {
+            return Err(format!(
+                "{} channels cannot be divided evenly over {substreams} output substreams.",
+                a.channels
+            ));
+        }
+        if substreams > 256 {
+            return Err(format!("{substreams} output substreams is more than 256."));
+        }
+        if a.dst.addrs.iter().any(|d| d.port() == 0) {
+            return Err(format!("--dst {} needs a port other than 0.", a.dst));
+        }
+        for (p, src) in [&a.src_pol0, &a.src_pol1].iter().enumerate() {
+            if src.addrs.is_empty() || src.addrs.len() > 64 {
+                return Err(format!("--src-pol{p} {src} must name 1 to 64 addresses."));
+            }
+            if src
+                .addrs
+                .iter()
+                .any(|s| s.ip().is_multicast() && s.port() == 0)
+            {
+                return Err(format!(
+                    "--src-pol{p} {src} is multicast and needs a port other than 0."
+                ));
+            }
+        }
+        if let Some(t) = a.sync_time {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(format!("--sync-time {t} is not a Unix time in seconds."));
+            }
+        }
+        if let Some(gain) = a.gain {
+            if !gain.is_finite() {
+                return Err(format!("--gain {gain} is not a finite number."));
+            }
+        }
+        if !(a.send_rate_factor.is_finite() && a.send_rate_factor >= 0.0) {
+            return Err(format!(
+                "--send-rate-factor {} must be 0 (unpaced) or a positive factor.",
+                a.send_rate_factor
+            ));
+        }
+        if a.array_size == 0 || a.feng_id >= a.array_size {
+            return Err(format!(
+                "--feng-id {} must be below --array-size {} (at least 1).",
+                a.feng_id, a.array_size
+            ));
+        }
+        let plan = FramePlan {
+            lag,
+            fs: a.adc_sample_rate,
+        };
+        plan.validate(&geometry)
+            .map_err(|e| sentence(e.to_string()))?;
+        Ok(Self {
+            gain: a
+                .gain
+                .unwrap_or_else(|| crate::signal::gain::default_gain(a.sample_bits)),
+            geometry,
+            lag,
+            max_delay_samples,
+            max_delay: a.max_delay,
+            fs: a.adc_sample_rate,
+            sync_time: a.sync_time,
+            heap_samples: a.heap_samples,
+            heap_bytes,
+            sources: [a.src_pol0.addrs.clone(), a.src_pol1.addrs.clone()],
+            dests: a.dst.addrs.clone(),
+            interface: a.interface,
+            feng_id: a.feng_id,
+            array_size: a.array_size,
+            packet_payload: a.packet_payload,
+            ttl: a.ttl,
+            send_rate_factor: a.send_rate_factor,
+            socket_buffer: a.socket_buffer,
+            backend: a.backend,
+            gpu: a.gpu,
+            control: a.control,
+        })
+    }
+
+    pub fn plan(&self) -> FramePlan {
+        FramePlan {
+            lag: self.lag,
+            fs: self.fs,
+        }
+    }
+
+    /// Digitiser heaps per chunk (slots of the chunk assembler).
+    pub fn heaps_per_chunk(&self) -> usize {
+        self.geometry.chunk_samples() / self.heap_samples
+    }
+
+    pub fn substreams(&self) -> usize {
+        self.dests.len()
+    }
+
+    /// Channels per output substream.
+    pub fn substream_channels(&self) -> usize {
+        self.geometry.channels / self.substreams()
+    }
+
+    /// Samples between consecutive output heaps of one substream (S x 2n).
+    pub fn heap_timestamp_step(&self) -> u64 {
+        (self.geometry.spectra_per_heap * self.geometry.step()) as u64
+    }
+
+    /// Wall-clock duration of one chunk.
+    pub fn chunk_seconds(&self) -> f64 {
+        self.geometry.chunk_samples() as f64 / self.fs
+    }
+}
+
+/// Makes a message a sentence: capital first letter is left alone, a full stop is added.
+pub fn sentence(s: impl Into<String>) -> String {
+    let s = s.into();
+    if s.ends_with('.') {
+        s
+    } else {
+        s + "."
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut v = vec![
+            "fengine",
+            "--src-pol0",
+            "127.0.0.1:7148",
+            "--src-pol1",
+            "127.0.0.1:7149",
+            "--dst",
+            "127.0.0.1:7150",
+        ];
+        v.extend_from_slice(extra);
+        let cli = Cli::try_parse_from(v)?;
+        Ok(cli.run.expect("run arguments"))
+    }
+
+    #[test]
+    fn defaults_make_a_valid_config() {
+        let c = EngineConfig::from_args(&args(&[]).unwrap()).unwrap();
+        let g = &c.geometry;
+        assert_eq!(g.channels, 4096);
+        assert!(c.lag.is_multiple_of(g.step()) && c.lag >= (g.taps - 1) * g.step());
+        assert!(g.overlap_samples >= c.lag + c.max_delay_samples as usize);
+        assert_eq!(g.overlap_samples % 8, 0);
+        assert_eq!(c.gain, 1.0);
+    }
+
+    #[test]
+    fn lag_and_overlap_cover_the_delay_range() {
+        let a = args(&[
+            "--channels",
+            "1024",
+            "--taps",
+            "4",
+            "--spectra-per-heap",
+            "64",
+            "--adc-sample-rate",
+            "1e8",
+            "--max-delay",
+            "1e-5",
+        ])
+        .unwrap();
+        let c = EngineConfig::from_args(&a).unwrap();
+        assert_eq!(c.max_delay_samples, 1000);
+        // (T-1) 2n + D = 6144 + 1000 -> 8192; overlap = 9192.
+        assert_eq!(c.lag, 8192);
+        assert_eq!(c.geometry.overlap_samples, 9192);
+        assert_eq!(c.heaps_per_chunk(), 64 * 4 * 2048 / 4096);
+    }
+
+    #[test]
+    fn bad_combinations_are_sentences() {
+        for (extra, want) in [
+            (vec!["--channels", "1000"], "power of two"),
+            (vec!["--heap-samples", "3000"], "whole number"),
+            (
+                vec!["--max-delay", "1", "--adc-sample-rate", "1e8"],
+                "overlap",
+            ),
+            (vec!["--dst", "127.0.0.1+2:9"], "divided evenly"),
+            (vec!["--feng-id", "3"], "array-size"),
+            (vec!["--max-delay=-1"], "max-delay"),
+        ] {
+            let e = EngineConfig::from_args(&args(&extra).unwrap()).unwrap_err();
+            assert!(e.contains(want), "{e:?} should mention {want:?}");
+            assert!(e.ends_with('.'), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = Cli::try_parse_from(["fengine", "bench", "--backend", "null", "--frames", "3"])
+            .unwrap();
+        assert!(matches!(cli.command, Some(Command::Bench(b)) if b.frames == 3));
+        let cli = Cli::try_parse_from([
+            "fengine",
+            "run",
+            "--src-pol0",
+            "127.0.0.1:1",
+            "--src-pol1",
+            "127.0.0.1:2",
+            "--dst",
+            "127.0.0.1:3",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Some(Command::Run(_))));
+        assert!(Cli::try_parse_from(["fengine", "--channels", "16"]).is_err());
+    }
+}

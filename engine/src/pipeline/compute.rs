@@ -1,0 +1,397 @@
+//! Compute stage: owns the backend. Per frame it evaluates the delay models (per spectrum: span
+//! offset, fine delay, phase), decides which spectra are valid from the presence flags of the span
+//! (the previous chunk's tail and this chunk, both polarisations), and keeps up to
+//! `max_in_flight` frames in the backend. Frames leave in the order they came.
+//!
+//! A frame with no input at all is not computed (its heaps are all skipped). The span the backend
+//! keeps starts with the tail of the previous *computed* frame, so that tail counts as present only
+//! when that frame was the previous chunk; after a gap or a resync the first spectra of the next
+//! frame are invalid, which is how frames that mix old and new data get flagged.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::{send_until_stop, Command, Meta, Work, TICK};
+use crate::backend::{Backend, SpectrumDelay, POLS};
+use crate::config::EngineConfig;
+use crate::metrics::{unix_ns, Stats};
+use crate::signal::delay::{fill_delays, spectrum_valid, DelayModel, FramePlan, Placement};
+
+/// Gaps (in chunks) longer than this are a restart, not lost data: not counted as missing heaps.
+const MAX_COUNTED_GAP: u64 = 1024;
+
+/// The delay models of one polarisation: the one in force and those loaded for later.
+#[derive(Debug, Default)]
+struct Models {
+    current: DelayModel,
+    /// (first timestamp it applies to, model), in order.
+    pending: VecDeque<(u64, DelayModel)>,
+}
+
+impl Models {
+    /// A new model supersedes any loaded for the same time or later.
+    fn load(&mut self, apply_from: u64, model: DelayModel) {
+        self.pending.retain(|(from, _)| *from < apply_from);
+        self.pending.push_back((apply_from, model));
+    }
+
+    /// Makes every model due by `t` current.
+    fn promote(&mut self, t: i128) {
+        while let Some(&(from, m)) = self.pending.front() {
+            if from as i128 > t {
+                break;
+            }
+            self.current = m;
+            self.pending.pop_front();
+        }
+    }
+}
+
+enum InFlight {
+    Submitted(Meta),
+    /// Not computed; waits here so that frames stay in order.
+    Skipped(Work),
+}
+
+pub struct Compute {
+    backend: Box<dyn Backend>,
+    cfg: EngineConfig,
+    plan: FramePlan,
+    models: [Models; POLS],
+    placements: [Vec<Placement>; POLS],
+    alt_delays: [Vec<SpectrumDelay>; POLS],
+    alt_placements: [Vec<Placement>; POLS],
+    /// Presence of the previous computed chunk then this one, per polarisation.
+    span_present: [Vec<bool>; POLS],
+    spectrum_valid: Vec<bool>,
+    last_computed: Option<u64>,
+    last_present: [Vec<bool>; POLS],
+    last_seen: Option<u64>,
+    in_flight: VecDeque<InFlight>,
+    submitted: usize,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+    delay_errors: u64,
+}
+
+impl Compute {
+    pub fn new(
+        cfg: &EngineConfig,
+        backend: Box<dyn Backend>,
+        stats: Arc<Stats>,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        let g = &cfg.geometry;
+        let spectra = g.spectra_per_frame();
+        let slots = cfg.heaps_per_chunk();
+        Self {
+            backend,
+            plan: cfg.plan(),
+            cfg: cfg.clone(),
+            models: Default::default(),
+            placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
+            alt_delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); spectra]),
+            alt_placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
+            span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
+            spectrum_valid: vec![false; spectra],
+            last_computed: None,
+            last_present: std::array::from_fn(|_| vec![false; slots]),
+            last_seen: None,
+            in_flight: VecDeque::new(),
+            submitted: 0,
+            stats,
+            stop,
+            delay_errors: 0,
+        }
+    }
+
+    pub fn run(
+        mut self,
+        rx: Receiver<Work>,
+        tx: Sender<Work>,
+        commands: Receiver<Command>,
+    ) -> Result<(), String> {
+        let result = self.run_inner(&rx, &tx, &commands);
+        if result.is_err() {
+            self.stop.store(true, Relaxed);
+        }
+        result
+    }
+
+    fn run_inner(
+        &mut self,
+        rx: &Receiver<Work>,
+        tx: &Sender<Work>,
+        commands: &Receiver<Command>,
+    ) -> Result<(), String> {
+        while !self.stop.load(Relaxed) {
+            while let Ok(c) = commands.try_recv() {
+                self.command(c);
+            }
+            match rx.recv_timeout(TICK) {
+                Ok(mut work) => {
+                    let compute = self.prepare(&mut work);
+                    self.enqueue(work, compute, tx)?;
+                }
+                // Idle: finish what is in flight so that output is not held back.
+                Err(RecvTimeoutError::Timeout) => {
+                    while !self.in_flight.is_empty() {
+                        self.complete_oldest(tx)?;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Gains { pol, gains } => {
+                if let Err(e) = self.backend.set_gains(pol, &gains) {
+                    tracing::warn!(pol, "gains not applied: {e}");
+                }
+            }
+            Command::Delay {
+                pol,
+                apply_from,
+                model,
+            } => {
+                if let Some(m) = self.models.get_mut(pol) {
+                    m.load(apply_from, model);
+                }
+            }
+        }
+    }
+
+    /// Fills the frame's delays and the meta's validity. Returns whether to compute the frame.
+    fn prepare(&mut self, work: &mut Work) -> bool {
+        // A few integers: cloned so that `self` stays free for the calls below.
+        let g = &self.cfg.geometry.clone();
+        let slots = self.cfg.heaps_per_chunk();
+        let heaps = g.heaps_per_frame;
+        let id = work.meta.id;
+        let Work { frame, meta } = work;
+
+        // Chunks that never arrived at all (neither polarisation) are lost data too.
+        if let Some(prev) = self.last_seen {
+            let gap = id.saturating_sub(prev).saturating_sub(1);
+            if id > prev && gap > 0 && gap <= MAX_COUNTED_GAP {
+                for p in 0..POLS {
+                    self.stats.pols[p]
+                        .heaps_missing
+                        .fetch_add(gap * slots as u64, Relaxed);
+                }
+                for s in &self.stats.heaps_skipped {
+                    s.fetch_add(gap * heaps as u64, Relaxed);
+                }
+            }
+        }
+        self.last_seen = Some(id);
+        for p in 0..POLS {
+            let missing = meta.present[p].iter().filter(|&&x| !x).count();
+            self.stats.pols[p]
+                .heaps_missing
+                .fetch_add(missing as u64, Relaxed);
+        }
+
+        let any_input = meta.present.iter().any(|p| p.iter().any(|&x| x));
+        let delays_ok = any_input && self.fill(frame.timestamp, &mut frame.delays);
+
+        // The span: the previous computed chunk's flags (if it is the previous chunk), then ours.
+        let prev_ok = id.checked_sub(1).is_some() && self.last_computed == id.checked_sub(1);
+        for p in 0..POLS {
+            let (head, tail) = self.span_present[p].split_at_mut(slots);
+            if prev_ok {
+                head.copy_from_slice(&self.last_present[p]);
+            } else {
+                head.fill(false);
+            }
+            tail.copy_from_slice(&meta.present[p]);
+        }
+        let chunk = g.chunk_samples();
+        let span_start = (chunk - g.overlap_samples) as u64;
+        let window = g.window();
+        for m in 0..g.spectra_per_frame() {
+            self.spectrum_valid[m] = delays_ok
+                && (0..POLS).all(|p| {
+                    self.placements[p][m].in_span
+                        && spectrum_valid(
+                            &self.span_present[p],
+                            self.cfg.heap_samples,
+                            span_start,
+                            frame.delays[p][m].offset,
+                            window,
+                        )
+                });
+        }
+        for (h, v) in meta.heap_valid.iter_mut().enumerate() {
+            let s = g.spectra_per_heap;
+            *v = self.spectrum_valid[h * s..(h + 1) * s].iter().all(|&x| x);
+        }
+        if any_input {
+            self.last_computed = Some(id);
+            for p in 0..POLS {
+                self.last_present[p].copy_from_slice(&meta.present[p]);
+            }
+        }
+        any_input
+    }
+
+    /// Evaluates the delay models for every spectrum of the frame starting at `timestamp`. A model
+    /// loaded for a time inside the frame takes over from that spectrum on (a second model due in
+    /// the same frame waits for the next frame).
+    fn fill(&mut self, timestamp: u64, delays: &mut [Vec<SpectrumDelay>; POLS]) -> bool {
+        let g = &self.cfg.geometry;
+        let first = self.plan.spectrum_timestamp(g, timestamp, 0);
+        let last = self
+            .plan
+            .spectrum_timestamp(g, timestamp, g.spectra_per_frame() - 1);
+        for m in &mut self.models {
+            m.promote(first);
+        }
+        let current = [self.models[0].current, self.models[1].current];
+        let result = fill_delays(
+            g,
+            &self.plan,
+            timestamp,
+            &current,
+            delays,
+            &mut self.placements,
+        );
+        let mut outside = match result {
+            Ok(n) => n,
+            Err(e) => return self.delay_error(e.to_string()),
+        };
+        let next: [Option<(u64, DelayModel)>; POLS] = std::array::from_fn(|p| {
+            self.models[p]
+                .pending
+                .front()
+                .copied()
+                .filter(|(from, _)| (*from as i128) <= last)
+        });
+        if next.iter().any(Option::is_some) {
+            let models = std::array::from_fn(|p| next[p].map_or(current[p], |(_, m)| m));
+            let alt = fill_delays(
+                g,
+                &self.plan,
+                timestamp,
+                &models,
+                &mut self.alt_delays,
+                &mut self.alt_placements,
+            );
+            if let Err(e) = alt {
+                return self.delay_error(e.to_string());
+            }
+            outside = 0;
+            for p in 0..POLS {
+                let Some((from, _)) = next[p] else { continue };
+                let switched = (0..g.spectra_per_frame())
+                    .find(|&m| self.plan.spectrum_timestamp(g, timestamp, m) >= from as i128)
+                    .unwrap_or(g.spectra_per_frame());
+                delays[p][switched..].copy_from_slice(&self.alt_delays[p][switched..]);
+                self.placements[p][switched..].copy_from_slice(&self.alt_placements[p][switched..]);
+            }
+            for p in 0..POLS {
+                outside += self.placements[p].iter().filter(|x| !x.in_span).count();
+            }
+        }
+        if outside > 0 {
+            self.stats
+                .delay_out_of_span
+                .fetch_add(outside as u64, Relaxed);
+        }
+        true
+    }
+
+    fn delay_error(&mut self, e: String) -> bool {
+        if self.delay_errors.is_multiple_of(1000) {
+            tracing::warn!("delay model unusable, frame flagged: {e}");
+        }
+        self.delay_errors += 1;
+        false
+    }
+
+    fn enqueue(&mut self, mut work: Work, compute: bool, tx: &Sender<Work>) -> Result<(), String> {
+        if compute {
+            while self.submitted >= self.backend.max_in_flight().max(1) {
+                self.complete_oldest(tx)?;
+            }
+            work.meta.submitted_at = Some(Instant::now());
+            let Work { frame, meta } = work;
+            self.backend
+                .submit(frame)
+                .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?;
+            self.in_flight.push_back(InFlight::Submitted(meta));
+            self.submitted += 1;
+        } else {
+            work.meta.computed = false;
+            self.stats.frames_empty.fetch_add(1, Relaxed);
+            self.in_flight.push_back(InFlight::Skipped(work));
+        }
+        // Skipped frames at the front need nothing from the backend.
+        while matches!(self.in_flight.front(), Some(InFlight::Skipped(_))) {
+            self.complete_oldest(tx)?;
+        }
+        Ok(())
+    }
+
+    fn complete_oldest(&mut self, tx: &Sender<Work>) -> Result<(), String> {
+        let work = match self.in_flight.pop_front() {
+            None => return Ok(()),
+            Some(InFlight::Skipped(w)) => w,
+            Some(InFlight::Submitted(mut meta)) => {
+                let frame = self
+                    .backend
+                    .wait()
+                    .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?
+                    .ok_or_else(|| {
+                        format!(
+                            "the {} backend returned no frame for one submitted.",
+                            self.backend.name()
+                        )
+                    })?;
+                self.submitted -= 1;
+                if let Some(t) = meta.submitted_at {
+                    self.stats.chunk_time.record(t.elapsed());
+                }
+                meta.computed = true;
+                for p in 0..POLS {
+                    self.stats.saturated[p].fetch_add(frame.saturated[p], Relaxed);
+                }
+                self.stats.frames_computed.fetch_add(1, Relaxed);
+                self.stats
+                    .last_frame_timestamp
+                    .store(frame.timestamp, Relaxed);
+                self.stats.last_frame_unix_ns.store(unix_ns(), Relaxed);
+                Work { frame, meta }
+            }
+        };
+        // A closed queue means shutdown; the frame is dropped with the pipeline.
+        send_until_stop(tx, work, &self.stop);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_loads_supersede_pending_ones() {
+        let mut m = Models::default();
+        m.load(100, DelayModel::fixed(1.0, 0.0));
+        m.load(200, DelayModel::fixed(2.0, 0.0));
+        m.load(150, DelayModel::fixed(3.0, 0.0));
+        assert_eq!(m.pending.len(), 2);
+        m.promote(120);
+        assert_eq!(m.current.delay, 1.0);
+        m.promote(10_000);
+        assert_eq!(m.current.delay, 3.0);
+        assert!(m.pending.is_empty());
+    }
+}

@@ -1,0 +1,386 @@
+//! The engine's data path: stages on their own threads joined by bounded queues, with every buffer
+//! allocated at start and recycled through return queues (paper, Fig. 1).
+//!
+//! ```text
+//!  recv pol0 --chunks--> pair --frames--> compute --frames--> send --> network
+//!  recv pol1 --chunks-->  ^  \                                  |
+//!     ^   ^               |   '--chunks with spent buffers--> recv
+//!     '---'               '------------- free frames ----------'
+//! ```
+//!
+//! - [`recv`]: one thread per polarisation; digitiser heaps go straight into chunk buffers (the
+//!   frames' own, pinned for CUDA) through spead's `ChunkAssembler`.
+//! - [`pair`]: matches the two polarisations' chunks by chunk id and swaps their buffers into a free
+//!   frame, handing the frame's spent buffers back to the receivers.
+//! - [`compute`]: delay model, validity, and the backend (up to `max_in_flight` frames in flight).
+//! - [`send`]: output heaps whose spectra are all valid, as SPEAD packets through GSO.
+
+pub mod compute;
+pub mod pair;
+pub mod recv;
+pub mod send;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use num_complex::Complex32;
+
+use crate::backend::{Backend, Frame, HostBuffer, POLS};
+use crate::config::EngineConfig;
+use crate::metrics::Stats;
+use crate::signal::delay::DelayModel;
+
+/// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
+/// threads).
+pub const RECV_WINDOW: usize = 3;
+/// Chunks of one polarisation the pairing stage holds while waiting for the other.
+pub const MAX_PENDING: usize = 2;
+/// How often blocked threads look at the stop flag.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// A frame and what the engine knows about it beyond the backend's [`Frame`].
+pub struct Work {
+    pub frame: Frame,
+    pub meta: Meta,
+}
+
+/// Per-frame bookkeeping, allocated once per frame and reused.
+#[derive(Debug)]
+pub struct Meta {
+    /// Chunk id: the chunk starts at ADC sample `id * chunk_samples`.
+    pub id: u64,
+    /// Per polarisation, per digitiser heap of the chunk: received whole.
+    pub present: [Vec<bool>; POLS],
+    /// Per output heap of the frame: every spectrum in it is valid (both polarisations).
+    pub heap_valid: Vec<bool>,
+    /// The backend computed this frame (otherwise `output` is stale and nothing is sent).
+    pub computed: bool,
+    pub submitted_at: Option<Instant>,
+}
+
+impl Meta {
+    fn new(slots: usize, heaps: usize) -> Self {
+        Self {
+            id: 0,
+            present: [vec![false; slots], vec![false; slots]],
+            heap_valid: vec![false; heaps],
+            computed: false,
+            submitted_at: None,
+        }
+    }
+}
+
+/// Requests from the control server to the compute thread (which owns the backend).
+#[derive(Clone, Debug)]
+pub enum Command {
+    Gains {
+        pol: usize,
+        gains: Vec<Complex32>,
+    },
+    /// Use `model` for spectra with timestamps from `apply_from` on (0: from the next frame).
+    Delay {
+        pol: usize,
+        apply_from: u64,
+        model: DelayModel,
+    },
+}
+
+/// Builds the backend on the compute thread, so that a GPU context belongs to the thread using it.
+pub type BackendFactory = Box<dyn FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static>;
+
+/// What the compute thread reports once its backend is up.
+struct Ready {
+    backend: &'static str,
+    max_in_flight: usize,
+    frames: Vec<Frame>,
+    /// Extra chunk buffers per polarisation for the receivers' windows.
+    spare: [Vec<HostBuffer>; POLS],
+}
+
+/// The running pipeline.
+pub struct Pipeline {
+    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
+    stop: Arc<AtomicBool>,
+    pub commands: Sender<Command>,
+    pub backend: &'static str,
+}
+
+impl Pipeline {
+    /// Binds the sockets, builds the backend (through `make_backend`, on the compute thread),
+    /// allocates every buffer and starts the stages. Errors are sentences.
+    pub fn start(
+        cfg: &EngineConfig,
+        make_backend: BackendFactory,
+        stats: Arc<Stats>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, String> {
+        let receivers = [
+            recv::bind(cfg, 0, &stats.pols[0])?,
+            recv::bind(cfg, 1, &stats.pols[1])?,
+        ];
+        let sender = send::Output::new(cfg)?;
+
+        let (commands_tx, commands_rx) = bounded::<Command>(64);
+        let (ready_tx, ready_rx) = bounded::<Result<Ready, String>>(1);
+        let (to_send_tx, to_send_rx) = bounded::<Work>(2);
+        let (to_compute_tx, to_compute_rx) = bounded::<Work>(2);
+
+        // Kept for the queue-depth gauges (the originals move to their threads).
+        let to_compute_depth = to_compute_rx.clone();
+        let mut threads = Vec::new();
+        let compute = {
+            let cfg = cfg.clone();
+            let stats = stats.clone();
+            let stop = stop.clone();
+            spawn("fengine-compute", move || {
+                let mut backend = match make_backend() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                match allocate(&cfg, backend.as_mut()) {
+                    Ok(ready) => {
+                        let _ = ready_tx.send(Ok(ready));
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return Ok(());
+                    }
+                }
+                compute::Compute::new(&cfg, backend, stats, stop).run(
+                    to_compute_rx,
+                    to_send_tx,
+                    commands_rx,
+                )
+            })?
+        };
+        threads.push(("compute", compute));
+        let ready = match ready_rx.recv() {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                let _ = join_all(threads);
+                return Err(e);
+            }
+            Err(_) => {
+                let e = join_all(threads)
+                    .err()
+                    .unwrap_or_else(|| "the compute thread stopped while starting.".into());
+                return Err(e);
+            }
+        };
+
+        let frames = ready.frames.len();
+        let spare_per_pol = ready.spare[0].len();
+        let buffers_per_pol = frames + spare_per_pol;
+        let (free_tx, free_rx) = bounded::<Work>(frames);
+        let slots = cfg.heaps_per_chunk();
+        for frame in ready.frames {
+            let meta = Meta::new(slots, cfg.geometry.heaps_per_frame);
+            // Cannot fail: the queue holds exactly `frames` items.
+            let _ = free_tx.try_send(Work { frame, meta });
+        }
+        // Chunks (and resync notices) from both receivers: room for every buffer there is, so a
+        // receiver never blocks handing one over.
+        let (to_pair_tx, to_pair_rx) = bounded::<recv::RecvMsg>(2 * buffers_per_pol + 64);
+        let (ret0_tx, ret0_rx) = bounded(buffers_per_pol + 4);
+        let (ret1_tx, ret1_rx) = bounded(buffers_per_pol + 4);
+
+        if let Ok(mut q) = stats.queues.lock() {
+            q.push(("recv_to_pair", depth(&to_pair_rx)));
+            q.push(("pair_to_compute", depth(&to_compute_depth)));
+            q.push(("compute_to_send", depth(&to_send_rx)));
+            q.push(("free_frames", depth(&free_rx)));
+            q.push(("returned_chunks_pol0", depth(&ret0_rx)));
+            q.push(("returned_chunks_pol1", depth(&ret1_rx)));
+        }
+
+        let [rx0, rx1] = receivers;
+        let [spare0, spare1] = ready.spare;
+        for (pol, sockets, spare, returns) in [(0, rx0, spare0, ret0_rx), (1, rx1, spare1, ret1_rx)]
+        {
+            let r = recv::Recv::new(cfg, pol, sockets, spare, stats.clone(), stop.clone());
+            let tx = to_pair_tx.clone();
+            let name = if pol == 0 {
+                "fengine-recv0"
+            } else {
+                "fengine-recv1"
+            };
+            match spawn(name, move || r.run(tx, returns)) {
+                Ok(t) => threads.push((if pol == 0 { "recv pol0" } else { "recv pol1" }, t)),
+                Err(e) => return abort(&stop, threads, e),
+            }
+        }
+        drop(to_pair_tx);
+        let pair = pair::Pair::new(cfg, stats.clone(), stop.clone());
+        match spawn("fengine-pair", move || {
+            pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
+        }) {
+            Ok(t) => threads.push(("pair", t)),
+            Err(e) => return abort(&stop, threads, e),
+        }
+        let out_stats = stats.clone();
+        let out_stop = stop.clone();
+        let out_cfg = cfg.clone();
+        match spawn("fengine-send", move || {
+            sender.run(&out_cfg, to_send_rx, free_tx, out_stats, out_stop)
+        }) {
+            Ok(t) => threads.push(("send", t)),
+            Err(e) => return abort(&stop, threads, e),
+        }
+        tracing::info!(
+            backend = ready.backend,
+            frames,
+            max_in_flight = ready.max_in_flight,
+            chunk_buffers_per_pol = buffers_per_pol,
+            "pipeline started"
+        );
+        Ok(Self {
+            threads,
+            stop,
+            commands: commands_tx,
+            backend: ready.backend,
+        })
+    }
+
+    pub fn stop_flag(&self) -> &Arc<AtomicBool> {
+        &self.stop
+    }
+
+    /// Waits until the stop flag is set (by a signal or a failing stage), then for every stage.
+    /// Returns the first stage error.
+    pub fn join(self) -> Result<(), String> {
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.threads.iter().any(|(_, t)| t.is_finished()) {
+                // A stage ended by itself: that is an error (or a panic); stop the rest.
+                self.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            std::thread::sleep(TICK);
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        join_all(self.threads)
+    }
+}
+
+fn spawn(
+    name: &str,
+    f: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<JoinHandle<Result<(), String>>, String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("cannot start thread {name}: {e}."))
+}
+
+/// Stops and joins the stages already started, and returns `e`.
+fn abort(
+    stop: &AtomicBool,
+    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
+    e: String,
+) -> Result<Pipeline, String> {
+    stop.store(true, Ordering::Relaxed);
+    let _ = join_all(threads);
+    Err(e)
+}
+
+fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Result<(), String> {
+    let mut first = Ok(());
+    for (name, t) in threads {
+        let r = match t.join() {
+            Ok(r) => r,
+            Err(_) => Err(format!("the {name} stage panicked.")),
+        };
+        if let Err(e) = r {
+            tracing::error!(stage = name, "{e}");
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
+}
+
+/// Frames for the pipeline and spare chunk buffers for the receivers, all from the backend (pinned
+/// memory for CUDA), and the initial gains.
+fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, String> {
+    let g = backend.geometry().clone();
+    if g != cfg.geometry {
+        return Err("the backend was built for another geometry.".into());
+    }
+    let gains = vec![Complex32::new(cfg.gain, 0.0); g.channels];
+    for pol in 0..POLS {
+        backend
+            .set_gains(pol, &gains)
+            .map_err(|e| format!("cannot set the initial gains: {e}."))?;
+    }
+    let max_in_flight = backend.max_in_flight().max(1);
+    // In flight in the backend, one being prepared, two in each queue, one sending, one pairing.
+    let frames = max_in_flight + 6;
+    let alloc = |backend: &dyn Backend| {
+        backend
+            .alloc_frame()
+            .map_err(|e| format!("cannot allocate frame buffers: {e}."))
+    };
+    let mut out = Vec::with_capacity(frames);
+    for _ in 0..frames {
+        out.push(alloc(backend)?);
+    }
+    // The receivers hold their window, one chunk being opened, and what the pairing stage holds.
+    let spares = RECV_WINDOW + MAX_PENDING + 3;
+    let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
+    for _ in 0..spares {
+        let f = alloc(backend)?;
+        let [a, b] = f.chunk;
+        spare[0].push(a);
+        spare[1].push(b);
+    }
+    Ok(Ready {
+        backend: backend.name(),
+        max_in_flight,
+        frames: out,
+        spare,
+    })
+}
+
+/// A queue-depth gauge reading `r`.
+fn depth<T: Send + 'static>(r: &Receiver<T>) -> crate::metrics::DepthFn {
+    let r = r.clone();
+    Box::new(move || r.len())
+}
+
+/// Sends `item`, waiting for room but giving up when `stop` is set. Returns false if the item was
+/// not delivered.
+pub(crate) fn send_until_stop<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool {
+    loop {
+        match tx.send_timeout(item, TICK) {
+            Ok(()) => return true,
+            Err(SendTimeoutError::Timeout(back)) => {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+                item = back;
+            }
+            Err(SendTimeoutError::Disconnected(_)) => return false,
+        }
+    }
+}
+
+/// Receives an item, waiting but giving up when `stop` is set or the queue is closed.
+pub(crate) fn recv_until_stop<T>(rx: &Receiver<T>, stop: &AtomicBool) -> Option<T> {
+    loop {
+        match rx.recv_timeout(TICK) {
+            Ok(item) => return Some(item),
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}

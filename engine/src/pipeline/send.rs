@@ -1,0 +1,291 @@
+//! Send stage: output heaps in the katgpucbf F-engine format (`wire-formats.md`).
+//!
+//! For output heap h of a frame and substream i: if every spectrum of the heap is valid, channels
+//! `[i c, (i+1) c)` of that heap (contiguous in the frame's output) go to substream i's destination
+//! as packets of at most `packet_payload` bytes of payload, each with the 8 item pointers (heap
+//! counter, size, offset, payload length, timestamp, F-engine id, frequency, feng_raw at 0).
+//! Packets of a heap are laid out back to back in one reused buffer and sent as GSO super-packets,
+//! paced at `send_rate_factor` times the input's data rate. Descriptors go to every substream at
+//! start and once a second.
+//!
+//! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
+//! engines and substreams never collide and a heap's counter follows from its timestamp.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use spead::packet::{write_header, ItemPointer};
+use spead::transport::{self, Pacer, SocketConfig, UdpSocket};
+use spead::{items, Descriptor, HeapItem, HeapWriter};
+
+use super::{recv_until_stop, Work};
+use crate::backend::POLS;
+use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use crate::metrics::Stats;
+
+const DESCRIPTOR_PERIOD: Duration = Duration::from_secs(1);
+/// Heap counters keep the substream above this bit.
+const SUBSTREAM_SHIFT: u32 = 40;
+const COUNTER_MASK: u64 = (1 << SUBSTREAM_SHIFT) - 1;
+/// Descriptor heaps use this bit of the counter, so they never collide with data heaps.
+const DESCRIPTOR_BIT: u64 = 1 << 39;
+
+/// The output socket and everything precomputed for sending.
+pub struct Output {
+    sender: transport::Sender,
+    dests: Vec<SocketAddr>,
+    /// Pre-encoded descriptor packets per substream (the heap counter is patched each time).
+    descriptors: Vec<Vec<Vec<u8>>>,
+    /// One heap's packets, back to back.
+    buf: Vec<u8>,
+}
+
+/// The counter of the data heap with timestamp `t` on `substream`.
+pub fn heap_counter(
+    substream: usize,
+    t: u64,
+    heap_step: u64,
+    array_size: u64,
+    feng_id: u64,
+) -> u64 {
+    let k = (t / heap_step)
+        .wrapping_mul(array_size)
+        .wrapping_add(feng_id);
+    ((substream as u64) << SUBSTREAM_SHIFT) | (k & COUNTER_MASK)
+}
+
+impl Output {
+    pub fn new(cfg: &EngineConfig) -> Result<Self, String> {
+        let socket = UdpSocket::sender(&SocketConfig {
+            buffer_bytes: cfg.socket_buffer,
+            interface: cfg.interface,
+            ttl: cfg.ttl,
+            gso: true,
+            gro: false,
+        })
+        .map_err(|e| format!("cannot open the output socket: {e}."))?;
+        let c = cfg.substream_channels() as u64;
+        let s = cfg.geometry.spectra_per_heap as u64;
+        let descriptors = (0..cfg.substreams())
+            .map(|_| {
+                let ds = [
+                    Descriptor::unsigned(
+                        items::TIMESTAMP,
+                        "timestamp",
+                        "Timestamp of the first spectrum in the heap: ADC samples since the sync epoch.",
+                        48,
+                    ),
+                    Descriptor::unsigned(items::FENG_ID, "feng_id", "F-engine (antenna) id.", 48),
+                    Descriptor::unsigned(
+                        items::FREQUENCY,
+                        "frequency",
+                        "Index of the first channel in the heap.",
+                        48,
+                    ),
+                    Descriptor::numpy(
+                        items::FENG_RAW,
+                        "feng_raw",
+                        "Channelised data: (channels, spectra, polarisations, real/imaginary), int8.",
+                        "|i1",
+                        &[c, s, POLS as u64, 2],
+                    ),
+                ];
+                let encoded: Vec<Vec<u8>> = ds.iter().map(Descriptor::encode).collect();
+                let items: Vec<HeapItem> = encoded
+                    .iter()
+                    .map(|e| HeapItem::addressed(items::DESCRIPTOR, e))
+                    .collect();
+                let mut packets = Vec::new();
+                HeapWriter::new(cfg.packet_payload).write(DESCRIPTOR_BIT, &items, |p| {
+                    packets.push(p.to_vec())
+                });
+                packets
+            })
+            .collect();
+        let heap_payload = cfg.substream_channels() * cfg.geometry.spectra_per_heap * POLS * 2;
+        let packets = heap_payload.div_ceil(cfg.packet_payload);
+        Ok(Self {
+            sender: transport::Sender::new(socket),
+            dests: cfg.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
+            descriptors,
+            buf: vec![0u8; packets * (PACKET_HEADER_BYTES + cfg.packet_payload)],
+        })
+    }
+
+    pub fn run(
+        mut self,
+        cfg: &EngineConfig,
+        rx: Receiver<Work>,
+        free: Sender<Work>,
+        stats: Arc<Stats>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(), String> {
+        let g = &cfg.geometry;
+        let heap_step = cfg.heap_timestamp_step();
+        let substreams = cfg.substreams();
+        let sub_bytes = cfg.substream_channels() * g.spectra_per_heap * POLS * 2;
+        let heap_bytes = g.heap_bytes();
+        let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
+        // Output is 2 bytes per sample per polarisation... (n channels x 2 pols x 2 bytes per 2n
+        // samples) = 2 fs bytes/s, plus headers.
+        let rate =
+            cfg.send_rate_factor * 2.0 * cfg.fs * (segment as f64 / cfg.packet_payload as f64);
+        let mut pacer = (rate > 0.0).then(|| Pacer::new(Instant::now(), 0, rate));
+        let mut paced_bytes = 0u64;
+        let mut last_descriptors: Option<Instant> = None;
+        let mut descriptor_seq = 0u64;
+        let mut errors = 0u64;
+
+        while let Some(work) = recv_until_stop(&rx, &stop) {
+            let due = match last_descriptors {
+                None => true,
+                Some(t) => t.elapsed() >= DESCRIPTOR_PERIOD,
+            };
+            if due {
+                self.send_descriptors(cfg, descriptor_seq, &stats, &mut errors);
+                descriptor_seq += 1;
+                last_descriptors = Some(Instant::now());
+            }
+            let meta = &work.meta;
+            let output = &work.frame.output;
+            for h in 0..g.heaps_per_frame {
+                let t =
+                    cfg.plan()
+                        .spectrum_timestamp(g, work.frame.timestamp, h * g.spectra_per_heap);
+                let valid = meta.computed
+                    && meta.heap_valid[h]
+                    && t >= 0
+                    && output.len() >= heap_bytes * (h + 1);
+                if !valid {
+                    for s in &stats.heaps_skipped {
+                        s.fetch_add(1, Relaxed);
+                    }
+                    continue;
+                }
+                let t = t as u64;
+                for i in 0..substreams {
+                    let start = h * heap_bytes + i * sub_bytes;
+                    let data = &output[start..start + sub_bytes];
+                    let cnt = heap_counter(i, t, heap_step, cfg.array_size, cfg.feng_id);
+                    let len = self.build_heap(
+                        cnt,
+                        t,
+                        cfg.feng_id,
+                        (i * cfg.substream_channels()) as u64,
+                        data,
+                        cfg.packet_payload,
+                    );
+                    // Pace per GSO-sized part so that a heap is not one long burst.
+                    let per_part = (65_000 / segment).max(1) * segment;
+                    let mut sent_ok = true;
+                    for part in self.buf[..len].chunks(per_part) {
+                        if let Some(p) = pacer.as_mut() {
+                            let now = Instant::now();
+                            // After an idle spell, do not burst to catch up.
+                            if p.due(paced_bytes) + Duration::from_millis(2) < now {
+                                *p = Pacer::new(now, paced_bytes, rate);
+                            }
+                            p.wait(paced_bytes);
+                        }
+                        paced_bytes += part.len() as u64;
+                        if let Err(e) = self.sender.send_segments(self.dests[i], part, segment) {
+                            if errors.is_multiple_of(1000) {
+                                tracing::warn!(dest = %self.dests[i], "output send failed: {e}");
+                            }
+                            errors += 1;
+                            sent_ok = false;
+                            break;
+                        }
+                    }
+                    if sent_ok {
+                        stats.heaps_sent[i].fetch_add(1, Relaxed);
+                        stats.last_output_timestamp.store(t, Relaxed);
+                    } else {
+                        stats.send_errors.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            let totals = self.sender.stats();
+            stats.packets_sent.store(totals.datagrams, Relaxed);
+            stats.bytes_sent.store(totals.bytes, Relaxed);
+            // The pool holds every frame there is: this does not block.
+            if free.send(work).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lays out the packets of one heap in `self.buf`; returns the bytes used.
+    fn build_heap(
+        &mut self,
+        cnt: u64,
+        t: u64,
+        feng_id: u64,
+        frequency: u64,
+        data: &[u8],
+        payload: usize,
+    ) -> usize {
+        let size = data.len() as u64;
+        let mut pointers = [
+            ItemPointer::immediate(items::HEAP_CNT, cnt),
+            ItemPointer::immediate(items::HEAP_SIZE, size),
+            ItemPointer::immediate(items::HEAP_OFFSET, 0),
+            ItemPointer::immediate(items::PAYLOAD_LENGTH, 0),
+            ItemPointer::immediate(items::TIMESTAMP, t),
+            ItemPointer::immediate(items::FENG_ID, feng_id),
+            ItemPointer::immediate(items::FREQUENCY, frequency),
+            ItemPointer::addressed(items::FENG_RAW, 0),
+        ];
+        let mut at = 0;
+        for (j, part) in data.chunks(payload).enumerate() {
+            pointers[2] = ItemPointer::immediate(items::HEAP_OFFSET, (j * payload) as u64);
+            pointers[3] = ItemPointer::immediate(items::PAYLOAD_LENGTH, part.len() as u64);
+            // The buffer is sized for a whole heap: this cannot fail.
+            let Ok(h) = write_header(&mut self.buf[at..], &pointers) else {
+                break;
+            };
+            self.buf[at + h..at + h + part.len()].copy_from_slice(part);
+            at += h + part.len();
+        }
+        at
+    }
+
+    fn send_descriptors(&mut self, cfg: &EngineConfig, seq: u64, stats: &Stats, errors: &mut u64) {
+        for (i, packets) in self.descriptors.iter_mut().enumerate() {
+            let k = seq.wrapping_mul(cfg.array_size).wrapping_add(cfg.feng_id);
+            let cnt = ((i as u64) << SUBSTREAM_SHIFT) | DESCRIPTOR_BIT | (k & (DESCRIPTOR_BIT - 1));
+            for p in packets.iter_mut() {
+                spead::packet::patch_pointer(p, 0, ItemPointer::immediate(items::HEAP_CNT, cnt));
+                if let Err(e) = self.sender.send_segments(self.dests[i], p, p.len()) {
+                    if errors.is_multiple_of(1000) {
+                        tracing::warn!(dest = %self.dests[i], "descriptor send failed: {e}");
+                    }
+                    *errors += 1;
+                    stats.send_errors.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_counters_do_not_collide() {
+        let step = 256 * 2048;
+        let a = heap_counter(0, 5 * step, step, 4, 1);
+        let b = heap_counter(0, 5 * step, step, 4, 2);
+        let c = heap_counter(1, 5 * step, step, 4, 1);
+        let d = heap_counter(0, 6 * step, step, 4, 1);
+        assert_eq!(a, 21);
+        assert_eq!(b, 22);
+        assert_eq!(c, (1 << 40) + 21);
+        assert_eq!(d, 25);
+    }
+}

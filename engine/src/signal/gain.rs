@@ -1,0 +1,30 @@
+//! The default per-channel gain (`ARCHITECTURE.md`): 2^(10 - sample_bits). With unit-energy weights
+//! a white input of rms sigma gives channel values of complex rms sigma, so 10-bit noise at 5% of full
+//! scale (25.6 counts) gives output components of rms 18: four bits above zero, far from saturation.
+//! Narrower samples are scaled up and wider ones down to the same output level.
+
+use num_complex::Complex32;
+
+/// The default gain for `sample_bits`-bit input.
+pub fn default_gain(sample_bits: u32) -> f32 {
+    2f32.powi(10 - sample_bits as i32)
+}
+
+/// The default gain for every one of `channels` channels.
+pub fn default_gains(channels: usize, sample_bits: u32) -> Vec<Complex32> {
+    vec![Complex32::new(default_gain(sample_bits), 0.0); channels]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(default_gain(8), 4.0);
+        assert_eq!(default_gain(10), 1.0);
+        assert_eq!(default_gain(12), 0.25);
+        assert_eq!(default_gain(16), 1.0 / 64.0);
+        assert_eq!(default_gains(3, 10), vec![Complex32::new(1.0, 0.0); 3]);
+    }
+}

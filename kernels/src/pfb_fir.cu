@@ -1,0 +1,109 @@
+// PFB FIR (paper section 3.4): one thread per pair of adjacent columns (t = 2u, 2u+1) of the
+// window, for a run of consecutive spectra. The thread keeps its 2T weights and a sliding window of
+// T sample pairs in registers: while the coarse delay is constant (offset grows by exactly 2n per
+// spectrum) each new spectrum costs one new sample pair; a change of delay reloads the window.
+// Runs of FIR_BATCH spectra with one delay load their new samples together (see below).
+//
+// Samples are unpacked straight from the packed span. The output pair (g_2u, g_2u+1) is the complex
+// value z_u of the n-point complex FFT that computes the 2n-point real FFT, written where the
+// unzipped FFT wants it (six-step FFT, step 1): sub-sequence j = u mod 4, index i = u / 4.
+
+// Two consecutive samples starting at sample index x of a packed span: one funnel shift over two
+// aligned words covers them (2 * SAMPLE_BITS <= 32 bits from any bit position).
+__device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u64 x) {
+    const u64 bit = x * SAMPLE_BITS;
+    const u64 w = bit >> 5;
+    const u32 hi = bswap32(__ldg(span + w));
+    const u32 lo = bswap32(__ldg(span + w + 1));
+    const u32 top = __funnelshift_l(lo, hi, (u32)bit & 31u);
+    const int s0 = (int)top >> (32 - SAMPLE_BITS);
+    const int s1 = (int)(top << SAMPLE_BITS) >> (32 - SAMPLE_BITS);
+    return make_float2((float)s0, (float)s1);
+}
+
+__device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 (&w)[TAPS]) {
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < TAPS; j++) {
+        acc.x = fmaf(x[j].x, w[j].x, acc.x);
+        acc.y = fmaf(x[j].y, w[j].y, acc.y);
+    }
+    return acc;
+}
+
+extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
+    const u32 *__restrict__ span,       // [pol][span_words] packed samples (padded by 2 words)
+    u64 span_words,                     // words per polarisation
+    const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, in samples
+    const float2 *__restrict__ weights, // [TAPS][CHANNELS]: (w[2u + 2nj], w[2u + 1 + 2nj])
+    float2 *__restrict__ out,           // [pol][spectra][UNZIP][FFT_LEN]
+    u32 spectra,
+    u32 spectra_per_thread)
+{
+    const u32 u = blockIdx.x * FIR_BLOCK + threadIdx.x; // column pair, < CHANNELS by construction
+    const u32 pol = blockIdx.z;
+    const u32 m0 = blockIdx.y * spectra_per_thread;
+    if (m0 >= spectra) return;
+    const u32 m1 = min(m0 + spectra_per_thread, spectra);
+
+    span += pol * span_words;
+    offsets += (u64)pol * spectra;
+    float2 *dst = out + ((u64)pol * spectra * UNZIP + (u & 3)) * FFT_LEN + (u >> 2);
+
+    float2 w[TAPS];
+#pragma unroll
+    for (int j = 0; j < TAPS; j++) w[j] = __ldg(weights + j * CHANNELS + u);
+
+    // Prime the window with taps 0..T-2 of the first spectrum, as if the spectrum before it had
+    // been computed with the same delay: then every spectrum, the first included, slides.
+    float2 x[TAPS];
+    const u32 off0 = __ldg(offsets + m0);
+#pragma unroll
+    for (int j = 0; j < TAPS - 1; j++) x[j + 1] = load_pair(span, (u64)off0 + 2 * u + (u64)STEP * j);
+    u32 prev = off0 - STEP; // wraps harmlessly: prev + STEP == off0
+
+    u32 m = m0;
+    while (m < m1) {
+        // Fast path: the next FIR_BATCH spectra all keep the delay of the last one. Their offsets
+        // and new sample pairs are loaded together, so each thread has FIR_BATCH loads in flight
+        // instead of one dependent chain per spectrum (the kernel is latency-bound otherwise).
+        if (m + FIR_BATCH <= m1) {
+            u32 offs[FIR_BATCH];
+#pragma unroll
+            for (int i = 0; i < FIR_BATCH; i++) offs[i] = __ldg(offsets + m + i);
+            bool slide = offs[0] == prev + STEP;
+#pragma unroll
+            for (int i = 1; i < FIR_BATCH; i++) slide = slide && offs[i] == offs[i - 1] + STEP;
+            if (slide) {
+                float2 fresh[FIR_BATCH];
+#pragma unroll
+                for (int i = 0; i < FIR_BATCH; i++)
+                    fresh[i] = load_pair(span, (u64)offs[i] + 2 * u + (u64)STEP * (TAPS - 1));
+#pragma unroll
+                for (int i = 0; i < FIR_BATCH; i++) {
+#pragma unroll
+                    for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
+                    x[TAPS - 1] = fresh[i];
+                    dst[(u64)(m + i) * (UNZIP * FFT_LEN)] = fir_sum(x, w);
+                }
+                prev = offs[FIR_BATCH - 1];
+                m += FIR_BATCH;
+                continue;
+            }
+        }
+        // One spectrum: slide if the delay is unchanged, else reload the whole window.
+        const u32 off = __ldg(offsets + m);
+        const u64 base = (u64)off + 2 * u;
+        if (off == prev + STEP) {
+#pragma unroll
+            for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
+            x[TAPS - 1] = load_pair(span, base + (u64)STEP * (TAPS - 1));
+        } else {
+#pragma unroll
+            for (int j = 0; j < TAPS; j++) x[j] = load_pair(span, base + (u64)STEP * j);
+        }
+        prev = off;
+        dst[(u64)m * (UNZIP * FFT_LEN)] = fir_sum(x, w);
+        m++;
+    }
+}
