@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU machine's acceptance run of `harness max-rate`: dsim, fengine --backend cuda and the
+# harness on one host over loopback (no Docker there), 32768 channels, 16 taps, 10-bit samples,
+# 4096-sample input heaps, with the same search on the null backend for comparison. Checks the
+# targets: at least 0.9 of the null-backend rate and at least 6.3 Gsample/s per polarisation.
+#
+#   harness/scripts/gpu-max-rate.sh [BIN_DIR [OUT_DIR [extra harness max-rate arguments]]]
+#
+# The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, WINDOW (s)
+# and REPEATS in the environment.
+set -euo pipefail
+bin=${1:-target/release}
+out=${2:-harness-max-rate-gpu}
+shift $(( $# < 2 ? $# : 2 ))
+
+# 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
+sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 \
+  || echo "could not raise net.core.{r,w}mem_max (not root?): expect loss at high rates" >&2
+
+status=0
+"$bin/harness" max-rate --local --backend cuda --compare-null \
+  --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
+  --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams 4 \
+  --fengine-args "--sample-bits 10 --heap-samples 4096" \
+  --dsim-args "--sample-bits 10 --heap-samples 4096" \
+  --low "${LOW:-4e9}" --high "${HIGH:-8e9}" --resolution "${RESOLUTION:-50e6}" \
+  --warmup "${WARMUP:-3}" --window "${WINDOW:-10}" --repeats "${REPEATS:-1}" \
+  --out-dir "$out" "$@" || status=$?
+
+python3 - "$out/max-rate.json" <<'PY' || status=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+best = {s["backend"]: s["best"] for s in r["searches"]}
+cuda, null, ratio = best.get("cuda"), best.get("null"), r.get("ratio_to_null")
+print(f"cuda {cuda} null {null} ratio {ratio}")
+ok = cuda is not None and cuda >= 6.3e9 and ratio is not None and ratio >= 0.9
+print("targets (>= 6.3 Gsample/s, >= 0.9 of null):", "MET" if ok else "NOT MET")
+sys.exit(0 if ok else 1)
+PY
+exit $status

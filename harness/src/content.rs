@@ -1,0 +1,302 @@
+//! What the heaps hold: per-channel power of the 8-bit output, the strongest channel per
+//! polarisation, and whether it is the channel of the tone dsim sends.
+//!
+//! A heap's `feng_raw` is int8 `(channels_per_substream, spectra_per_heap, 2 pols, 2)`, channel
+//! major (`wire-formats.md`). Reading every heap at 12 GB/s would cost the harness the cores the
+//! engine needs, so the monitor samples heaps at a bounded rate per substream.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::receive::HeapSink;
+
+/// Sum of |x|^2 per channel and polarisation, and the spectra summed, for a whole band.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelPower {
+    power: Vec<[f64; 2]>,
+    spectra: Vec<u64>,
+}
+
+impl ChannelPower {
+    pub fn new(channels: usize) -> Self {
+        Self {
+            power: vec![[0.0; 2]; channels],
+            spectra: vec![0; channels],
+        }
+    }
+
+    pub fn channels(&self) -> usize {
+        self.power.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.power.iter_mut().for_each(|p| *p = [0.0; 2]);
+        self.spectra.iter_mut().for_each(|s| *s = 0);
+    }
+
+    /// Adds one heap's `feng_raw` of `n` channels from `first_channel` (the spectra per heap
+    /// follow from its length). Returns false (and adds nothing) when the payload is not a whole
+    /// number of spectra of `n` channels, or runs past the band.
+    pub fn add_heap(&mut self, data: &[u8], first_channel: usize, n: usize) -> bool {
+        if n == 0 || data.is_empty() || !data.len().is_multiple_of(n * 4) {
+            return false;
+        }
+        let spectra = data.len() / (n * 4);
+        let per_channel = spectra * 4;
+        if first_channel + n > self.power.len() {
+            return false;
+        }
+        for (c, block) in data.chunks_exact(per_channel).enumerate() {
+            // Integer sums: exact, and faster than float per sample.
+            let mut acc = [0u64; 2];
+            for v in block.chunks_exact(4) {
+                let sq = |b: u8| {
+                    let x = b as i8 as i64;
+                    (x * x) as u64
+                };
+                acc[0] += sq(v[0]) + sq(v[1]);
+                acc[1] += sq(v[2]) + sq(v[3]);
+            }
+            let p = &mut self.power[first_channel + c];
+            p[0] += acc[0] as f64;
+            p[1] += acc[1] as f64;
+            self.spectra[first_channel + c] += spectra as u64;
+        }
+        true
+    }
+
+    /// Mean power per spectrum of a channel and polarisation (None if nothing was summed).
+    pub fn mean(&self, channel: usize, pol: usize) -> Option<f64> {
+        let s = *self.spectra.get(channel)?;
+        (s > 0).then(|| self.power[channel][pol] / s as f64)
+    }
+
+    /// Per polarisation: the strongest channel, its mean power, and the median channel power
+    /// (of channels with data), to tell a tone from noise.
+    pub fn strongest(&self) -> [Option<Peak>; 2] {
+        [0, 1].map(|pol| {
+            let mut means: Vec<(usize, f64)> = (0..self.power.len())
+                .filter_map(|c| self.mean(c, pol).map(|m| (c, m)))
+                .collect();
+            let &(channel, power) = means
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
+            let mid = means.len() / 2;
+            means.select_nth_unstable_by(mid, |a, b| a.1.total_cmp(&b.1));
+            Some(Peak {
+                channel,
+                power,
+                median: means[mid].1,
+            })
+        })
+    }
+}
+
+/// The strongest channel of one polarisation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Peak {
+    pub channel: usize,
+    /// Mean |x|^2 per spectrum, in output counts squared.
+    pub power: f64,
+    /// Median over channels of the same.
+    pub median: f64,
+}
+
+impl Peak {
+    pub fn power_db(&self) -> f64 {
+        db(self.power)
+    }
+    /// How far the peak stands above the median channel.
+    pub fn contrast_db(&self) -> f64 {
+        db(self.power) - db(self.median)
+    }
+}
+
+pub fn db(power: f64) -> f64 {
+    if power > 0.0 {
+        10.0 * power.log10()
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
+/// The (fractional) channel whose centre is nearest `freq_hz`: channel k is centred on
+/// k fs / (2n). Frequencies above fs/2 fold back (real sampling).
+pub fn tone_channel(freq_hz: f64, adc_rate: f64, channels: usize) -> f64 {
+    let f = freq_hz.rem_euclid(adc_rate);
+    let f = if f > adc_rate / 2.0 { adc_rate - f } else { f };
+    f * 2.0 * channels as f64 / adc_rate
+}
+
+/// What the content check concluded for one interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The strongest channel of both polarisations is the tone's.
+    Match,
+    /// A polarisation's strongest channel is elsewhere.
+    WrongChannel,
+    /// No channel stands out: no tone in the output (zeros, or noise only).
+    NoTone,
+    /// No data analysed in the interval.
+    NoData,
+}
+
+/// A tone must stand this far above the median channel to count as seen.
+pub const MIN_CONTRAST_DB: f64 = 10.0;
+
+/// Checks both polarisations' peaks against the tone's fractional channel. A tone within 0.1
+/// channel of a boundary between two channels may peak in either.
+pub fn check(peaks: &[Option<Peak>; 2], expected: f64) -> Verdict {
+    let mut verdict = Verdict::Match;
+    for p in peaks {
+        let Some(p) = p else { return Verdict::NoData };
+        // NaN (no power anywhere) is no tone too.
+        if p.contrast_db().is_nan() || p.contrast_db() < MIN_CONTRAST_DB {
+            return Verdict::NoTone;
+        }
+        if (p.channel as f64 - expected).abs() > 0.6 {
+            verdict = Verdict::WrongChannel;
+        }
+    }
+    verdict
+}
+
+/// Samples heaps (at most one per substream per `interval`) into a [`ChannelPower`] that the
+/// progress loop takes once a second.
+pub struct ContentMonitor {
+    interval: Duration,
+    per_substream: usize,
+    state: Mutex<MonitorState>,
+}
+
+struct MonitorState {
+    acc: ChannelPower,
+    last: Vec<Option<Instant>>,
+    bad_shape: u64,
+}
+
+impl ContentMonitor {
+    pub fn new(channels: usize, substreams: usize, interval: Duration) -> Self {
+        Self {
+            interval,
+            per_substream: channels / substreams.max(1),
+            state: Mutex::new(MonitorState {
+                acc: ChannelPower::new(channels),
+                last: vec![None; substreams],
+                bad_shape: 0,
+            }),
+        }
+    }
+
+    /// Takes what was summed since the last call, and the count of heaps of the wrong shape.
+    pub fn take(&self) -> (ChannelPower, u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fresh = ChannelPower::new(s.acc.channels());
+        std::mem::swap(&mut fresh, &mut s.acc);
+        (fresh, std::mem::take(&mut s.bad_shape))
+    }
+}
+
+impl HeapSink for ContentMonitor {
+    fn heap(&self, substream: usize, first_channel: usize, _timestamp: u64, data: &[u8]) {
+        let now = Instant::now();
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(last)) = s.last.get(substream) {
+            if now.duration_since(*last) < self.interval {
+                return;
+            }
+        }
+        if let Some(slot) = s.last.get_mut(substream) {
+            *slot = Some(now);
+        }
+        if !s.acc.add_heap(data, first_channel, self.per_substream) {
+            s.bad_shape += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heap of `ch` channels x `spectra` where channel `tone` holds (a, 0) in pol 0 and (0, b)
+    /// in pol 1 and every other value is `noise`.
+    fn heap(ch: usize, spectra: usize, tone: usize, a: i8, b: i8, noise: i8) -> Vec<u8> {
+        let mut d = Vec::with_capacity(ch * spectra * 4);
+        for c in 0..ch {
+            for _ in 0..spectra {
+                if c == tone {
+                    d.extend_from_slice(&[a as u8, 0, 0, b as u8]);
+                } else {
+                    d.extend_from_slice(&[noise as u8; 4]);
+                }
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn power_and_strongest_channel() {
+        let mut acc = ChannelPower::new(16);
+        assert!(acc.add_heap(&heap(8, 4, 3, -100, 50, 1), 8, 8));
+        assert_eq!(acc.mean(11, 0), Some(10000.0));
+        assert_eq!(acc.mean(11, 1), Some(2500.0));
+        assert_eq!(acc.mean(8, 0), Some(2.0));
+        assert_eq!(acc.mean(0, 0), None);
+        let [p0, p1] = acc.strongest();
+        let (p0, p1) = (p0.unwrap(), p1.unwrap());
+        assert_eq!((p0.channel, p0.power, p0.median), (11, 10000.0, 2.0));
+        assert_eq!(p1.channel, 11);
+        assert!((p0.power_db() - 40.0).abs() < 1e-9);
+        assert_eq!(check(&[Some(p0), Some(p1)], 11.2), Verdict::Match);
+        assert_eq!(check(&[Some(p0), Some(p1)], 13.0), Verdict::WrongChannel);
+        assert_eq!(check(&[Some(p0), None], 11.0), Verdict::NoData);
+    }
+
+    #[test]
+    fn flat_or_zero_output_is_no_tone() {
+        let mut acc = ChannelPower::new(8);
+        acc.add_heap(&[0u8; 8 * 2 * 4], 0, 8);
+        let peaks = acc.strongest();
+        assert_eq!(check(&peaks, 3.0), Verdict::NoTone);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let mut acc = ChannelPower::new(8);
+        assert!(!acc.add_heap(&[0u8; 7], 0, 2));
+        assert!(!acc.add_heap(&[0u8; 8 * 2 * 4], 1, 8));
+        assert!(!acc.add_heap(&[0u8; 8], 0, 0));
+        assert!(!acc.add_heap(&[], 0, 8));
+    }
+
+    #[test]
+    fn tone_channels() {
+        // Channel k centred on k fs / 2n.
+        assert_eq!(tone_channel(1712e6 / 8.0, 1712e6, 1024), 256.0);
+        assert!((tone_channel(100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+        // Aliases fold back.
+        assert!((tone_channel(900e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+        assert!((tone_channel(1100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn monitor_samples_per_substream() {
+        let m = ContentMonitor::new(16, 2, Duration::from_secs(3600));
+        let h = heap(8, 4, 2, 100, 100, 0);
+        m.heap(0, 0, 0, &h);
+        // Within the interval: skipped.
+        m.heap(0, 0, 1, &heap(8, 4, 5, 127, 127, 0));
+        m.heap(1, 8, 0, &h);
+        let (acc, bad) = m.take();
+        assert_eq!(bad, 0);
+        assert_eq!(acc.mean(2, 0), Some(10000.0));
+        assert_eq!(acc.mean(5, 0), Some(0.0));
+        assert_eq!(acc.mean(10, 1), Some(10000.0));
+        // Taken: empty again.
+        assert_eq!(m.take().0.mean(2, 0), None);
+    }
+}

@@ -1,0 +1,368 @@
+//! Reports: the max-rate trial table, JSON files, and SVG plots (rate against outcome; measured
+//! against theoretical channel response).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::gsps;
+use crate::response::ResponsePoint;
+use crate::search::SearchConfig;
+use crate::trial::TrialRecord;
+
+/// One search (one engine backend).
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchReport {
+    pub backend: String,
+    pub config: SearchConfig,
+    /// Highest sustained rate (sample/s per polarisation), None if `low` failed.
+    pub best: Option<f64>,
+    pub lowest_fail: Option<f64>,
+    pub trials: Vec<TrialRecord>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MaxRateReport {
+    pub searches: Vec<SearchReport>,
+    /// best / best of the null backend, with --compare-null.
+    pub ratio_to_null: Option<f64>,
+    /// How the system was set up (mode, geometry, arguments).
+    pub system: serde_json::Value,
+}
+
+impl MaxRateReport {
+    pub fn compute_ratio(&mut self) {
+        let best = |name: &str| {
+            self.searches
+                .iter()
+                .find(|s| s.backend == name)
+                .and_then(|s| s.best)
+        };
+        let null = best("null");
+        let other = self
+            .searches
+            .iter()
+            .find(|s| s.backend != "null")
+            .and_then(|s| s.best);
+        self.ratio_to_null = match (other, null) {
+            (Some(o), Some(n)) if n > 0.0 => Some(o / n),
+            _ => None,
+        };
+    }
+}
+
+/// The trials as a text table, then one line per search.
+pub fn table(report: &MaxRateReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {}\n",
+        "#",
+        "backend",
+        "phase",
+        "rate Gsps",
+        "result",
+        "recv Gsps",
+        "missing-in",
+        "skipped-out",
+        "gaps",
+        "reasons"
+    ));
+    for s in &report.searches {
+        for t in &s.trials {
+            out.push_str(&format!(
+                "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {}\n",
+                t.index,
+                t.backend,
+                format!("{:?}", t.phase).to_lowercase(),
+                gsps(t.rate),
+                if t.pass { "pass" } else { "FAIL" },
+                gsps(t.received_rate),
+                t.missing_input,
+                t.skipped_output,
+                t.gaps,
+                t.reasons.join("; ")
+            ));
+        }
+    }
+    for s in &report.searches {
+        out.push_str(&format!(
+            "{}: highest sustained rate {} Gsample/s per polarisation{}\n",
+            s.backend,
+            s.best.map_or("none (--low failed)".into(), gsps),
+            match s.lowest_fail {
+                Some(f) => format!(" (lowest failing {})", gsps(f)),
+                None => " (--high passed)".into(),
+            }
+        ));
+    }
+    if let Some(r) = report.ratio_to_null {
+        out.push_str(&format!("ratio to the null backend: {r:.3}\n"));
+    }
+    out
+}
+
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("plot: {e:?}")
+}
+
+const COLOURS: [RGBColor; 4] = [BLUE, RGBColor(230, 120, 0), RGBColor(0, 150, 60), MAGENTA];
+
+/// Rate against outcome: pass at 1, fail at 0, one colour per backend (offset a little so the
+/// searches do not hide each other), a dashed line at each search's best rate.
+pub fn plot_trials(path: &Path, report: &MaxRateReport) -> Result<()> {
+    let rates: Vec<f64> = report
+        .searches
+        .iter()
+        .flat_map(|s| s.trials.iter().map(|t| t.rate / 1e9))
+        .collect();
+    let (lo, hi) = rates
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &r| (a.min(r), b.max(r)));
+    let (lo, hi) = if rates.is_empty() {
+        (0.0, 1.0)
+    } else {
+        let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.01).max(1e-6);
+        (lo - pad, hi + pad)
+    };
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("max-rate trials", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(lo..hi, -0.5f64..1.5f64)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("ADC rate per polarisation (Gsample/s)")
+        .y_desc("outcome")
+        .y_labels(3)
+        .y_label_formatter(&|y| {
+            if (*y - 1.0).abs() < 0.01 {
+                "pass".into()
+            } else if y.abs() < 0.01 {
+                "fail".into()
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(plot_err)?;
+    for (i, s) in report.searches.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let dy = 0.06 * i as f64;
+        let points: Vec<(f64, f64, bool)> = s
+            .trials
+            .iter()
+            .map(|t| (t.rate / 1e9, if t.pass { 1.0 } else { 0.0 } - dy, t.pass))
+            .collect();
+        chart
+            .draw_series(points.iter().map(|&(x, y, pass)| {
+                if pass {
+                    Circle::new((x, y), 6, colour.filled()).into_dyn()
+                } else {
+                    Cross::new((x, y), 6, colour.stroke_width(2)).into_dyn()
+                }
+            }))
+            .map_err(plot_err)?
+            .label(match s.best {
+                Some(b) => format!("{}: best {} Gsample/s", s.backend, gsps(b)),
+                None => format!("{}: no rate sustained", s.backend),
+            })
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
+        if let Some(b) = s.best {
+            let x = b / 1e9;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(x, -0.5), (x, 1.5)],
+                    6,
+                    4,
+                    colour.stroke_width(1),
+                ))
+                .map_err(plot_err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::MiddleLeft)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// Measured and theoretical response in dB against the offset from the channel centre.
+pub fn plot_response(
+    path: &Path,
+    theory: &[(f64, f64)],
+    points: &[ResponsePoint],
+    floor_db: f64,
+    title: &str,
+) -> Result<()> {
+    let xs = theory
+        .iter()
+        .map(|p| p.0)
+        .chain(points.iter().map(|p| p.offset));
+    let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+    let (lo, hi) = if lo < hi { (lo, hi) } else { (-1.0, 1.0) };
+    let ymin = theory
+        .iter()
+        .map(|p| p.1)
+        .chain(points.iter().filter_map(|p| p.measured_db))
+        .filter(|y| y.is_finite())
+        .fold(floor_db - 10.0, f64::min)
+        .max(-160.0);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(lo..hi, ymin..5.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offset from channel centre (channels)")
+        .y_desc("response (dB)")
+        .draw()
+        .map_err(plot_err)?;
+    chart
+        .draw_series(LineSeries::new(
+            theory.iter().map(|&(x, y)| (x, y.max(ymin))),
+            BLACK.stroke_width(1),
+        ))
+        .map_err(plot_err)?
+        .label("theory: |FT of PFB weights|^2")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    chart
+        .draw_series(
+            points
+                .iter()
+                .filter_map(|p| Some((p.offset, p.measured_db?.max(ymin))))
+                .map(|(x, y)| Circle::new((x, y), 3, BLUE.filled())),
+        )
+        .map_err(plot_err)?
+        .label("measured (cross-power)")
+        .legend(|(x, y)| Circle::new((x + 10, y), 3, BLUE.filled()));
+    chart
+        .draw_series(DashedLineSeries::new(
+            vec![(lo, floor_db), (hi, floor_db)],
+            5,
+            5,
+            RED.stroke_width(1),
+        ))
+        .map_err(plot_err)?
+        .label(format!("compared above {floor_db} dB"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::Phase;
+
+    fn trial(index: usize, backend: &str, rate: f64, pass: bool) -> TrialRecord {
+        TrialRecord {
+            index,
+            backend: backend.into(),
+            phase: Phase::Bisect,
+            rate,
+            pass,
+            reasons: if pass {
+                vec![]
+            } else {
+                vec!["engine skipped output +3".into()]
+            },
+            missing_input: 0.0,
+            skipped_output: if pass { 0.0 } else { 3.0 },
+            gaps: 0,
+            late: 0,
+            malformed: 0,
+            received_rate: rate,
+            udp_rcvbuf_errors: None,
+            window_s: 20.0,
+        }
+    }
+
+    fn report() -> MaxRateReport {
+        let cfg = SearchConfig {
+            low: 1e9,
+            high: 8e9,
+            resolution: 10e6,
+            repeats: 1,
+        };
+        let mut r = MaxRateReport {
+            searches: vec![
+                SearchReport {
+                    backend: "cuda".into(),
+                    config: cfg,
+                    best: Some(6.3e9),
+                    lowest_fail: Some(6.31e9),
+                    trials: vec![trial(1, "cuda", 1e9, true), trial(2, "cuda", 8e9, false)],
+                },
+                SearchReport {
+                    backend: "null".into(),
+                    config: cfg,
+                    best: Some(7e9),
+                    lowest_fail: None,
+                    trials: vec![trial(3, "null", 7e9, true)],
+                },
+            ],
+            ratio_to_null: None,
+            system: serde_json::json!({"mode": "test"}),
+        };
+        r.compute_ratio();
+        r
+    }
+
+    #[test]
+    fn table_json_and_plot() {
+        let r = report();
+        assert!((r.ratio_to_null.unwrap() - 0.9).abs() < 1e-12);
+        let t = table(&r);
+        assert!(t.contains("FAIL"), "{t}");
+        assert!(t.contains("cuda: highest sustained rate 6.300"), "{t}");
+        assert!(t.contains("ratio to the null backend: 0.900"), "{t}");
+        let dir = std::env::temp_dir().join(format!("harness-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_json(&dir.join("r.json"), &r).unwrap();
+        let back: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+        assert_eq!(back["searches"][0]["trials"][1]["pass"], false);
+        plot_trials(&dir.join("r.svg"), &r).unwrap();
+        let svg = std::fs::read_to_string(dir.join("r.svg")).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("best 6.300"),
+            "{}",
+            &svg[..200.min(svg.len())]
+        );
+        // An empty report still plots.
+        let empty = MaxRateReport {
+            searches: vec![],
+            ratio_to_null: None,
+            system: serde_json::Value::Null,
+        };
+        plot_trials(&dir.join("e.svg"), &empty).unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

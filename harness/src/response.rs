@@ -1,0 +1,609 @@
+//! Channel response (paper, 5.2): step dsim's tone across a channel in sub-channel steps,
+//! cross-correlate the two polarisations' outputs for that channel (their dither is independent,
+//! so noise and dither average away while the common tone stays), integrate, and compare with
+//! the theoretical response, |Fourier transform of the PFB weights|^2.
+//!
+//! The 8-bit output cannot hold the whole range at one gain, so each step sets the engine gain
+//! that puts the tone's expected level near `target` counts (the paper uses different gains for
+//! different tones) and divides it out. The gain comes from the theory only to choose a level;
+//! the measurement itself does not depend on it.
+//!
+//! Theory, for n channels, T taps and weights w (`signal-path.md`): a tone at k + d channels
+//! (frequency (k + d) fs / 2n) gives channel k the amplitude |W(d / 2n)|, W(nu) = sum_i w_i
+//! exp(-2 pi i nu i), so the response relative to the centre is |W(d / 2n)|^2 / |W(0)|^2.
+
+use std::f64::consts::PI;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use num_complex::Complex64;
+use serde::Serialize;
+
+use crate::content::db;
+use crate::control::Tone;
+use crate::receive::{HeapSink, Receiver};
+use crate::services::Services;
+use crate::signals;
+
+/// PFB weights as `signal-path.md`: Hann window times sinc, scaled to unit energy.
+pub fn pfb_weights(channels: usize, taps: usize, cutoff: f64) -> Vec<f64> {
+    let len = 2 * channels * taps;
+    let step = 2.0 * channels as f64;
+    let mut w: Vec<f64> = (0..len)
+        .map(|i| {
+            let hann = if len > 1 {
+                (PI * i as f64 / (len - 1) as f64).sin().powi(2)
+            } else {
+                1.0
+            };
+            let x = cutoff * ((i as f64 + 0.5) / step - taps as f64 / 2.0);
+            let sinc = if x.abs() < 1e-12 {
+                1.0
+            } else {
+                (PI * x).sin() / (PI * x)
+            };
+            hann * sinc
+        })
+        .collect();
+    let norm = w.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        w.iter_mut().for_each(|x| *x /= norm);
+    }
+    w
+}
+
+/// |W(offset / 2n)|: the amplitude a unit complex tone `offset` channels from a channel's centre
+/// gives that channel. The phasor is rotated by multiplication and renormalised now and then
+/// (the error stays near 1e-13, far below the -120 dB the paper reaches).
+pub fn amplitude(weights: &[f64], channels: usize, offset: f64) -> f64 {
+    let theta = -2.0 * PI * offset / (2.0 * channels as f64);
+    let rot = Complex64::from_polar(1.0, theta);
+    let mut ph = Complex64::new(1.0, 0.0);
+    let mut acc = Complex64::new(0.0, 0.0);
+    for (i, &w) in weights.iter().enumerate() {
+        acc += ph * w;
+        ph *= rot;
+        if i % 4096 == 4095 {
+            ph = Complex64::from_polar(1.0, theta * (i + 1) as f64);
+        }
+    }
+    acc.norm()
+}
+
+/// Theoretical response in dB relative to the channel centre.
+pub fn response_db(weights: &[f64], channels: usize, offset: f64) -> f64 {
+    let peak = amplitude(weights, channels, 0.0);
+    2.0 * db(amplitude(weights, channels, offset) / peak)
+}
+
+/// Sum of the weights: the channel amplitude per unit complex tone amplitude at the centre.
+pub fn coherent_gain(weights: &[f64]) -> f64 {
+    weights.iter().sum()
+}
+
+/// Cross-power of one channel between the polarisations, summed over the heaps that arrive
+/// while armed and whose timestamp is at least `min_timestamp`.
+pub struct CrossAccumulator {
+    channel: usize,
+    per_substream: usize,
+    state: Mutex<Cross>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cross {
+    armed: bool,
+    min_timestamp: u64,
+    /// Sum of x0 conj(x1).
+    pub cross: Complex64,
+    /// Sums of |x0|^2 and |x1|^2.
+    pub auto: [f64; 2],
+    pub spectra: u64,
+    /// Values with a component at the clamp (+-127): the gain was too high.
+    pub saturated: u64,
+}
+
+impl CrossAccumulator {
+    pub fn new(channel: usize, channels: usize, substreams: usize) -> Self {
+        Self {
+            channel,
+            per_substream: channels / substreams.max(1),
+            state: Mutex::new(Cross::default()),
+        }
+    }
+
+    /// Starts a fresh sum over heaps from `min_timestamp` on.
+    pub fn arm(&self, min_timestamp: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        *s = Cross {
+            armed: true,
+            min_timestamp,
+            ..Cross::default()
+        };
+    }
+
+    /// Stops summing and returns the sums.
+    pub fn take(&self) -> Cross {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.armed = false;
+        *s
+    }
+
+    pub fn spectra(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).spectra
+    }
+}
+
+impl HeapSink for CrossAccumulator {
+    fn heap(&self, _substream: usize, first_channel: usize, timestamp: u64, data: &[u8]) {
+        if self.channel < first_channel || self.channel >= first_channel + self.per_substream {
+            return;
+        }
+        // Spectra per heap from the heap's length: (channels, spectra, 2 pols, re/im) int8.
+        let spectra = data.len() / (self.per_substream.max(1) * 4);
+        let per_channel = spectra * 4;
+        if per_channel == 0 {
+            return;
+        }
+        let at = (self.channel - first_channel) * per_channel;
+        let Some(block) = data.get(at..at + per_channel) else {
+            return;
+        };
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.armed || timestamp < s.min_timestamp {
+            return;
+        }
+        let v = |b: u8| b as i8 as f64;
+        for x in block.chunks_exact(4) {
+            let x0 = Complex64::new(v(x[0]), v(x[1]));
+            let x1 = Complex64::new(v(x[2]), v(x[3]));
+            s.cross += x0 * x1.conj();
+            s.auto[0] += x0.norm_sqr();
+            s.auto[1] += x1.norm_sqr();
+            if x.iter().any(|&b| (b as i8).unsigned_abs() >= 127) {
+                s.saturated += 1;
+            }
+        }
+        s.spectra += spectra as u64;
+    }
+}
+
+/// dsim's noise when none is set (its `--noise` default).
+pub const DSIM_DEFAULT_NOISE: f64 = 0.05;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponseConfig {
+    /// The channel measured.
+    pub channel: usize,
+    /// Channels each side of its centre the tone visits.
+    pub span: f64,
+    pub steps_per_channel: usize,
+    /// Integration per step.
+    pub integration: Duration,
+    /// Wait after changing tone and gain before integrating (signal and pipeline latency).
+    pub settle: Duration,
+    /// Tone amplitude, fraction of full scale.
+    pub amplitude: f64,
+    /// Noise dsim adds (fraction of full scale), if set.
+    pub noise: Option<f64>,
+    /// Output level (counts) each step's gain aims the tone at.
+    pub target: f64,
+    pub max_gain: f64,
+    /// Compare only where the theory is above this (dB).
+    pub floor_db: f64,
+    pub tolerance_db: f64,
+    /// Set a gain per step (false: keep the engine's gain; range limited by 8 bits).
+    pub set_gains: bool,
+}
+
+/// The system's shape as the response needs it.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ResponseGeometry {
+    pub channels: usize,
+    pub taps: usize,
+    pub sample_bits: u32,
+    pub adc_rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponsePoint {
+    /// Tone offset from the channel centre (channels).
+    pub offset: f64,
+    pub frequency: f64,
+    pub gain: f64,
+    /// Mean cross-power per spectrum, gain divided out.
+    pub power: f64,
+    /// Relative to the centre (the largest measured power when 0 was not measured).
+    pub measured_db: Option<f64>,
+    pub theory_db: f64,
+    /// measured - theory, where the theory is above the floor.
+    pub deviation_db: Option<f64>,
+    pub spectra: u64,
+    pub saturated_fraction: f64,
+    /// |cross| / sqrt(auto0 auto1): near 1 when the tone dominates, near 0 when noise does.
+    pub coherence: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponseReport {
+    pub config: ResponseConfig,
+    pub geometry: ResponseGeometry,
+    pub points: Vec<ResponsePoint>,
+    /// Largest |deviation| over the points above the floor.
+    pub max_deviation_db: Option<f64>,
+    pub worst_offset: Option<f64>,
+    pub compared: usize,
+    pub pass: bool,
+}
+
+/// The tone offsets visited: -span..=span in 1/steps_per_channel steps (0 included).
+pub fn offsets(span: f64, steps_per_channel: usize) -> Vec<f64> {
+    let steps = steps_per_channel.max(1) as f64;
+    let k = (span.abs() * steps).round() as i64;
+    (-k..=k).map(|i| i as f64 / steps).collect()
+}
+
+/// Normalises the measured powers, fills in deviations, and judges them.
+pub fn analyse(
+    mut points: Vec<ResponsePoint>,
+    config: ResponseConfig,
+    geometry: ResponseGeometry,
+) -> ResponseReport {
+    let reference = points
+        .iter()
+        .find(|p| p.offset == 0.0 && p.power > 0.0)
+        .map(|p| p.power)
+        .or_else(|| points.iter().map(|p| p.power).reduce(f64::max))
+        .filter(|&r| r > 0.0);
+    let mut worst: Option<(f64, f64)> = None;
+    let mut compared = 0;
+    for p in &mut points {
+        p.measured_db = reference.filter(|_| p.power > 0.0).map(|r| db(p.power / r));
+        p.deviation_db = None;
+        if p.theory_db >= config.floor_db {
+            compared += 1;
+            // A point with no power where the theory expects some is an infinite deviation.
+            let dev = p.measured_db.map_or(f64::INFINITY, |m| m - p.theory_db);
+            p.deviation_db = Some(dev);
+            if worst.is_none_or(|(w, _)| dev.abs() > w) {
+                worst = Some((dev.abs(), p.offset));
+            }
+        }
+    }
+    let max_dev = worst.map(|w| w.0);
+    ResponseReport {
+        pass: compared > 0 && max_dev.is_some_and(|d| d <= config.tolerance_db),
+        max_deviation_db: max_dev,
+        worst_offset: worst.map(|w| w.1),
+        compared,
+        config,
+        geometry,
+        points,
+    }
+}
+
+/// The gain that puts a tone at `theory_db` near `target` counts, within [1e-6, max_gain].
+pub fn gain_for(
+    theory_db: f64,
+    amplitude: f64,
+    sample_bits: u32,
+    weights_sum: f64,
+    target: f64,
+    max_gain: f64,
+) -> f64 {
+    // dsim's amplitude 1.0 is 2^(bits-1) counts.
+    let full_scale = (1u64 << (sample_bits.clamp(2, 16) - 1)) as f64;
+    // A real tone of amplitude a puts a/2 in the positive-frequency channel.
+    let centre = amplitude * full_scale / 2.0 * weights_sum;
+    let level = centre * 10f64.powf(theory_db.max(-150.0) / 20.0);
+    if level <= 0.0 {
+        return max_gain;
+    }
+    (target / level).clamp(1e-6, max_gain)
+}
+
+/// The largest gain that keeps the input noise (Gaussian `noise` of full scale, plus dither and
+/// rounding, 1/6 LSB^2 together) well inside the 8-bit output: about 18 counts rms per part, so
+/// that with the tone on top a clamp is a 4-sigma event. Far from the centre this, not the
+/// tone's level, limits the gain.
+pub fn noise_limited_gain(noise: f64, sample_bits: u32) -> f64 {
+    let full_scale = (1u64 << (sample_bits.clamp(2, 16) - 1)) as f64;
+    let sigma = ((noise * full_scale).powi(2) + 1.0 / 6.0).sqrt();
+    // Unit-energy weights: channel complex rms = input rms; per part that over sqrt(2).
+    25.0 / sigma
+}
+
+/// Runs the measurement: for each offset, set tone and gain, settle, integrate.
+pub fn measure(
+    services: &Services,
+    rx: &Receiver,
+    acc: &CrossAccumulator,
+    config: ResponseConfig,
+    geometry: ResponseGeometry,
+) -> Result<ResponseReport> {
+    let weights = pfb_weights(geometry.channels, geometry.taps, 1.0);
+    let wsum = coherent_gain(&weights);
+    let channel_width = geometry.adc_rate / (2.0 * geometry.channels as f64);
+    let offs = offsets(config.span, config.steps_per_channel);
+    let mut points = Vec::with_capacity(offs.len());
+    let mut gains_work = config.set_gains;
+    for (i, &d) in offs.iter().enumerate() {
+        let frequency = (config.channel as f64 + d) * channel_width;
+        let applied = services.dsim.set_tone(
+            Tone {
+                frequency,
+                amplitude: config.amplitude,
+            },
+            config.noise,
+        )?;
+        // dsim rounds the frequency to whole cycles per buffer: use what it generates.
+        let frequency = applied.frequency.unwrap_or(frequency);
+        let d = frequency / channel_width - config.channel as f64;
+        let theory_db = response_db(&weights, geometry.channels, d);
+        let mut gain = 1.0;
+        if gains_work {
+            gain = gain_for(
+                theory_db,
+                config.amplitude,
+                geometry.sample_bits,
+                wsum,
+                config.target,
+                config.max_gain,
+            )
+            .min(noise_limited_gain(
+                config.noise.unwrap_or(DSIM_DEFAULT_NOISE),
+                geometry.sample_bits,
+            ));
+            if let Err(e) = services.engine.set_gain(gain) {
+                tracing::warn!(
+                    "setting the engine gain failed ({e:#}); measuring at its own gain, so the \
+                     8-bit output limits the range"
+                );
+                gains_work = false;
+                gain = 1.0;
+            }
+        }
+        signals::sleep(config.settle)?;
+        // Only heaps made after the change: from the signal's first timestamp, and later than
+        // anything received before the settle time ended (the gain has no timestamp).
+        let snap = rx.snapshot();
+        let min_ts = snap
+            .substreams
+            .iter()
+            .filter_map(|s| Some(s.newest_timestamp? + s.step?))
+            .chain(applied.from_timestamp)
+            .max()
+            .unwrap_or(0);
+        acc.arm(min_ts);
+        // The integration runs from the first heap after the change; a system with a long
+        // pipeline (low rate, big frames) takes a while to deliver it.
+        let patience = (config.settle + config.integration) * 4 + Duration::from_secs(10);
+        let waited = Instant::now();
+        while acc.spectra() == 0 {
+            if waited.elapsed() > patience {
+                acc.take();
+                bail!(
+                    "no output for channel {} from timestamp {min_ts} on arrived within {patience:?} \
+                     (is the engine sending, and keeping up?)",
+                    config.channel
+                );
+            }
+            signals::sleep(Duration::from_millis(20))?;
+        }
+        signals::sleep(config.integration)?;
+        let c = acc.take();
+        let n = c.spectra as f64;
+        let power = c.cross.norm() / n / (gain * gain);
+        let coherence = if c.auto[0] > 0.0 && c.auto[1] > 0.0 {
+            c.cross.norm() / (c.auto[0] * c.auto[1]).sqrt()
+        } else {
+            0.0
+        };
+        let p = ResponsePoint {
+            offset: d,
+            frequency,
+            gain,
+            power,
+            measured_db: None,
+            theory_db,
+            deviation_db: None,
+            spectra: c.spectra,
+            saturated_fraction: c.saturated as f64 / n,
+            coherence,
+        };
+        eprintln!(
+            "step {:>3}/{}: offset {:+.4} ch  gain {:.3e}  cross-power {:.4e}  theory {:.2} dB  coherence {:.3}  spectra {}{}",
+            i + 1,
+            offs.len(),
+            d,
+            gain,
+            power,
+            theory_db,
+            coherence,
+            c.spectra,
+            if p.saturated_fraction > 1e-3 {
+                format!("  SATURATED {:.2}%", 100.0 * p.saturated_fraction)
+            } else {
+                String::new()
+            }
+        );
+        points.push(p);
+    }
+    Ok(analyse(points, config, geometry))
+}
+
+/// The theoretical curve for plotting: `n` points over [lo, hi].
+pub fn theory_curve(geometry: &ResponseGeometry, lo: f64, hi: f64, n: usize) -> Vec<(f64, f64)> {
+    let w = pfb_weights(geometry.channels, geometry.taps, 1.0);
+    let n = n.max(2);
+    (0..n)
+        .map(|i| {
+            let x = lo + (hi - lo) * i as f64 / (n - 1) as f64;
+            (x, response_db(&w, geometry.channels, x))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustfft::FftPlanner;
+
+    #[test]
+    fn weights_have_unit_energy_and_symmetry() {
+        let w = pfb_weights(64, 4, 1.0);
+        assert_eq!(w.len(), 512);
+        let e: f64 = w.iter().map(|x| x * x).sum();
+        assert!((e - 1.0).abs() < 1e-12);
+        for i in 0..w.len() {
+            assert!((w[i] - w[w.len() - 1 - i]).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn response_matches_a_zero_padded_fft() {
+        let (n, taps) = (64, 8);
+        let w = pfb_weights(n, taps, 1.0);
+        let pad = 4;
+        let len = w.len() * pad;
+        let mut buf: Vec<rustfft::num_complex::Complex<f64>> = (0..len)
+            .map(|i| rustfft::num_complex::Complex::new(*w.get(i).unwrap_or(&0.0), 0.0))
+            .collect();
+        FftPlanner::new().plan_fft_forward(len).process(&mut buf);
+        // FFT bin b is frequency b / len cycles per sample = b 2n / len channels.
+        for b in 0..(len / 16) {
+            let offset = b as f64 * 2.0 * n as f64 / len as f64;
+            let a = amplitude(&w, n, offset);
+            assert!((a - buf[b].norm()).abs() < 1e-9 * buf[0].norm(), "bin {b}");
+        }
+    }
+
+    #[test]
+    fn response_shape_for_1024_channels_16_taps() {
+        let w = pfb_weights(1024, 16, 1.0);
+        assert!(response_db(&w, 1024, 0.0).abs() < 1e-12);
+        // Flat across the channel, -6 dB at the edge, deep beyond (values from an independent
+        // numpy evaluation of the same formula).
+        assert!(response_db(&w, 1024, 0.25).abs() < 0.01);
+        assert!((response_db(&w, 1024, 0.5) - -6.0221).abs() < 1e-3);
+        assert!((response_db(&w, 1024, 0.75) - -62.1754).abs() < 1e-3);
+        assert!((response_db(&w, 1024, 1.0) - -80.4485).abs() < 1e-3);
+        assert!((response_db(&w, 1024, -0.75) - -62.1754).abs() < 1e-3);
+        assert!((coherent_gain(&w) - 46.4629).abs() < 1e-3);
+    }
+
+    #[test]
+    fn offsets_include_the_centre() {
+        assert_eq!(
+            offsets(1.0, 4),
+            vec![-1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0]
+        );
+        assert_eq!(offsets(0.0, 16), vec![0.0]);
+    }
+
+    #[test]
+    fn gains_aim_at_the_target() {
+        let w = pfb_weights(1024, 16, 1.0);
+        let s = coherent_gain(&w);
+        let g0 = gain_for(0.0, 0.9, 10, s, 40.0, 100.0);
+        assert!((g0 * 0.9 * 512.0 / 2.0 * s - 40.0).abs() < 1e-9);
+        let g60 = gain_for(-60.0, 0.9, 10, s, 40.0, 100.0);
+        assert!((g60 / g0 - 1000.0).abs() < 1e-6);
+        assert_eq!(gain_for(-200.0, 0.9, 10, s, 40.0, 100.0), 100.0);
+        // 0.001 of a 10-bit full scale is 0.512 counts: with dither, 0.66 rms, gain 38.
+        let g = noise_limited_gain(0.001, 10);
+        assert!((g - 25.0 / (0.512f64.powi(2) + 1.0 / 6.0).sqrt()).abs() < 1e-9);
+        assert!(noise_limited_gain(0.05, 10) < 1.0);
+    }
+
+    fn cfg() -> ResponseConfig {
+        ResponseConfig {
+            channel: 256,
+            span: 1.0,
+            steps_per_channel: 4,
+            integration: Duration::ZERO,
+            settle: Duration::ZERO,
+            amplitude: 0.9,
+            noise: None,
+            target: 40.0,
+            max_gain: 100.0,
+            floor_db: -60.0,
+            tolerance_db: 0.5,
+            set_gains: true,
+        }
+    }
+
+    fn geometry() -> ResponseGeometry {
+        ResponseGeometry {
+            channels: 1024,
+            taps: 16,
+            sample_bits: 10,
+            adc_rate: 1712e6,
+        }
+    }
+
+    fn point(offset: f64, power: f64, theory_db: f64) -> ResponsePoint {
+        ResponsePoint {
+            offset,
+            frequency: 0.0,
+            gain: 1.0,
+            power,
+            measured_db: None,
+            theory_db,
+            deviation_db: None,
+            spectra: 1,
+            saturated_fraction: 0.0,
+            coherence: 1.0,
+        }
+    }
+
+    #[test]
+    fn analysis_normalises_and_judges_above_the_floor() {
+        let pts = vec![
+            point(-0.5, 0.25 * 1.1, -6.0206),
+            point(0.0, 1.0, 0.0),
+            point(0.5, 0.25, -6.0206),
+            // Far below the floor: any value is fine.
+            point(1.0, 0.5, -80.0),
+        ];
+        let r = analyse(pts, cfg(), geometry());
+        assert_eq!(r.compared, 3);
+        let dev = r.max_deviation_db.unwrap();
+        assert!((dev - db(1.1)).abs() < 1e-3, "{dev}");
+        assert_eq!(r.worst_offset, Some(-0.5));
+        assert!(r.pass);
+        assert!(r.points[3].deviation_db.is_none());
+        assert!((r.points[2].measured_db.unwrap() + 6.0206).abs() < 1e-3);
+        // A missing measurement above the floor fails.
+        let r = analyse(
+            vec![point(0.0, 1.0, 0.0), point(0.25, 0.0, -0.1)],
+            cfg(),
+            geometry(),
+        );
+        assert!(!r.pass);
+    }
+
+    #[test]
+    fn cross_accumulator_sums_one_channel_when_armed() {
+        // 2 substreams of 4 channels, 2 spectra per heap; measure channel 5 (substream 1, index 1).
+        let acc = CrossAccumulator::new(5, 8, 2);
+        let mut heap = vec![0u8; 4 * 2 * 4];
+        // Channel index 1 in the heap: spectra (3+4i, 3+4i) and (127, 0; 0, 0).
+        heap[8..12].copy_from_slice(&[3, 4, 3, 4]);
+        heap[12..16].copy_from_slice(&[127, 0, 0, 0]);
+        acc.heap(1, 4, 100, &heap);
+        assert_eq!(acc.spectra(), 0, "not armed");
+        acc.arm(100);
+        acc.heap(1, 4, 99, &heap);
+        acc.heap(0, 0, 200, &heap);
+        assert_eq!(acc.spectra(), 0, "too early, wrong substream");
+        acc.heap(1, 4, 100, &heap);
+        let c = acc.take();
+        assert_eq!(c.spectra, 2);
+        assert_eq!(c.cross, Complex64::new(25.0, 0.0));
+        assert_eq!(c.auto, [25.0 + 127.0 * 127.0, 25.0]);
+        assert_eq!(c.saturated, 1);
+        acc.heap(1, 4, 100, &heap);
+        assert_eq!(acc.take().spectra, 2, "disarmed after take");
+    }
+}

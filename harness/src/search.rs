@@ -1,0 +1,299 @@
+//! Binary search for the highest sustained rate, over any trial function (pure: the real trial
+//! is in `trial.rs`, the tests use simulated ones).
+//!
+//! The rule: a rate is *sustained* when every trial run at it passed. One failure marks a rate as
+//! failing for good. The search
+//! 1. tries `low` (a failure there ends the search: nothing in range is sustained) and `high`;
+//! 2. bisects between the highest pass and the lowest failure, on a grid of `resolution` above
+//!    `low`, until they are at most `resolution` apart;
+//! 3. repeats the boundary pass `repeats` more times. Near the critical rate a pass is a random
+//!    event (paper, 5.4); if a repeat fails, that rate becomes the failing bound and the search
+//!    resumes from the highest pass below it.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SearchConfig {
+    /// Lowest rate tried (sample/s).
+    pub low: f64,
+    /// Highest rate tried (sample/s).
+    pub high: f64,
+    /// Stop when the pass and fail bounds are this close (sample/s).
+    pub resolution: f64,
+    /// Extra trials of the final pass before it is accepted.
+    pub repeats: u32,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("--low ({low}) must be positive and below --high ({high})")]
+    Range { low: f64, high: f64 },
+    #[error("--resolution ({0}) must be positive")]
+    Resolution(f64),
+}
+
+impl SearchConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.low.is_finite()
+            && self.high.is_finite()
+            && self.low > 0.0
+            && self.low < self.high)
+        {
+            return Err(ConfigError::Range {
+                low: self.low,
+                high: self.high,
+            });
+        }
+        if !(self.resolution.is_finite() && self.resolution > 0.0) {
+            return Err(ConfigError::Resolution(self.resolution));
+        }
+        Ok(())
+    }
+
+    /// Trials a search takes without refutations: 2 bounds, the bisection, the repeats.
+    pub fn expected_trials(&self) -> usize {
+        let steps = ((self.high - self.low) / self.resolution).max(1.0);
+        2 + steps.log2().ceil() as usize + self.repeats as usize
+    }
+}
+
+/// Why a trial was run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Bound,
+    Bisect,
+    Repeat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Probe {
+    pub rate: f64,
+    pub phase: Phase,
+    pub pass: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// Highest sustained rate found (None: even `low` failed).
+    pub best: Option<f64>,
+    /// Lowest rate that failed (None: `high` was sustained).
+    pub lowest_fail: Option<f64>,
+    pub probes: Vec<Probe>,
+}
+
+/// Runs the search. `trial(rate, phase)` runs one trial and says whether it passed; its error
+/// aborts the search (an interrupted run, a service that died).
+pub fn search<E>(
+    cfg: &SearchConfig,
+    mut trial: impl FnMut(f64, Phase) -> Result<bool, E>,
+) -> Result<SearchResult, E> {
+    let mut probes = Vec::new();
+    let mut run = |rate: f64, phase: Phase, probes: &mut Vec<Probe>| -> Result<bool, E> {
+        let pass = trial(rate, phase)?;
+        probes.push(Probe { rate, phase, pass });
+        Ok(pass)
+    };
+    // Rates that passed every trial so far, ascending.
+    let mut passes: Vec<f64> = Vec::new();
+    if !run(cfg.low, Phase::Bound, &mut probes)? {
+        return Ok(SearchResult {
+            best: None,
+            lowest_fail: Some(cfg.low),
+            probes,
+        });
+    }
+    passes.push(cfg.low);
+    let mut hi = None;
+    if run(cfg.high, Phase::Bound, &mut probes)? {
+        passes.push(cfg.high);
+    } else {
+        hi = Some(cfg.high);
+    }
+    loop {
+        let Some(&lo) = passes.last() else {
+            return Ok(SearchResult {
+                best: None,
+                lowest_fail: hi,
+                probes,
+            });
+        };
+        if let Some(h) = hi {
+            if h - lo > cfg.resolution * (1.0 + 1e-9) {
+                let mid = midpoint(cfg, lo, h);
+                if run(mid, Phase::Bisect, &mut probes)? {
+                    passes.push(mid);
+                } else {
+                    hi = Some(mid);
+                }
+                continue;
+            }
+        }
+        // Converged: confirm the boundary pass.
+        let mut confirmed = true;
+        for _ in 0..cfg.repeats {
+            if !run(lo, Phase::Repeat, &mut probes)? {
+                confirmed = false;
+                break;
+            }
+        }
+        if confirmed {
+            return Ok(SearchResult {
+                best: Some(lo),
+                lowest_fail: hi,
+                probes,
+            });
+        }
+        passes.pop();
+        hi = Some(lo);
+    }
+}
+
+/// A rate between `lo` and `hi` (exclusive) near their middle, on the grid `low + k resolution`
+/// so that results read as "to the nearest resolution" (as the paper's 10 Msample/s).
+fn midpoint(cfg: &SearchConfig, lo: f64, hi: f64) -> f64 {
+    let on_grid = |r: f64| cfg.low + ((r - cfg.low) / cfg.resolution).round() * cfg.resolution;
+    let mid = on_grid((lo + hi) / 2.0);
+    if mid > lo && mid < hi {
+        mid
+    } else {
+        // The grid has no point strictly inside (bounds off the grid, e.g. `high`): halve exactly.
+        (lo + hi) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    fn cfg(low: f64, high: f64, resolution: f64, repeats: u32) -> SearchConfig {
+        SearchConfig {
+            low,
+            high,
+            resolution,
+            repeats,
+        }
+    }
+
+    /// A deterministic generator (the crate has no rand dependency; this is enough for tests).
+    struct XorShift(u64);
+    impl XorShift {
+        fn uniform(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    #[test]
+    fn converges_to_a_sharp_threshold() {
+        for threshold in [1.234e9, 6.27e9, 9.99e9, 1.005e9] {
+            let c = cfg(1e9, 10e9, 10e6, 2);
+            let r = search(&c, |rate, _| Ok::<_, Infallible>(rate <= threshold)).unwrap();
+            let best = r.best.unwrap();
+            assert!(best <= threshold, "{best} above {threshold}");
+            assert!(
+                threshold - best < c.resolution,
+                "{best} too far below {threshold}"
+            );
+            let fail = r.lowest_fail.unwrap();
+            assert!(fail > threshold && fail - best <= c.resolution * (1.0 + 1e-9));
+            // Bounded work: bounds + bisection + repeats.
+            assert!(
+                r.probes.len() <= c.expected_trials() + 1,
+                "{}",
+                r.probes.len()
+            );
+            assert_eq!(
+                r.probes.iter().filter(|p| p.phase == Phase::Repeat).count(),
+                2
+            );
+        }
+    }
+
+    #[test]
+    fn results_lie_on_the_grid() {
+        let c = cfg(100e6, 1000e6, 10e6, 0);
+        let r = search(&c, |rate, _| Ok::<_, Infallible>(rate <= 537e6)).unwrap();
+        assert_eq!(r.best, Some(530e6));
+        assert_eq!(r.lowest_fail, Some(540e6));
+    }
+
+    #[test]
+    fn below_and_above_range() {
+        let c = cfg(1e9, 2e9, 10e6, 1);
+        let r = search(&c, |_, _| Ok::<_, Infallible>(false)).unwrap();
+        assert_eq!(
+            (r.best, r.lowest_fail, r.probes.len()),
+            (None, Some(1e9), 1)
+        );
+        let r = search(&c, |_, _| Ok::<_, Infallible>(true)).unwrap();
+        assert_eq!((r.best, r.lowest_fail), (Some(2e9), None));
+        assert_eq!(r.probes.len(), 3);
+    }
+
+    #[test]
+    fn copes_with_a_noisy_threshold() {
+        // Pass probability falls linearly from 1 at t - d to 0 at t + d.
+        let (t, d) = (6.3e9, 0.1e9);
+        let c = cfg(1e9, 10e9, 10e6, 3);
+        let mut worst_low = f64::MAX;
+        for seed in 1..=200u64 {
+            let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let r = search(&c, |rate, _| {
+                let p = ((t + d - rate) / (2.0 * d)).clamp(0.0, 1.0);
+                Ok::<_, Infallible>(rng.uniform() < p)
+            })
+            .unwrap();
+            let best = r.best.expect("rates below t - d always pass");
+            // Never above where passing is impossible, never below where it is certain.
+            assert!(best <= t + d, "seed {seed}: {best}");
+            assert!(best >= t - d - c.resolution, "seed {seed}: {best}");
+            worst_low = worst_low.min(best);
+            // The accepted rate passed all of its trials.
+            let at_best: Vec<_> = r.probes.iter().filter(|p| p.rate == best).collect();
+            assert!(at_best.iter().all(|p| p.pass));
+            assert!(at_best.len() > c.repeats as usize);
+        }
+        assert!(worst_low >= t - d - c.resolution);
+    }
+
+    #[test]
+    fn a_refuted_boundary_falls_back() {
+        // 500 passes once then fails on repeat; 490 always passes; above 500 fails.
+        let mut seen_500 = 0;
+        let c = cfg(100e6, 1000e6, 10e6, 2);
+        let r = search(&c, |rate, _| {
+            Ok::<_, Infallible>(if (rate - 500e6).abs() < 1.0 {
+                seen_500 += 1;
+                seen_500 == 1
+            } else {
+                rate < 500e6
+            })
+        })
+        .unwrap();
+        assert_eq!(r.best, Some(490e6));
+        assert_eq!(r.lowest_fail, Some(500e6));
+    }
+
+    #[test]
+    fn errors_abort() {
+        let c = cfg(1.0, 100.0, 1.0, 0);
+        let r = search(
+            &c,
+            |rate, _| if rate > 50.0 { Err("stop") } else { Ok(true) },
+        );
+        assert_eq!(r, Err("stop"));
+    }
+
+    #[test]
+    fn config_is_checked() {
+        assert!(cfg(2.0, 1.0, 1.0, 0).validate().is_err());
+        assert!(cfg(0.0, 1.0, 1.0, 0).validate().is_err());
+        assert!(cfg(1.0, 2.0, 0.0, 0).validate().is_err());
+        assert!(cfg(1.0, f64::NAN, 1.0, 0).validate().is_err());
+        assert!(cfg(1.0, 2.0, 0.1, 0).validate().is_ok());
+    }
+}

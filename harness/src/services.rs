@@ -1,0 +1,388 @@
+//! The system under test, reached two ways: running services by URL (inside compose), or dsim
+//! and fengine launched here as child processes over loopback (the GPU machine has no Docker).
+//!
+//! Children get their own process group (a terminal's Ctrl-C reaches only the harness, which then
+//! stops them in order) and a parent-death signal (they die with the harness even if it is
+//! killed outright). Their output goes to log files, whose tail is shown when one fails.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use spead::transport::Endpoint;
+
+use crate::control::{CounterNames, Dsim, Engine, Tone};
+use crate::signals;
+
+/// How to launch dsim and fengine locally.
+#[derive(Clone, Debug)]
+pub struct LocalSpec {
+    pub dsim_bin: PathBuf,
+    pub fengine_bin: PathBuf,
+    /// Extra arguments appended to each command line.
+    pub dsim_args: Vec<String>,
+    pub fengine_args: Vec<String>,
+    /// Engine backend: cpu, cuda or null.
+    pub backend: String,
+    pub channels: usize,
+    pub taps: usize,
+    pub spectra_per_heap: Option<usize>,
+    /// Initial ADC sample rate (sample/s per polarisation).
+    pub rate: f64,
+    pub tone: Option<Tone>,
+    pub noise: Option<f64>,
+    pub seed: Option<u64>,
+    /// How long each may take to answer `/status` (the CUDA backend compiles kernels first).
+    pub startup_timeout: Duration,
+    /// Where the children's logs go.
+    pub log_dir: PathBuf,
+}
+
+/// dsim and the engine, and the children when launched here (stopped on drop).
+pub struct Services {
+    pub dsim: Dsim,
+    pub engine: Engine,
+    children: Vec<Proc>,
+}
+
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Services {
+    /// Services already running, by URL.
+    pub fn connect(dsim_url: &str, engine_url: &str, names: CounterNames) -> Self {
+        Self {
+            dsim: Dsim::new(dsim_url),
+            engine: Engine::new(engine_url, names),
+            children: Vec::new(),
+        }
+    }
+
+    /// Launches fengine (sending to `dst`, where the harness already listens), waits for its
+    /// control port, then dsim feeding it, and waits for that.
+    pub fn launch(spec: &LocalSpec, dst: &Endpoint, names: CounterNames) -> Result<Self> {
+        std::fs::create_dir_all(&spec.log_dir)
+            .with_context(|| format!("creating {}", spec.log_dir.display()))?;
+        let pol0 = free_udp_port()?;
+        let pol1 = free_udp_port()?;
+        let engine_ctl = free_tcp_port()?;
+        let dsim_ctl = free_tcp_port()?;
+        let lo = Ipv4Addr::LOCALHOST;
+        let addr = |port| SocketAddrV4::new(lo, port).to_string();
+        let mut engine_args = vec![
+            "--src-pol0".into(),
+            addr(pol0),
+            "--src-pol1".into(),
+            addr(pol1),
+            "--dst".into(),
+            dst.to_string(),
+            "--channels".into(),
+            spec.channels.to_string(),
+            "--taps".into(),
+            spec.taps.to_string(),
+            "--adc-sample-rate".into(),
+            spec.rate.to_string(),
+            "--backend".into(),
+            spec.backend.clone(),
+            "--control".into(),
+            addr(engine_ctl),
+        ];
+        if let Some(s) = spec.spectra_per_heap {
+            engine_args.extend(["--spectra-per-heap".into(), s.to_string()]);
+        }
+        engine_args.extend(spec.fengine_args.iter().cloned());
+        let mut dsim_args = vec![
+            "--pol0-dest".into(),
+            addr(pol0),
+            "--pol1-dest".into(),
+            addr(pol1),
+            "--rate".into(),
+            spec.rate.to_string(),
+            "--control".into(),
+            addr(dsim_ctl),
+        ];
+        if let Some(t) = spec.tone {
+            dsim_args.extend(["--tone".into(), format!("{}:{}", t.frequency, t.amplitude)]);
+        }
+        if let Some(n) = spec.noise {
+            dsim_args.extend(["--noise".into(), n.to_string()]);
+        }
+        if let Some(s) = spec.seed {
+            dsim_args.extend(["--seed".into(), s.to_string()]);
+        }
+        dsim_args.extend(spec.dsim_args.iter().cloned());
+
+        let mut me = Self {
+            dsim: Dsim::new(&addr(dsim_ctl)),
+            engine: Engine::new(&addr(engine_ctl), names),
+            children: Vec::new(),
+        };
+        let tag = format!("{}-{}", spec.backend, std::process::id());
+        me.spawn(
+            "fengine",
+            &spec.fengine_bin,
+            &engine_args,
+            &spec.log_dir.join(format!("fengine-{tag}.log")),
+        )?;
+        let engine = me.engine.clone();
+        me.wait_ready("fengine", spec.startup_timeout, || {
+            engine.status_json().map(|_| ())
+        })?;
+        me.spawn(
+            "dsim",
+            &spec.dsim_bin,
+            &dsim_args,
+            &spec.log_dir.join(format!("dsim-{tag}.log")),
+        )?;
+        let dsim = me.dsim.clone();
+        me.wait_ready("dsim", spec.startup_timeout, || {
+            dsim.status_json().map(|_| ())
+        })?;
+        Ok(me)
+    }
+
+    pub fn is_local(&self) -> bool {
+        !self.children.is_empty()
+    }
+
+    fn spawn(&mut self, name: &str, bin: &Path, args: &[String], log: &Path) -> Result<()> {
+        let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        tracing::info!("starting {} {}", bin.display(), args.join(" "));
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} (is it built?)", bin.display()))?;
+        self.children.push(Proc {
+            name: name.into(),
+            child,
+            log: log.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    fn wait_ready(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+        probe: impl Fn() -> Result<()>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.check_alive()?;
+            match probe() {
+                Ok(()) => {
+                    tracing::info!("{name} ready after {:.1} s", start.elapsed().as_secs_f64());
+                    return Ok(());
+                }
+                Err(e) if start.elapsed() > timeout => {
+                    let log = self
+                        .children
+                        .last()
+                        .map(|p| tail(&p.log))
+                        .unwrap_or_default();
+                    bail!("{name} did not answer within {timeout:?}: {e:#}\n{log}");
+                }
+                Err(_) => signals::sleep(Duration::from_millis(100))?,
+            }
+        }
+    }
+
+    /// Errors (with the log's tail) if a child has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for p in &mut self.children {
+            if let Some(status) = p.child.try_wait()? {
+                bail!(
+                    "{} exited ({status}); log {}:\n{}",
+                    p.name,
+                    p.log.display(),
+                    tail(&p.log)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the children: SIGTERM, then SIGKILL after 5 s. dsim first, so the engine does not
+    /// see its input stop while it still sends.
+    pub fn stop(&mut self) {
+        for mut p in self.children.drain(..).rev() {
+            if let Ok(None) = p.child.try_wait() {
+                // SAFETY: plain kill(2) on our own child's pid.
+                unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM) };
+                let end = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < end && matches!(p.child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if let Ok(None) = p.child.try_wait() {
+                    let _ = p.child.kill();
+                }
+            }
+            let _ = p.child.wait();
+        }
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last lines of a log file (for error messages).
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(20);
+    lines[from..].join("\n")
+}
+
+pub fn free_udp_port() -> Result<u16> {
+    Ok(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+pub fn free_tcp_port() -> Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// A binary next to the running harness (`target/<profile>/`), or on the PATH.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            let dir = exe.parent()?;
+            // Test binaries live one level down, in deps/.
+            [dir.join(name), dir.parent()?.join(name)]
+                .into_iter()
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// Splits a command-line fragment on whitespace, honouring single and double quotes.
+pub fn split_args(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote = None;
+    let mut any = false;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_arguments() {
+        assert_eq!(
+            split_args(" --tone 1e8:0.5  --name 'a b' \"\" x"),
+            vec!["--tone", "1e8:0.5", "--name", "a b", "", "x"]
+        );
+        assert!(split_args("   ").is_empty());
+    }
+
+    #[test]
+    fn ports_are_free() {
+        assert_ne!(free_udp_port().unwrap(), 0);
+        assert_ne!(free_tcp_port().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_missing_binary_is_an_error_not_a_hang() {
+        let spec = LocalSpec {
+            dsim_bin: "/nonexistent/dsim".into(),
+            fengine_bin: "/nonexistent/fengine".into(),
+            dsim_args: vec![],
+            fengine_args: vec![],
+            backend: "cpu".into(),
+            channels: 64,
+            taps: 4,
+            spectra_per_heap: None,
+            rate: 1e6,
+            tone: None,
+            noise: None,
+            seed: None,
+            startup_timeout: Duration::from_secs(1),
+            log_dir: std::env::temp_dir().join("harness-test-logs"),
+        };
+        let dst: Endpoint = "127.0.0.1:9".parse().unwrap();
+        let err = Services::launch(&spec, &dst, CounterNames::default())
+            .err()
+            .expect("no such binary");
+        assert!(
+            format!("{err:#}").contains("/nonexistent/fengine"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn a_child_that_exits_is_reported_with_its_log() {
+        let dir = std::env::temp_dir().join(format!("harness-test-{}", std::process::id()));
+        let spec = LocalSpec {
+            dsim_bin: "/bin/false".into(),
+            // `sh -c` ignores the engine arguments; it prints and exits.
+            fengine_bin: "/bin/sh".into(),
+            dsim_args: vec![],
+            fengine_args: vec![],
+            backend: "cpu".into(),
+            channels: 64,
+            taps: 4,
+            spectra_per_heap: None,
+            rate: 1e6,
+            tone: None,
+            noise: None,
+            seed: None,
+            startup_timeout: Duration::from_secs(5),
+            log_dir: dir.clone(),
+        };
+        let dst: Endpoint = "127.0.0.1:9".parse().unwrap();
+        let err = Services::launch(&spec, &dst, CounterNames::default())
+            .err()
+            .expect("sh exits at once");
+        assert!(format!("{err:#}").contains("fengine exited"), "{err:#}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,301 @@
+//! End-to-end tests: the harness binary against real `dsim` and `fengine` binaries (CPU and null
+//! backends) launched as local processes over loopback.
+//!
+//! NEEDS THE OTHER BINARIES: `dsim` and `fengine` next to the harness binary
+//! (`target/<profile>/`), as `cargo test --workspace` builds them. Without them these tests print
+//! SKIP and pass, except in CI (`CI` set), where they fail.
+//!
+//! The tests run one at a time (a shared lock): each starts a whole system. The ADC rate they
+//! use is HARNESS_E2E_RATE (sample/s, default 16e6), low enough for a 2-core CI machine; a debug
+//! build of the engine needs about 1e6.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use harness::gaps::{engine_heap_span, outputs_hit};
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const CHANNELS: u64 = 1024;
+const SPECTRA: u64 = 64;
+const TAPS: u64 = 16;
+const HEAP_SAMPLES: u64 = 4096;
+
+fn rate() -> f64 {
+    std::env::var("HARNESS_E2E_RATE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(16e6)
+}
+
+/// The dsim and fengine binaries, if built (and real: a placeholder has no --src-pol0).
+fn binaries() -> Option<(PathBuf, PathBuf)> {
+    let harness = PathBuf::from(env!("CARGO_BIN_EXE_harness"));
+    let dir = harness.parent().expect("binary has a directory");
+    let dsim = dir.join("dsim");
+    let fengine = dir.join("fengine");
+    let real = |bin: &Path, flag: &str| {
+        Command::new(bin)
+            .arg("--help")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+            .unwrap_or(false)
+    };
+    if real(&dsim, "--pol0-dest") && real(&fengine, "--src-pol0") {
+        return Some((dsim, fengine));
+    }
+    let msg = format!(
+        "dsim and fengine binaries not found (or not complete) in {}: build the workspace \
+         (cargo test --workspace builds them)",
+        dir.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIP: {msg}");
+    None
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("harness-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs the harness with the local-system arguments every test shares.
+fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &str) -> Output {
+    let rate = rate().to_string();
+    let channels = CHANNELS.to_string();
+    let spectra = SPECTRA.to_string();
+    let taps = TAPS.to_string();
+    let logs = dir.join("logs");
+    // A short signal buffer: dsim rebuilds it on every tone change.
+    let dsim_args = format!("--buffer-heaps 512 {extra_dsim}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_harness"));
+    cmd.args(args).args([
+        "--local",
+        "--dsim-bin",
+        bins.0.to_str().unwrap(),
+        "--fengine-bin",
+        bins.1.to_str().unwrap(),
+        "--channels",
+        &channels,
+        "--spectra-per-heap",
+        &spectra,
+        "--taps",
+        &taps,
+        "--adc-rate",
+        &rate,
+        "--substreams",
+        "4",
+        "--log-dir",
+        logs.to_str().unwrap(),
+        "--dsim-args",
+        &dsim_args,
+        // Small frames: the engine's latency is a few frames, and the tests are short.
+        "--fengine-args",
+        "--heaps-per-frame 2",
+    ]);
+    let out = cmd.output().expect("harness runs");
+    eprintln!(
+        "harness {:?} exited {:?}\n--- stderr ---\n{}",
+        args,
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json_file(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn watch_clean_run_has_no_gaps_and_sees_the_tone() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("watch-clean");
+    let summary = dir.join("summary.json");
+    let out = harness(
+        &[
+            "watch",
+            "--duration",
+            "5",
+            "--quiet",
+            "--json",
+            summary.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        "",
+    );
+    let s = json_file(&summary);
+    assert_eq!(out.status.code(), Some(0), "{s:#}");
+    assert_eq!(s["ok"], true);
+    assert_eq!(s["sequence"]["gaps"], 0);
+    assert_eq!(s["malformed"], 0);
+    assert!(s["heaps"].as_u64().unwrap() > 0);
+    assert!(
+        s["content"]["matched"].as_u64().unwrap() > 0,
+        "{:#}",
+        s["content"]
+    );
+    assert_eq!(s["content"]["wrong_channel"], 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn watch_reports_exactly_the_dropped_heaps_and_fails() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("watch-drops");
+    let summary = dir.join("summary.json");
+    // dsim's heap k (timestamp / 4096) counts from its start: drop one heap of pol0 about 2.5 s
+    // in and three of pol1 about 3.5 s in. Single quotes keep the JSON's double quotes (the
+    // harness splits --dsim-args as a shell would).
+    let heaps_per_s = rate() / HEAP_SAMPLES as f64;
+    let a = (2.5 * heaps_per_s) as u64;
+    let b = (3.5 * heaps_per_s) as u64;
+    let faults = format!(
+        "--faults '{{\"pol0\":{{\"drop\":{{\"heaps\":[{a}]}}}},\"pol1\":{{\"drop\":{{\"ranges\":[[{b},{}]]}}}}}}'",
+        b + 3
+    );
+    let out = harness(
+        &[
+            "watch",
+            "--duration",
+            "7",
+            "--quiet",
+            "--json",
+            summary.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        &faults,
+    );
+    let s = json_file(&summary);
+    assert_eq!(out.status.code(), Some(1), "gaps must fail the run: {s:#}");
+    assert_eq!(s["ok"], false);
+    let step = s["step"].as_u64().unwrap();
+    assert_eq!(step, SPECTRA * 2 * CHANNELS);
+    let span = engine_heap_span(CHANNELS, SPECTRA, TAPS);
+    for sub in s["per_substream"].as_array().unwrap() {
+        let first = sub["first_timestamp"].as_u64().unwrap();
+        let newest = sub["newest_timestamp"].as_u64().unwrap();
+        let lost = [(a, a + 1), (b, b + 3)];
+        let mut want: Vec<u64> = lost
+            .iter()
+            .flat_map(|&(k0, k1)| {
+                outputs_hit(
+                    k0 * HEAP_SAMPLES,
+                    k1 * HEAP_SAMPLES,
+                    first % step,
+                    step,
+                    span,
+                )
+            })
+            .collect();
+        want.sort();
+        want.dedup();
+        assert!(
+            want.first().is_some_and(|&w| w > first) && want.last().is_some_and(|&w| w < newest),
+            "the drops must fall inside the watched span {first}..{newest}: {want:?}"
+        );
+        let got: Vec<u64> = sub["missing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                let (s, e) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+                (s..e).step_by(step as usize)
+            })
+            .collect();
+        assert_eq!(got, want, "substream {}", sub["index"]);
+        assert_eq!(sub["sequence"]["gaps"].as_u64().unwrap(), want.len() as u64);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn max_rate_local_writes_table_json_and_plot() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("max-rate");
+    let r = rate();
+    let (low, high, res) = ((r / 4.0).to_string(), r.to_string(), (r / 4.0).to_string());
+    let out = harness(
+        &[
+            "max-rate",
+            "--low",
+            &low,
+            "--high",
+            &high,
+            "--resolution",
+            &res,
+            "--warmup",
+            "1",
+            "--window",
+            "2",
+            "--repeats",
+            "1",
+            "--compare-null",
+            "--out-dir",
+            dir.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        "",
+    );
+    // Pass or fail depends on the machine; a result and the files must be there.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    let report = json_file(&dir.join("max-rate.json"));
+    let searches = report["searches"].as_array().unwrap();
+    assert_eq!(searches.len(), 2);
+    assert_eq!(searches[1]["backend"], "null");
+    for s in searches {
+        assert!(!s["trials"].as_array().unwrap().is_empty());
+    }
+    let table = std::fs::read_to_string(dir.join("max-rate.txt")).unwrap();
+    assert!(table.contains("highest sustained rate"), "{table}");
+    let svg = std::fs::read_to_string(dir.join("max-rate.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn response_for_1024_channels_matches_theory_to_half_a_db() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("response");
+    let out = harness(
+        &[
+            "response",
+            "--span",
+            "1",
+            "--steps-per-channel",
+            "8",
+            "--integration",
+            "0.5",
+            "--settle",
+            "0.5",
+            "--out-dir",
+            dir.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        "",
+    );
+    let r = json_file(&dir.join("response.json"));
+    let dev = r["max_deviation_db"].as_f64().unwrap_or(f64::INFINITY);
+    assert!(dev <= 0.5, "max deviation {dev} dB: {:#}", r["points"]);
+    assert!(r["compared"].as_u64().unwrap() >= 10);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(std::fs::read_to_string(dir.join("response.svg"))
+        .unwrap()
+        .starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(dir);
+}
