@@ -448,8 +448,7 @@ impl Pipeline {
             prefix,
         };
         p.dsim_http()?.wait_healthy(Duration::from_secs(60))?;
-        p.wait_engine_output(Duration::from_secs(90))
-            .with_context(|| p.logs())?;
+        p.wait_engine_settled(Duration::from_secs(90))?;
         Ok(p)
     }
 
@@ -495,8 +494,11 @@ impl Pipeline {
         ))
     }
 
-    /// Waits until the engine is healthy and its output heap count is rising.
-    pub fn wait_engine_output(&self, timeout: Duration) -> Result<()> {
+    /// Waits until the engine is healthy, sending, and settled: its missing-input count has not
+    /// moved for 3 s (a starting engine can lose input while it warms up, more so on a loaded
+    /// host). Returns the timestamp of its latest output heap then: heaps from there on must be
+    /// clean.
+    pub fn wait_engine_settled(&self, timeout: Duration) -> Result<u64> {
         let start = Instant::now();
         let mut http = None;
         wait_until(timeout, "the engine's control API", || {
@@ -507,23 +509,35 @@ impl Pipeline {
             ))
         })?;
         let http = http.context("engine control")?;
-        let sent = |h: &Http| -> Result<u64> {
-            h.get_json("/status")?["output"]["heaps_sent"]
-                .as_u64()
-                .context("output.heaps_sent in /status")
-        };
         let left = timeout.saturating_sub(start.elapsed());
-        let mut first = None;
-        wait_until(left, "the engine's output heaps", || {
-            let n = sent(&http)?;
-            Ok(match first {
-                None => {
-                    first = Some(n);
-                    false
-                }
-                Some(f) => n > f,
-            })
-        })
+        // (heaps sent, heaps missing, since when both were so)
+        let mut last: Option<(u64, u64, Instant)> = None;
+        let mut settled_at = 0;
+        wait_until(
+            left,
+            "the engine to send output without losing input for 3 s",
+            || {
+                let st = http.get_json("/status")?;
+                let sent = st["output"]["heaps_sent"]
+                    .as_u64()
+                    .context("output.heaps_sent")?;
+                let missing: u64 = (0..2)
+                    .map(|p| st["input"][p]["heaps_missing"].as_u64().unwrap_or(0))
+                    .sum();
+                settled_at = st["output"]["last_timestamp"].as_u64().unwrap_or(0);
+                Ok(match last {
+                    Some((s0, m0, since)) if m0 == missing && sent > s0 => {
+                        since.elapsed() >= Duration::from_secs(3)
+                    }
+                    _ => {
+                        last = Some((sent, missing, Instant::now()));
+                        false
+                    }
+                })
+            },
+        )
+        .with_context(|| self.logs())?;
+        Ok(settled_at)
     }
 
     /// Container DNS names on the network.
