@@ -182,6 +182,10 @@ pub struct RunArgs {
     /// above 1 so the sender catches up after a stall. 0 sends as fast as possible.
     #[arg(long, default_value_t = 1.1, value_name = "FACTOR")]
     pub send_rate_factor: f64,
+    /// Send threads, each with its own socket and a contiguous share of the substreams. 0 picks
+    /// one per 2 GB/s of output (2 x ADC rate bytes/s), at most one per substream.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub send_threads: usize,
     /// Socket buffer size in bytes for each receive and the send socket (capped by the kernel's
     /// net.core.rmem_max / wmem_max).
     #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
@@ -239,11 +243,16 @@ pub struct EngineConfig {
     pub gain: f32,
     pub ttl: u32,
     pub send_rate_factor: f64,
+    /// Send threads (at least 1, at most one per substream).
+    pub send_threads: usize,
     pub socket_buffer: usize,
     pub backend: BackendKind,
     pub gpu: usize,
     pub control: SocketAddr,
 }
+
+/// Output bytes/s given to each send thread when `--send-threads` is 0.
+const SEND_BYTES_PER_THREAD: f64 = 2e9;
 
 /// Rounds `x` up to a multiple of `m` (m > 0).
 fn round_up(x: usize, m: usize) -> usize {
@@ -400,6 +409,12 @@ impl EngineConfig {
             packet_payload: a.packet_payload,
             ttl: a.ttl,
             send_rate_factor: a.send_rate_factor,
+            send_threads: match a.send_threads {
+                // One kernel-UDP sender thread moves about 3 GB/s with GSO (ceilings.md).
+                0 => (2.0 * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize,
+                n => n,
+            }
+            .clamp(1, a.dst.addrs.len()),
             socket_buffer: a.socket_buffer,
             backend: a.backend,
             gpu: a.gpu,

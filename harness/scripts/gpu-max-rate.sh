@@ -20,7 +20,7 @@ sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 \
 status=0
 "$bin/harness" max-rate --local --backend cuda --compare-null \
   --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
-  --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams 4 \
+  --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams "${SUBSTREAMS:-8}" \
   --fengine-args "--sample-bits 10 --heap-samples 4096" \
   --dsim-args "--sample-bits 10 --heap-samples 4096" \
   --low "${LOW:-4e9}" --high "${HIGH:-8e9}" --resolution "${RESOLUTION:-50e6}" \

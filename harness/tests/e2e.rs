@@ -95,9 +95,10 @@ fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &st
         logs.to_str().unwrap(),
         "--dsim-args",
         &dsim_args,
-        // Small frames: the engine's latency is a few frames, and the tests are short.
+        // Small frames: the engine's latency is a few frames, and the tests are short. Two send
+        // threads (two substreams each), so that the gap checks cover the split output.
         "--fengine-args",
-        "--heaps-per-frame 2",
+        "--heaps-per-frame 2 --send-threads 2",
     ]);
     let out = cmd.output().expect("harness runs");
     eprintln!(

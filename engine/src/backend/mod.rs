@@ -122,7 +122,7 @@ impl Geometry {
         if self.spectra_per_heap == 0 || self.heaps_per_frame == 0 {
             return Err("spectra per heap and heaps per frame must be positive".into());
         }
-        if self.overlap_samples % 8 != 0 {
+        if !self.overlap_samples.is_multiple_of(8) {
             return Err(format!(
                 "overlap ({} samples) must be a multiple of 8",
                 self.overlap_samples
@@ -159,11 +159,14 @@ pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
     /// Keeps the allocation alive; the CUDA backend downcasts it to find its pinned allocation.
-    owner: Box<dyn Any + Send>,
+    owner: Box<dyn Any + Send + Sync>,
 }
 
 // SAFETY: the buffer exclusively owns its allocation (through `owner`).
 unsafe impl Send for HostBuffer {}
+// SAFETY: a shared reference only reads the bytes (writing needs `&mut`), so several send threads
+// may read one frame's output at once.
+unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     /// Ordinary heap memory, zeroed.
@@ -181,10 +184,14 @@ impl HostBuffer {
     /// # Safety
     /// `ptr..ptr+len` must be valid for reads and writes for as long as `owner` lives, and not be
     /// accessed through anything but this buffer.
-    pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize, owner: Box<dyn Any + Send>) -> Self {
+    pub unsafe fn from_raw(
+        ptr: NonNull<u8>,
+        len: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Self {
         Self { ptr, len, owner }
     }
-    pub fn owner(&self) -> &(dyn Any + Send) {
+    pub fn owner(&self) -> &(dyn Any + Send + Sync) {
         self.owner.as_ref()
     }
     pub fn as_ptr(&self) -> *const u8 {

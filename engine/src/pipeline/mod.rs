@@ -121,7 +121,7 @@ impl Pipeline {
             recv::bind(cfg, 0, &stats.pols[0])?,
             recv::bind(cfg, 1, &stats.pols[1])?,
         ];
-        let sender = send::Output::new(cfg)?;
+        let outputs = send::outputs(cfg)?;
 
         let (commands_tx, commands_rx) = bounded::<Command>(64);
         let (ready_tx, ready_rx) = bounded::<Result<Ready, String>>(1);
@@ -227,7 +227,7 @@ impl Pipeline {
         let out_stop = stop.clone();
         let out_cfg = cfg.clone();
         match spawn("fengine-send", move || {
-            sender.run(&out_cfg, to_send_rx, free_tx, out_stats, out_stop)
+            send::run(outputs, &out_cfg, to_send_rx, free_tx, out_stats, out_stop)
         }) {
             Ok(t) => threads.push(("send", t)),
             Err(e) => return abort(&stop, threads, e),

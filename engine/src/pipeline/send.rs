@@ -12,6 +12,7 @@
 //! engines and substreams never collide and a heap's counter follows from its timestamp.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,14 +34,19 @@ const COUNTER_MASK: u64 = (1 << SUBSTREAM_SHIFT) - 1;
 /// Descriptor heaps use this bit of the counter, so they never collide with data heaps.
 const DESCRIPTOR_BIT: u64 = 1 << 39;
 
-/// The output socket and everything precomputed for sending.
+/// One send thread's socket, its share of the substreams and everything precomputed for them.
 pub struct Output {
     sender: transport::Sender,
+    /// Destinations of every substream (indexed by substream; this output sends to `subs`).
     dests: Vec<SocketAddr>,
-    /// Pre-encoded descriptor packets per substream (the heap counter is patched each time).
+    /// The substreams this output sends.
+    subs: Range<usize>,
+    /// Pre-encoded descriptor packets per substream of `subs` (the heap counter is patched each time).
     descriptors: Vec<Vec<Vec<u8>>>,
     /// One heap's packets, back to back.
     buf: Vec<u8>,
+    /// Sender totals already added to the shared counters.
+    reported: (u64, u64),
 }
 
 /// The counter of the data heap with timestamp `t` on `substream`.
@@ -57,8 +63,65 @@ pub fn heap_counter(
     ((substream as u64) << SUBSTREAM_SHIFT) | (k & COUNTER_MASK)
 }
 
+/// The outputs of `cfg.send_threads` send threads: substreams split into contiguous shares.
+pub fn outputs(cfg: &EngineConfig) -> Result<Vec<Output>, String> {
+    let (n, threads) = (
+        cfg.substreams(),
+        cfg.send_threads.clamp(1, cfg.substreams()),
+    );
+    (0..threads)
+        .map(|k| Output::new(cfg, k * n / threads..(k + 1) * n / threads))
+        .collect()
+}
+
+/// Sends every frame from `rx` through `outputs`, one thread each (this thread hands each frame to
+/// all of them), and returns each frame to `free` once every output is done with it.
+pub fn run(
+    outputs: Vec<Output>,
+    cfg: &EngineConfig,
+    rx: Receiver<Work>,
+    free: Sender<Work>,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    // The last holder of a frame gives it back (the pool holds every frame there is: no blocking).
+    let release = |w: Arc<Work>| match Arc::into_inner(w) {
+        Some(work) => free.send(work).is_ok(),
+        None => true,
+    };
+    std::thread::scope(|scope| {
+        let mut workers = Vec::new();
+        for (k, out) in outputs.into_iter().enumerate() {
+            let (tx, wrx) = crossbeam_channel::bounded::<Arc<Work>>(2);
+            let (stats, stop, release) = (&stats, &stop, &release);
+            let spawned = std::thread::Builder::new()
+                .name(format!("fengine-send{k}"))
+                .spawn_scoped(scope, move || out.run(cfg, wrx, release, stats, stop));
+            match spawned {
+                Ok(_) => workers.push(tx),
+                Err(e) => {
+                    stop.store(true, Relaxed);
+                    return Err(format!("cannot start a send thread: {e}."));
+                }
+            }
+        }
+        while let Some(work) = recv_until_stop(&rx, &stop) {
+            let work = Arc::new(work);
+            for tx in &workers {
+                if tx.send(work.clone()).is_err() {
+                    return Err("a send thread stopped.".to_string());
+                }
+            }
+            if !release(work) {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
 impl Output {
-    pub fn new(cfg: &EngineConfig) -> Result<Self, String> {
+    pub fn new(cfg: &EngineConfig, subs: Range<usize>) -> Result<Self, String> {
         let socket = UdpSocket::sender(&SocketConfig {
             buffer_bytes: cfg.socket_buffer,
             interface: cfg.interface,
@@ -69,7 +132,8 @@ impl Output {
         .map_err(|e| format!("cannot open the output socket: {e}."))?;
         let c = cfg.substream_channels() as u64;
         let s = cfg.geometry.spectra_per_heap as u64;
-        let descriptors = (0..cfg.substreams())
+        let descriptors = subs
+            .clone()
             .map(|_| {
                 let ds = [
                     Descriptor::unsigned(
@@ -110,42 +174,50 @@ impl Output {
         Ok(Self {
             sender: transport::Sender::new(socket),
             dests: cfg.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
+            subs,
             descriptors,
             buf: vec![0u8; packets * (PACKET_HEADER_BYTES + cfg.packet_payload)],
+            reported: (0, 0),
         })
     }
 
-    pub fn run(
+    /// One send thread: this output's substreams of every frame from `rx`, each frame then
+    /// handed to `release`.
+    fn run(
         mut self,
         cfg: &EngineConfig,
-        rx: Receiver<Work>,
-        free: Sender<Work>,
-        stats: Arc<Stats>,
-        stop: Arc<AtomicBool>,
-    ) -> Result<(), String> {
+        rx: Receiver<Arc<Work>>,
+        release: &dyn Fn(Arc<Work>) -> bool,
+        stats: &Stats,
+        stop: &AtomicBool,
+    ) {
         let g = &cfg.geometry;
         let heap_step = cfg.heap_timestamp_step();
-        let substreams = cfg.substreams();
         let sub_bytes = cfg.substream_channels() * g.spectra_per_heap * POLS * 2;
         let heap_bytes = g.heap_bytes();
         let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
         // Output is 2 bytes per sample per polarisation... (n channels x 2 pols x 2 bytes per 2n
         // samples) = 2 fs bytes/s, plus headers.
-        let rate =
-            cfg.send_rate_factor * 2.0 * cfg.fs * (segment as f64 / cfg.packet_payload as f64);
+        // This output's share of it.
+        let share = self.subs.len() as f64 / cfg.substreams() as f64;
+        let rate = share
+            * cfg.send_rate_factor
+            * 2.0
+            * cfg.fs
+            * (segment as f64 / cfg.packet_payload as f64);
         let mut pacer = (rate > 0.0).then(|| Pacer::new(Instant::now(), 0, rate));
         let mut paced_bytes = 0u64;
         let mut last_descriptors: Option<Instant> = None;
         let mut descriptor_seq = 0u64;
         let mut errors = 0u64;
 
-        while let Some(work) = recv_until_stop(&rx, &stop) {
+        while let Some(work) = recv_until_stop(&rx, stop) {
             let due = match last_descriptors {
                 None => true,
                 Some(t) => t.elapsed() >= DESCRIPTOR_PERIOD,
             };
             if due {
-                self.send_descriptors(cfg, descriptor_seq, &stats, &mut errors);
+                self.send_descriptors(cfg, descriptor_seq, stats, &mut errors);
                 descriptor_seq += 1;
                 last_descriptors = Some(Instant::now());
             }
@@ -160,13 +232,13 @@ impl Output {
                     && t >= 0
                     && output.len() >= heap_bytes * (h + 1);
                 if !valid {
-                    for s in &stats.heaps_skipped {
+                    for s in &stats.heaps_skipped[self.subs.clone()] {
                         s.fetch_add(1, Relaxed);
                     }
                     continue;
                 }
                 let t = t as u64;
-                for i in 0..substreams {
+                for i in self.subs.clone() {
                     let start = h * heap_bytes + i * sub_bytes;
                     let data = &output[start..start + sub_bytes];
                     let cnt = heap_counter(i, t, heap_step, cfg.array_size, cfg.feng_id);
@@ -202,21 +274,23 @@ impl Output {
                     }
                     if sent_ok {
                         stats.heaps_sent[i].fetch_add(1, Relaxed);
-                        stats.last_output_timestamp.store(t, Relaxed);
+                        stats.last_output_timestamp.fetch_max(t, Relaxed);
                     } else {
                         stats.send_errors.fetch_add(1, Relaxed);
                     }
                 }
             }
             let totals = self.sender.stats();
-            stats.packets_sent.store(totals.datagrams, Relaxed);
-            stats.bytes_sent.store(totals.bytes, Relaxed);
-            // The pool holds every frame there is: this does not block.
-            if free.send(work).is_err() {
+            let (packets, bytes) = self.reported;
+            stats
+                .packets_sent
+                .fetch_add(totals.datagrams - packets, Relaxed);
+            stats.bytes_sent.fetch_add(totals.bytes - bytes, Relaxed);
+            self.reported = (totals.datagrams, totals.bytes);
+            if !release(work) {
                 break;
             }
         }
-        Ok(())
     }
 
     /// Lays out the packets of one heap in `self.buf`; returns the bytes used.
@@ -255,7 +329,7 @@ impl Output {
     }
 
     fn send_descriptors(&mut self, cfg: &EngineConfig, seq: u64, stats: &Stats, errors: &mut u64) {
-        for (i, packets) in self.descriptors.iter_mut().enumerate() {
+        for (i, packets) in self.subs.clone().zip(self.descriptors.iter_mut()) {
             let k = seq.wrapping_mul(cfg.array_size).wrapping_add(cfg.feng_id);
             let cnt = ((i as u64) << SUBSTREAM_SHIFT) | DESCRIPTOR_BIT | (k & (DESCRIPTOR_BIT - 1));
             for p in packets.iter_mut() {

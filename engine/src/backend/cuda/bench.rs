@@ -495,16 +495,21 @@ fn report(
             bw(3)
         )?;
     }
-    // PCIe bound: 2 pols x bits/8 bytes in and 2 bytes out per sample per pol, both directions at
-    // once. How the link splits between directions depends on the load, so the bound uses the sum.
+    // PCIe bound: 2 pols x bits/8 bytes in and 2 bytes out per sample per pol. The link is full
+    // duplex, so each direction is bounded by its own rate measured with both busy (ceilings.md:
+    // R <= host-to-device / input bytes); the slower of the two decides.
     let in_per = POLS as f64 * opts.sample_bits as f64 / 8.0;
-    let bound = (c.both.0 + c.both.1) / (in_per + 2.0);
+    let out_per = POLS as f64;
+    let bound = (c.both.0 / in_per).min(c.both.1 / out_per);
     writeln!(
         out,
-        "\n(b) whole backend from pinned memory through PCIe ({} frames in flight); PCIe bound {:.1} Gsps/pol (both directions' sum / {:.1} B per sample)",
+        "\n(b) whole backend from pinned memory through PCIe ({} frames in flight); PCIe bound {:.1} Gsps/pol (min of {:.1} GB/s in / {:.2} B and {:.1} GB/s out / {:.0} B per sample, both directions busy)",
         super::IN_FLIGHT,
         bound,
-        in_per + 2.0
+        c.both.0,
+        in_per,
+        c.both.1,
+        out_per
     )?;
     writeln!(
         out,

@@ -208,6 +208,8 @@ pub(crate) struct PinnedAlloc {
 
 // SAFETY: the allocation is plain host memory owned by this value.
 unsafe impl Send for PinnedAlloc {}
+// SAFETY: through `&self` the allocation is only read (its address and length).
+unsafe impl Sync for PinnedAlloc {}
 
 impl PinnedAlloc {
     /// `len` bytes of zeroed pinned memory. Not write-combined: the engine reads outputs on the CPU.

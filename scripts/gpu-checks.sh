@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The checks and benchmarks of the GPU machine, which has no cargo: build here, carry the binaries.
+#
+#   scripts/gpu-checks.sh stage           (here) strip release binaries, tests and benches into .carry/
+#   scripts/gpu-checks.sh gpu OUT         (GPU host) CUDA tests, kernel/PCIe bench, CPU bench, e2e --backend cuda
+#   scripts/gpu-checks.sh net OUT         (GPU host) loopback transport, dsim and harness-receive benches
+#   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
+#
+# Each phase writes one log per step into OUT and keeps going past a failed step (the summary at the
+# end lists the exit status of each), so that one call of the device gives every figure it can.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+carry=.carry
+
+stage() {
+  set -e
+  cargo test --workspace --release --no-run
+  cargo build --release --workspace --examples
+  cargo bench -p spead --no-run
+  rm -rf "$carry" && mkdir -p "$carry"
+  cp target/release/{dsim,fengine,harness} target/release/examples/{cuda_bench,rx_bench} "$carry/"
+  # The newest test/bench executable of each name (cargo's hashed names in target/release/deps).
+  newest() { ls -t target/release/deps/$1-* | grep -v '\.d$' | head -1; }
+  cp "$(newest_for fengine src/lib.rs)" "$carry/fengine-unit"
+  cp "$(newest_for fengine tests/e2e.rs)" "$carry/fengine-e2e"
+  cp "$(newest_for harness tests/e2e.rs)" "$carry/harness-e2e"
+  cp "$(newest loopback)" "$carry/spead-loopback"
+  cp "$(newest decode)" "$carry/spead-decode"
+  strip "$carry"/*
+  du -sh "$carry"
+}
+
+# The test executable cargo built for PACKAGE's TARGET (as printed by `cargo test --no-run`).
+newest_for() {
+  cargo test --release -p "$1" --no-run 2>&1 |
+    sed -n "s|.*Executable.*$2 (\(.*\))|\1|p" | head -1
+}
+
+declare -a results=()
+step() { # step NAME TIMEOUT CMD...: runs CMD, output to OUT/NAME.log and the screen's tail
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "== $name: $*"
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -25 "$out/$name.log"
+  results+=("$(printf '%-16s rc=%-3s %4d s' "$name" "$rc" $((SECONDS - t0)))")
+}
+
+summary() {
+  echo "== summary"
+  printf '  %s\n' "${results[@]}"
+}
+
+host_setup() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
+  nproc
+  # 12+ GB/s through loopback needs socket buffers far above the 4 MiB default.
+  sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456
+  # The test executables look for their sibling binaries where cargo put them when they were built.
+  mkdir -p "$repo_target" && cp "$carry"/{dsim,fengine,harness} "$repo_target/"
+}
+
+phase_gpu() {
+  step cuda-tests 240 "$carry/fengine-unit" cuda --test-threads=1 --nocapture
+  step cuda-bench 120 "$carry/cuda_bench" 1024,4096,8192,32768,65536 16 10
+  step fengine-bench 60 "$carry/fengine" bench --backend cuda --channels 32768
+  step cpu-bench-4k 50 "$carry/fengine" bench --backend cpu --channels 4096 --frames 20
+  step cpu-bench-32k 60 "$carry/fengine" bench --backend cpu --channels 32768 --frames 10
+}
+
+phase_net() {
+  FENGINE_TEST_BACKEND=cuda FENGINE_E2E_BIN_DIR=$PWD/$carry \
+    step e2e-cuda 150 "$carry/fengine-e2e" --test-threads=1 --nocapture
+  step spead-decode 120 "$carry/spead-decode" --bench
+  SPEAD_BENCH_SECS=2 step spead-loopback-1 60 "$carry/spead-loopback" --bench
+  SPEAD_BENCH_SECS=2 SPEAD_BENCH_PAIRS=4 step spead-loopback-4 60 "$carry/spead-loopback" --bench
+  step dsim-bench 180 "$carry/dsim" bench --rate 6.3e9,max --seconds 5 --groups 8
+  step rx-bench 60 "$carry/rx_bench" 12.5 4 10
+}
+
+phase_system() {
+  LOW=${LOW:-3e9} HIGH=${HIGH:-9e9} RESOLUTION=${RESOLUTION:-100e6} WARMUP=${WARMUP:-3} WINDOW=${WINDOW:-8} \
+    step max-rate 420 harness/scripts/gpu-max-rate.sh "$carry" "$out/max-rate"
+}
+
+phase_response() {
+  step response 420 "$carry/harness" response --local --backend cuda --channels 1024 \
+    --integration "${INTEGRATION:-3}" --settle 0.5 --floor-db "${FLOOR_DB:--80}" --out-dir "$out/response"
+}
+
+phase=${1:-}
+out=${2:-gpu-checks-out}
+repo_target=${REPO_TARGET:-/work/main/target/release}
+case $phase in
+  stage) stage ;;
+  gpu | net | system | response)
+    mkdir -p "$out"
+    host_setup
+    "phase_$phase"
+    summary
+    ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
+esac
