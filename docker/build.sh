@@ -34,8 +34,11 @@ if [[ "$base $engine_base" == *fgpu-* ]]; then
   lap "base images"
 fi
 
-echo "== cargo build --release -p dsim -p fengine -p harness"
-cargo build --release -p dsim -p fengine -p harness
+# The same build as `cargo test --workspace --release` (scripts/test runs it next): its binaries
+# have the features the tests' dev-dependencies unify in, so a plain `cargo build` would compile the
+# workspace a second time.
+echo "== cargo test --workspace --release --no-run (binaries for the images, and the tests)"
+cargo test --workspace --release --no-run
 lap "cargo build --release"
 
 target_dir=$(cargo metadata --no-deps --format-version 1 |

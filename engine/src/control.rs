@@ -212,7 +212,24 @@ pub fn router(state: Shared) -> Router {
                 "that method is not allowed here: read with GET, change with PUT",
             )
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_rejections,
+        ))
         .with_state(state)
+}
+
+/// Counts every refused request (4xx), whichever handler or extractor refused it.
+async fn count_rejections(
+    State(s): State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(req).await;
+    if response.status().is_client_error() {
+        s.stats.control_rejected.fetch_add(1, Relaxed);
+    }
+    response
 }
 
 fn error(code: StatusCode, msg: impl Into<String>) -> Response {
@@ -330,6 +347,9 @@ fn status_json(s: &ControlState) -> Value {
             "bytes": st.bytes_sent.load(Relaxed),
             "send_errors": st.send_errors.load(Relaxed),
             "last_timestamp": st.last_output_timestamp.load(Relaxed),
+        },
+        "control": {
+            "rejected_requests": st.control_rejected.load(Relaxed),
         },
         "saturated": (0..POLS).map(|p| st.saturated[p].load(Relaxed)).collect::<Vec<_>>(),
         "frames": {
@@ -681,6 +701,40 @@ mod tests {
             assert!(msg.contains(want), "{msg:?} should mention {want:?}");
         }
         assert!(rx.try_recv().is_err(), "rejected requests change nothing");
+    }
+
+    /// Every refusal is counted, whichever layer refused it; good requests are not.
+    #[test]
+    fn refused_requests_are_counted() {
+        let (s, _rx) = state();
+        let s: Shared = Arc::new(s);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = router(s.clone());
+        rt.spawn(async move { axum::serve(listener, app).await });
+        let mut codes = Vec::new();
+        for req in [
+            "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "DELETE /gains HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "PUT /delays HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5\r\n\r\n{bad}",
+        ] {
+            use std::io::{Read, Write};
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.write_all(req.as_bytes()).unwrap();
+            let mut reply = String::new();
+            c.read_to_string(&mut reply).unwrap();
+            codes.push(reply[9..12].to_string());
+        }
+        assert_eq!(codes, ["200", "404", "405", "400"]);
+        assert_eq!(s.stats.control_rejected.load(Relaxed), 3);
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Stats {
     pub bytes_sent: AtomicU64,
     /// Output packets the kernel refused (the heap was abandoned).
     pub send_errors: AtomicU64,
+    /// Control requests answered with a 4xx (malformed, unknown, not allowed): nothing changed.
+    pub control_rejected: AtomicU64,
     /// Complex values clamped during quantisation, per polarisation.
     pub saturated: [AtomicU64; POLS],
     /// Frames handed to the backend, and frames with no input at all (not computed).
@@ -230,6 +232,12 @@ pub fn render(stats: &Stats, backend: &str) -> String {
         "counter",
         "Output heaps abandoned because the socket refused them.",
         &one(stats.send_errors.load(Relaxed)),
+    );
+    family(
+        "fengine_control_rejected_requests_total",
+        "counter",
+        "Control requests refused with a 4xx status (nothing was changed).",
+        &one(stats.control_rejected.load(Relaxed)),
     );
     family(
         "fengine_saturated_total",

@@ -31,6 +31,11 @@ impl ChannelPower {
         self.power.len()
     }
 
+    /// Whether any spectrum of `channel` was added since the last clear.
+    pub fn sampled(&self, channel: usize) -> bool {
+        self.spectra.get(channel).is_some_and(|&n| n > 0)
+    }
+
     pub fn clear(&mut self) {
         self.power.iter_mut().for_each(|p| *p = [0.0; 2]);
         self.spectra.iter_mut().for_each(|s| *s = 0);
@@ -241,8 +246,10 @@ mod tests {
     #[test]
     fn power_and_strongest_channel() {
         let mut acc = ChannelPower::new(16);
+        assert!(!acc.sampled(11));
         assert!(acc.add_heap(&heap(8, 4, 3, -100, 50, 1), 8, 8));
         assert_eq!(acc.mean(11, 0), Some(10000.0));
+        assert!(acc.sampled(11) && acc.sampled(8) && !acc.sampled(7) && !acc.sampled(99));
         assert_eq!(acc.mean(11, 1), Some(2500.0));
         assert_eq!(acc.mean(8, 0), Some(2.0));
         assert_eq!(acc.mean(0, 0), None);

@@ -236,6 +236,19 @@ pub struct EngineCounters {
     pub skipped_output: f64,
 }
 
+impl EngineCounters {
+    /// What the counters moved by from `before` to `self`. A counter that went down means the
+    /// engine restarted in between (its counters start again at zero): then all of its count is
+    /// new.
+    pub fn since(&self, before: &EngineCounters) -> EngineCounters {
+        let delta = |a: f64, b: f64| if a < b { a } else { a - b };
+        EngineCounters {
+            missing_input: delta(self.missing_input, before.missing_input),
+            skipped_output: delta(self.skipped_output, before.skipped_output),
+        }
+    }
+}
+
 /// Which Prometheus series hold the counters: a series counts if its name contains every word
 /// of one of the comma-separated patterns (`missing input` matches
 /// `fengine_input_missing_heaps_total`).
@@ -586,5 +599,18 @@ mod tests {
         assert_eq!(g.channels, Some(1024));
         assert_eq!(g.taps, Some(16));
         assert_eq!(g.spectra_per_heap, Some(256));
+    }
+
+    #[test]
+    fn counter_deltas_survive_an_engine_restart() {
+        let c = |m, s| EngineCounters {
+            missing_input: m,
+            skipped_output: s,
+        };
+        let moved = c(10.0, 5.0).since(&c(4.0, 5.0));
+        assert_eq!((moved.missing_input, moved.skipped_output), (6.0, 0.0));
+        // Restarted: counters began again at zero, so everything they hold is new.
+        let moved = c(3.0, 1.0).since(&c(40.0, 9.0));
+        assert_eq!((moved.missing_input, moved.skipped_output), (3.0, 1.0));
     }
 }

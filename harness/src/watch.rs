@@ -103,7 +103,14 @@ pub fn run(
             content.last_peaks = peaks;
         }
         if let Some(expected) = opts.expected_channel {
-            match content::check(&peaks, expected) {
+            // An interval in which the tone's substream was not sampled (the engine stopping or
+            // starting) says nothing about the tone.
+            let verdict = if power.sampled(expected.round() as usize) {
+                content::check(&peaks, expected)
+            } else {
+                Verdict::NoData
+            };
+            match verdict {
                 Verdict::NoData => {}
                 v => {
                     content.checked += 1;
@@ -151,10 +158,7 @@ pub fn run(
     );
     summary.engine = engine_before
         .zip(engine.and_then(|e| e.counters().ok()))
-        .map(|(b, a)| EngineCounters {
-            missing_input: a.missing_input - b.missing_input,
-            skipped_output: a.skipped_output - b.skipped_output,
-        });
+        .map(|(b, a)| a.since(&b));
     summary.udp_rcvbuf_errors = rcvbuf_before
         .zip(udp_rcvbuf_errors())
         .map(|(b, a)| a.saturating_sub(b));
