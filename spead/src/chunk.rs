@@ -537,10 +537,16 @@ mod tests {
         feed(&mut a, &heap(4000), &mut out);
         feed(&mut a, &heap(3996), &mut out);
         // (each heap is two packets)
-        assert_eq!(a.counters().get(Reject::TooOld), 2, "just behind the window is too old");
+        assert_eq!(
+            a.counters().get(Reject::TooOld),
+            2,
+            "just behind the window is too old"
+        );
         feed(&mut a, &heap(4), &mut out);
         assert_eq!(a.stats().resyncs.load(Ordering::Relaxed), 1);
-        assert!(out.iter().any(|e| matches!(e, ChunkEvent::Resync { from: 1000, to: 1 })));
+        assert!(out
+            .iter()
+            .any(|e| matches!(e, ChunkEvent::Resync { from: 1000, to: 1 })));
         feed(&mut a, &heap(5), &mut out);
         assert_eq!(a.counters().get(Reject::TooOld), 2);
     }
