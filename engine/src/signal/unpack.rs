@@ -30,6 +30,7 @@ pub const fn sample_range(bits: u32) -> (i16, i16) {
 }
 
 /// Packs `samples` into the front of `out`; the unused low bits of a final partial byte are zero.
+/// `spead::samples::pack` with the width, length and range checked first, as errors.
 pub fn pack(samples: &[i16], bits: u32, out: &mut [u8]) -> Result<()> {
     check_width(bits)?;
     let need = packed_len(samples.len(), bits);
@@ -48,23 +49,8 @@ pub fn pack(samples: &[i16], bits: u32, out: &mut [u8]) -> Result<()> {
     {
         bail!("sample {i} ({s}) does not fit in {bits} bits ({lo} to {hi})");
     }
-    let mask = (1u32 << bits) - 1;
-    let mut acc = 0u32;
-    let mut held = 0u32;
-    let mut at = 0;
-    for &s in samples {
-        acc = (acc << bits) | (s as u32 & mask);
-        held += bits;
-        while held >= 8 {
-            held -= 8;
-            out[at] = (acc >> held) as u8;
-            at += 1;
-        }
-        acc &= (1u32 << held) - 1; // keep only the bits not yet written
-    }
-    if held > 0 {
-        out[at] = (acc << (8 - held)) as u8;
-    }
+    // Checked: `spead::samples::pack` cannot panic on these arguments.
+    spead::samples::pack(samples, bits, out);
     Ok(())
 }
 
