@@ -30,10 +30,24 @@ stage() {
   du -sh "$carry"
 }
 
-# The test executable cargo built for PACKAGE's TARGET (as printed by `cargo test --no-run`).
+# The test executable cargo built for PACKAGE's TARGET (source path ending), from the workspace
+# build's JSON messages: asking cargo for one package alone would unify features differently and
+# build it again.
 newest_for() {
-  cargo test --release -p "$1" --no-run 2>&1 |
-    sed -n "s|.*Executable.*$2 (\(.*\))|\1|p" | head -1
+  cargo test --workspace --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+pkg, src = sys.argv[1], sys.argv[2]
+def name(pid):  # "path+file:///w/engine#fengine@0.1.0", or "path+file:///w/harness#0.1.0"
+    path, _, tail = pid.partition("#")
+    return tail.split("@")[0] if "@" in tail else path.rstrip("/").rsplit("/", 1)[-1]
+for line in sys.stdin:
+    m = json.loads(line)
+    if (m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]
+            and m["target"]["src_path"].endswith(src)
+            and name(m["package_id"]) == pkg):
+        print(m["executable"])
+        break
+' "$1" "$2"
 }
 
 declare -a results=()
@@ -80,8 +94,12 @@ phase_net() {
 }
 
 phase_system() {
+  # Where the cores go during the search: the busiest threads every 10 s.
+  (while sleep 10; do date +%T; top -H -b -n 1 -w 160 | sed -n '7,40p'; done) > "$out/threads.log" 2>&1 &
+  local sampler=$!
   LOW=${LOW:-3e9} HIGH=${HIGH:-9e9} RESOLUTION=${RESOLUTION:-100e6} WARMUP=${WARMUP:-3} WINDOW=${WINDOW:-8} \
-    step max-rate 420 harness/scripts/gpu-max-rate.sh "$carry" "$out/max-rate"
+    step max-rate ${MAX_RATE_LIMIT:-420} harness/scripts/gpu-max-rate.sh "$carry" "$out/max-rate"
+  kill "$sampler" 2>/dev/null
 }
 
 phase_response() {

@@ -71,6 +71,8 @@ pub struct Cli {
     pub run: Option<RunArgs>,
 }
 
+// Parsed once at start: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the engine (the default when no subcommand is given).
@@ -186,6 +188,13 @@ pub struct RunArgs {
     /// one per 2 GB/s of output (2 x ADC rate bytes/s), at most one per substream.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub send_threads: usize,
+    /// Receive threads per polarisation. Each takes its own share of the polarisation's source
+    /// addresses (address i goes to thread i mod N) and writes its heaps straight into the shared
+    /// chunk; a heap k must then arrive on address k mod (number of addresses), as dsim sends
+    /// them. 0 picks one per 2 GB/s of input (1.25 x ADC rate bytes/s at 10 bits), at most one per
+    /// address.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub recv_threads: usize,
     /// Socket buffer size in bytes for each receive and the send socket (capped by the kernel's
     /// net.core.rmem_max / wmem_max).
     #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
@@ -245,6 +254,8 @@ pub struct EngineConfig {
     pub send_rate_factor: f64,
     /// Send threads (at least 1, at most one per substream).
     pub send_threads: usize,
+    /// Receive threads per polarisation (at least 1, at most one per source address).
+    pub recv_threads: usize,
     pub socket_buffer: usize,
     pub backend: BackendKind,
     pub gpu: usize,
@@ -253,6 +264,9 @@ pub struct EngineConfig {
 
 /// Output bytes/s given to each send thread when `--send-threads` is 0.
 const SEND_BYTES_PER_THREAD: f64 = 2e9;
+/// Input bytes/s per polarisation given to each receive thread when `--recv-threads` is 0: one
+/// thread's kernel copy (GRO) plus its copy into chunk memory hold about 2 GB/s.
+const RECV_BYTES_PER_THREAD: f64 = 2e9;
 
 /// Rounds `x` up to a multiple of `m` (m > 0).
 fn round_up(x: usize, m: usize) -> usize {
@@ -361,6 +375,16 @@ impl EngineConfig {
                 ));
             }
         }
+        let fewest_sources = a.src_pol0.addrs.len().min(a.src_pol1.addrs.len());
+        if a.recv_threads > fewest_sources {
+            return Err(format!(
+                "--recv-threads {} needs at least that many source addresses per polarisation \
+                 (ADDR+N:PORT); --src-pol0 has {} and --src-pol1 {}.",
+                a.recv_threads,
+                a.src_pol0.addrs.len(),
+                a.src_pol1.addrs.len()
+            ));
+        }
         if let Some(t) = a.sync_time {
             if !(t.is_finite() && t >= 0.0) {
                 return Err(format!("--sync-time {t} is not a Unix time in seconds."));
@@ -415,6 +439,14 @@ impl EngineConfig {
                 n => n,
             }
             .clamp(1, a.dst.addrs.len()),
+            recv_threads: match a.recv_threads {
+                0 => {
+                    let bytes = a.adc_sample_rate * a.sample_bits as f64 / 8.0;
+                    (bytes / RECV_BYTES_PER_THREAD).ceil() as usize
+                }
+                n => n,
+            }
+            .clamp(1, fewest_sources),
             socket_buffer: a.socket_buffer,
             backend: a.backend,
             gpu: a.gpu,

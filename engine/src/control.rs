@@ -292,6 +292,7 @@ fn status_json(s: &ControlState) -> Value {
             json!({
                 "pol": p,
                 "sources": bound,
+                "receive_threads": ps.chunk.get().map_or(0, |lanes| lanes.len()),
                 "packets": ps.packets(),
                 "heaps_received": ps.heaps_received(),
                 "heaps_missing": ps.heaps_missing.load(Relaxed),

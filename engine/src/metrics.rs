@@ -14,8 +14,11 @@ use crate::backend::POLS;
 /// Input counters of one polarisation.
 #[derive(Debug, Default)]
 pub struct PolStats {
-    /// The chunk assembler's own totals (packets, heaps completed, too old, resyncs, no buffer).
-    pub chunk: OnceLock<Arc<ChunkStats>>,
+    /// The chunk assemblers' own totals (packets, heaps completed, too old, no buffer), one per
+    /// receive thread.
+    pub chunk: OnceLock<Vec<Arc<ChunkStats>>>,
+    /// Times the input stream restarted and the receivers followed it.
+    pub resyncs: AtomicU64,
     /// Rejected packets by reason (too_old and too_new included).
     pub rejects: Arc<RejectCounters>,
     /// Digitiser heaps absent from the chunks the engine processed (gaps included).
@@ -30,7 +33,9 @@ pub struct PolStats {
 
 impl PolStats {
     fn chunk_stat(&self, f: impl Fn(&ChunkStats) -> &AtomicU64) -> u64 {
-        self.chunk.get().map_or(0, |c| f(c).load(Relaxed))
+        self.chunk
+            .get()
+            .map_or(0, |lanes| lanes.iter().map(|c| f(c).load(Relaxed)).sum())
     }
     pub fn packets(&self) -> u64 {
         self.chunk_stat(|c| &c.packets)
@@ -39,7 +44,7 @@ impl PolStats {
         self.chunk_stat(|c| &c.heaps)
     }
     pub fn resyncs(&self) -> u64 {
-        self.chunk_stat(|c| &c.resyncs)
+        self.resyncs.load(Relaxed)
     }
 }
 

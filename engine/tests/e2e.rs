@@ -55,6 +55,9 @@ struct Setup {
     rate: f64,
     sample_bits: u32,
     backend: String,
+    /// Source addresses per polarisation (127.0.0.1+N-1, one port) and engine receive threads.
+    addresses: usize,
+    recv_threads: usize,
 }
 
 impl Setup {
@@ -70,6 +73,8 @@ impl Setup {
                 rate: 0.25e6,
                 sample_bits: 10,
                 backend,
+                addresses: 1,
+                recv_threads: 1,
             }
         } else {
             Self {
@@ -81,7 +86,22 @@ impl Setup {
                 rate: 32e6,
                 sample_bits: 10,
                 backend,
+                addresses: 1,
+                recv_threads: 1,
             }
+        }
+    }
+    /// The same with each polarisation spread over four loopback addresses and received by two
+    /// threads (two sockets each). Chunks of at least 128 heaps: dsim sends each address a run
+    /// of up to 50 small heaps in one GSO send, and a thread with two addresses must find both
+    /// runs inside its window of 3 chunks.
+    fn with_lanes() -> Self {
+        let base = Self::new();
+        Self {
+            addresses: 4,
+            recv_threads: 2,
+            heaps_per_frame: base.heaps_per_frame.max(16),
+            ..base
         }
     }
     fn step(&self) -> u64 {
@@ -481,6 +501,7 @@ struct System {
     setup: Setup,
     engine: Proc,
     engine_ctl: SocketAddr,
+    /// Where dsim sends each polarisation (ADDR[+N]:PORT).
     sources: [String; 2],
     dsim: Option<Proc>,
     dsim_ctl: Option<SocketAddr>,
@@ -491,33 +512,44 @@ impl System {
     /// Starts the engine (sources on free ports) and a receiver for its output.
     fn start(setup: Setup, gain: f64, max_delay: f64) -> Self {
         let out = Output::start();
+        // One address: port 0 and the engine reports the port. Several: one free port for all.
+        let src = |_| {
+            if setup.addresses == 1 {
+                "127.0.0.1:0".to_string()
+            } else {
+                let port = std::net::UdpSocket::bind("127.0.0.1:0")
+                    .and_then(|s| s.local_addr())
+                    .expect("a free port")
+                    .port();
+                format!("127.0.0.1+{}:{port}", setup.addresses - 1)
+            }
+        };
+        let srcs: [String; 2] = [0, 1].map(src);
         let mut cmd = Command::new(fengine_binary());
-        cmd.args([
-            "run",
-            "--src-pol0",
-            "127.0.0.1:0",
-            "--src-pol1",
-            "127.0.0.1:0",
-        ])
-        .args(["--dst", &out.addr.to_string()])
-        .args(["--channels", &setup.channels.to_string()])
-        .args(["--taps", &setup.taps.to_string()])
-        .args(["--spectra-per-heap", &setup.spectra_per_heap.to_string()])
-        .args(["--heaps-per-frame", &setup.heaps_per_frame.to_string()])
-        .args(["--heap-samples", &setup.heap_samples.to_string()])
-        .args(["--sample-bits", &setup.sample_bits.to_string()])
-        .args(["--adc-sample-rate", &setup.rate.to_string()])
-        .args(["--max-delay", &max_delay.to_string()])
-        .args(["--gain", &gain.to_string()])
-        .args(["--backend", &setup.backend])
-        .args(["--control", "127.0.0.1:0"])
-        // Loopback never refuses data: keep the sockets within the kernel's default caps.
-        .args(["--socket-buffer", &(4 << 20).to_string()])
-        .env("RUST_LOG", "info");
+        cmd.args(["run", "--src-pol0", &srcs[0], "--src-pol1", &srcs[1]])
+            .args(["--recv-threads", &setup.recv_threads.to_string()])
+            .args(["--dst", &out.addr.to_string()])
+            .args(["--channels", &setup.channels.to_string()])
+            .args(["--taps", &setup.taps.to_string()])
+            .args(["--spectra-per-heap", &setup.spectra_per_heap.to_string()])
+            .args(["--heaps-per-frame", &setup.heaps_per_frame.to_string()])
+            .args(["--heap-samples", &setup.heap_samples.to_string()])
+            .args(["--sample-bits", &setup.sample_bits.to_string()])
+            .args(["--adc-sample-rate", &setup.rate.to_string()])
+            .args(["--max-delay", &max_delay.to_string()])
+            .args(["--gain", &gain.to_string()])
+            .args(["--backend", &setup.backend])
+            .args(["--control", "127.0.0.1:0"])
+            // Loopback never refuses data: keep the sockets within the kernel's default caps.
+            .args(["--socket-buffer", &(4 << 20).to_string()])
+            .env("RUST_LOG", "info");
         let mut engine = Proc::spawn("fengine", cmd);
         let engine_ctl = engine.control_addr();
         let status = get_json(engine_ctl, "/status");
         let sources = [0, 1].map(|p| {
+            if setup.addresses > 1 {
+                return srcs[p].clone();
+            }
             status["input"][p]["sources"][0]
                 .as_str()
                 .expect("bound source address")
@@ -674,9 +706,17 @@ fn predicted_missing(s: &Setup, base: u64, lo: u64, hi: u64, dropped: &[u64]) ->
 
 #[test]
 fn dropped_heaps_give_exactly_the_predicted_gaps() {
+    dropped_heaps_case(Setup::new());
+}
+
+#[test]
+fn dropped_heaps_give_exactly_the_predicted_gaps_with_receive_threads() {
+    dropped_heaps_case(Setup::with_lanes());
+}
+
+fn dropped_heaps_case(s: Setup) {
     let _turn = serial();
     let t0 = Instant::now();
-    let s = Setup::new();
     let gain = 64.0 / s.tone_response(0.25);
     let mut sys = System::start(s.clone(), gain, 1e-6);
     sys.start_dsim(&tone_args(&s, &[s.channels / 3], 0.25));
@@ -760,18 +800,29 @@ fn dropped_heaps_give_exactly_the_predicted_gaps() {
         out
     };
     let heap_bytes = s.heap_samples * s.sample_bits as usize / 8;
-    let future = (now_ts / hs + 1_000_000) * hs;
-    let packets = [
-        stray(Some(future), heap_bytes),
-        stray(Some(now_ts.saturating_sub(1000 * hs) / hs * hs), heap_bytes),
-        stray(Some(now_ts / hs * hs), heap_bytes / 2),
-        stray(Some(now_ts + 1), heap_bytes),
+    // Heaps whose index k is a multiple of 4 belong on the first address (k mod addresses).
+    let k_now = now_ts / hs / 4 * 4;
+    let chunk_heaps = (s.heap_step() * s.heaps_per_frame as u64 / hs).div_ceil(4) * 4;
+    let mut packets = vec![
+        stray(Some((k_now + 1_000_000) * hs), heap_bytes),
+        // Eight chunks back: behind every receive window.
+        stray(Some(k_now.saturating_sub(8 * chunk_heaps) * hs), heap_bytes),
+        stray(Some(k_now * hs), heap_bytes / 2),
+        stray(Some(k_now * hs + 1), heap_bytes),
         stray(None, heap_bytes),
     ];
+    if s.addresses > 1 {
+        // A heap that belongs on the second address.
+        packets.push(stray(Some((k_now + 1) * hs), heap_bytes));
+    }
+    let first_source = format!(
+        "127.0.0.1:{}",
+        sys.sources[0].rsplit_once(':').expect("ADDR:PORT").1
+    );
     let before_stray = sys.engine_status();
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for p in &packets {
-        tx.send_to(p, &sys.sources[0]).unwrap();
+        tx.send_to(p, &first_source).unwrap();
     }
     let now = sys.out.newest().unwrap();
     sys.out
@@ -787,6 +838,8 @@ fn dropped_heaps_give_exactly_the_predicted_gaps() {
     assert_eq!(diff("wrong_heap_size"), 1, "{rejected}");
     assert_eq!(diff("misaligned"), 1, "{rejected}");
     assert_eq!(diff("missing_mandatory_item"), 1, "{rejected}");
+    let wrong_destination = if s.addresses > 1 { 1 } else { 0 };
+    assert_eq!(diff("wrong_destination"), wrong_destination, "{rejected}");
     // And it keeps going without a gap.
     assert_eq!(
         u(&after_stray["output"]["heaps_skipped"]),
@@ -795,7 +848,8 @@ fn dropped_heaps_give_exactly_the_predicted_gaps() {
     );
     sys.assert_engine_healthy();
     eprintln!(
-        "dropped_heaps_give_exactly_the_predicted_gaps: {} of {} heaps missing as predicted, {:.1} s",
+        "dropped heaps, {} receive thread(s) per pol: {} of {} heaps missing as predicted, {:.1} s",
+        s.recv_threads,
         missing.len(),
         all.len(),
         t0.elapsed().as_secs_f64()
@@ -810,9 +864,17 @@ fn consecutive_tail(ts: &BTreeSet<u64>, step: u64, n: usize) -> bool {
 
 #[test]
 fn restarted_digitiser_is_followed() {
+    restart_case(Setup::new());
+}
+
+#[test]
+fn restarted_digitiser_is_followed_with_receive_threads() {
+    restart_case(Setup::with_lanes());
+}
+
+fn restart_case(s: Setup) {
     let _turn = serial();
     let t0 = Instant::now();
-    let s = Setup::new();
     let k = s.channels / 5;
     let gain = 64.0 / s.tone_response(0.25);
     let mut sys = System::start(s.clone(), gain, 1e-6);
@@ -887,7 +949,8 @@ fn restarted_digitiser_is_followed() {
     }
     sys.assert_engine_healthy();
     eprintln!(
-        "restarted_digitiser_is_followed: clean output {:.2} s after the restart, {:.1} s in all",
+        "restart, {} receive thread(s) per pol: clean output {:.2} s after the restart, {:.1} s in all",
+        s.recv_threads,
         recovered.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );

@@ -7,7 +7,8 @@
 #   harness/scripts/gpu-max-rate.sh [BIN_DIR [OUT_DIR [extra harness max-rate arguments]]]
 #
 # The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, WINDOW (s)
-# and REPEATS in the environment.
+# and REPEATS in the environment; INPUT_ADDRESSES (default 4) spreads each polarisation over that
+# many loopback addresses, so that the engine receives it with as many threads.
 set -euo pipefail
 bin=${1:-target/release}
 out=${2:-harness-max-rate-gpu}
@@ -21,6 +22,7 @@ status=0
 "$bin/harness" max-rate --local --backend cuda --compare-null \
   --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
   --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams "${SUBSTREAMS:-8}" \
+  --input-addresses "${INPUT_ADDRESSES:-4}" \
   --fengine-args "--sample-bits 10 --heap-samples 4096" \
   --dsim-args "--sample-bits 10 --heap-samples 4096" \
   --low "${LOW:-4e9}" --high "${HIGH:-8e9}" --resolution "${RESOLUTION:-50e6}" \

@@ -141,6 +141,11 @@ struct SystemArgs {
     /// --local: dsim's random seed.
     #[arg(long, help_heading = "Local processes")]
     seed: Option<u64>,
+    /// --local: loopback addresses per polarisation from dsim to fengine (127.0.0.1+N-1, one
+    /// port). Heap k goes to address k mod N, and fengine's receive threads (one per 2 GB/s of
+    /// input, at most one per address) each take their share of them.
+    #[arg(long, default_value_t = 1, help_heading = "Local processes")]
+    input_addresses: usize,
     /// --local: seconds each process may take to answer /status.
     #[arg(long, default_value_t = 120.0, help_heading = "Local processes")]
     startup_timeout: f64,
@@ -377,6 +382,7 @@ fn setup(
             tone: Some(tone),
             noise: sys.noise,
             seed: sys.seed,
+            input_addresses: sys.input_addresses.clamp(1, 64),
             startup_timeout: Duration::from_secs_f64(sys.startup_timeout.max(0.1)),
             log_dir,
         };
@@ -528,6 +534,7 @@ fn run_max_rate(a: MaxRateArgs) -> Result<bool> {
             "taps": a.system.taps,
             "spectra_per_heap": a.system.spectra_per_heap,
             "substreams": a.system.substreams,
+            "input_addresses": a.system.input_addresses,
             "dsim_args": a.system.dsim_args,
             "fengine_args": a.system.fengine_args,
             "search": cfg,

@@ -36,6 +36,8 @@ pub struct LocalSpec {
     pub tone: Option<Tone>,
     pub noise: Option<f64>,
     pub seed: Option<u64>,
+    /// Loopback addresses per polarisation (127.0.0.1+N-1) from dsim to the engine.
+    pub input_addresses: usize,
     /// How long each may take to answer `/status` (the CUDA backend compiles kernels first).
     pub startup_timeout: Duration,
     /// Where the children's logs go.
@@ -76,11 +78,15 @@ impl Services {
         let dsim_ctl = free_tcp_port()?;
         let lo = Ipv4Addr::LOCALHOST;
         let addr = |port| SocketAddrV4::new(lo, port).to_string();
+        let input = |port| match spec.input_addresses {
+            0 | 1 => addr(port),
+            n => format!("{lo}+{}:{port}", n - 1),
+        };
         let mut engine_args = vec![
             "--src-pol0".into(),
-            addr(pol0),
+            input(pol0),
             "--src-pol1".into(),
-            addr(pol1),
+            input(pol1),
             "--dst".into(),
             dst.to_string(),
             "--channels".into(),
@@ -100,9 +106,9 @@ impl Services {
         engine_args.extend(spec.fengine_args.iter().cloned());
         let mut dsim_args = vec![
             "--pol0-dest".into(),
-            addr(pol0),
+            input(pol0),
             "--pol1-dest".into(),
-            addr(pol1),
+            input(pol1),
             "--rate".into(),
             spec.rate.to_string(),
             "--control".into(),
@@ -345,6 +351,7 @@ mod tests {
             tone: None,
             noise: None,
             seed: None,
+            input_addresses: 1,
             startup_timeout: Duration::from_secs(1),
             log_dir: std::env::temp_dir().join("harness-test-logs"),
         };
@@ -375,6 +382,7 @@ mod tests {
             tone: None,
             noise: None,
             seed: None,
+            input_addresses: 1,
             startup_timeout: Duration::from_secs(5),
             log_dir: dir.clone(),
         };

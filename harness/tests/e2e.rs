@@ -91,6 +91,9 @@ fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &st
         &rate,
         "--substreams",
         "4",
+        // Each polarisation over two loopback addresses, one engine receive thread each.
+        "--input-addresses",
+        "2",
         "--log-dir",
         logs.to_str().unwrap(),
         "--dsim-args",
@@ -98,7 +101,7 @@ fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &st
         // Small frames: the engine's latency is a few frames, and the tests are short. Two send
         // threads (two substreams each), so that the gap checks cover the split output.
         "--fengine-args",
-        "--heaps-per-frame 2 --send-threads 2",
+        "--heaps-per-frame 2 --send-threads 2 --recv-threads 2",
     ]);
     let out = cmd.output().expect("harness runs");
     eprintln!(

@@ -69,6 +69,24 @@ pub struct Placement {
     pub slot: usize,
 }
 
+/// Memory that payloads are written into. Any `DerefMut<Target = [u8]>` buffer is one; a receiver
+/// that splits a stream over threads implements it for a view that writes only its own slots.
+pub trait ChunkMemory {
+    /// Bytes the memory holds.
+    fn size(&self) -> usize;
+    /// Copies `bytes` to `offset`; the assembler only asks for ranges inside `size`.
+    fn write(&mut self, offset: usize, bytes: &[u8]);
+}
+
+impl<T: DerefMut<Target = [u8]>> ChunkMemory for T {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn write(&mut self, offset: usize, bytes: &[u8]) {
+        self[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+}
+
 /// A filled (or partly filled) chunk.
 #[derive(Debug)]
 pub struct Chunk<B> {
@@ -82,6 +100,15 @@ pub struct Chunk<B> {
 }
 
 impl<B> Chunk<B> {
+    /// A chunk made outside an assembler (by a consumer merging the chunks of several).
+    pub fn new(id: u64, data: B, present: Vec<bool>) -> Self {
+        Self {
+            id,
+            data,
+            present,
+            track: Tracking::default(),
+        }
+    }
     pub fn present_count(&self) -> usize {
         self.present.iter().filter(|&&p| p).count()
     }
@@ -151,7 +178,7 @@ pub struct ChunkAssembler<B> {
     stats: Arc<ChunkStats>,
 }
 
-impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
+impl<B: ChunkMemory> ChunkAssembler<B> {
     /// Zero sizes are raised to 1. `counters` may be shared with other assemblers.
     pub fn new(cfg: ChunkConfig, counters: Arc<RejectCounters>) -> Self {
         let slot_bytes = cfg.slot_bytes.max(1);
@@ -195,7 +222,7 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
     /// Adds an empty buffer of at least [`chunk_bytes`](Self::chunk_bytes); a smaller one is
     /// returned as the error.
     pub fn give(&mut self, buf: B) -> Result<(), B> {
-        if buf.len() < self.chunk_bytes() {
+        if buf.size() < self.chunk_bytes() {
             return Err(buf);
         }
         self.free.push(buf);
@@ -204,8 +231,20 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
 
     /// Hands an emitted chunk back: its buffer joins the free list and its flag vector is reused.
     pub fn recycle(&mut self, chunk: Chunk<B>) {
+        let data = self.reclaim(chunk);
+        self.free.push(data);
+    }
+
+    /// Keeps an emitted chunk's flag vector for reuse and returns its buffer (to a consumer that
+    /// supplies buffers itself, through [`add_placed`](Self::add_placed)).
+    pub fn reclaim(&mut self, chunk: Chunk<B>) -> B {
         self.spare_present.push(chunk.present);
-        self.free.push(chunk.data);
+        chunk.data
+    }
+
+    /// Oldest chunk id the window accepts (`None` before the first packet).
+    pub fn head(&self) -> Option<u64> {
+        self.head
     }
 
     /// Buffers waiting to be filled.
@@ -240,17 +279,43 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<(), Reject> {
         bump(&self.stats.packets, 1);
-        let result = self.place(p, place, emit);
+        let result = self.place(p, place, None::<fn(u64) -> Result<B, Reject>>, emit);
         if let Err(reason) = result {
             self.counters.count(reason);
         }
         result
     }
 
-    fn place(
+    /// Counts a packet the caller refused before placing it (it failed to decode, say).
+    pub fn reject(&self, reason: Reject) {
+        bump(&self.stats.packets, 1);
+        self.counters.count(reason);
+    }
+
+    /// Places a packet whose place the caller already decided. A chunk the packet opens takes its
+    /// buffer from `open(id)` rather than the free list: that is how several assemblers, one per
+    /// receive thread, fill disjoint slots of one shared chunk. Rejections are counted and
+    /// returned, `open`'s included.
+    pub fn add_placed(
+        &mut self,
+        p: &Packet,
+        at: Placement,
+        open: impl FnOnce(u64) -> Result<B, Reject>,
+        emit: &mut impl FnMut(ChunkEvent<B>),
+    ) -> Result<(), Reject> {
+        bump(&self.stats.packets, 1);
+        let result = self.place(p, |_| Ok(at), Some(open), emit);
+        if let Err(reason) = result {
+            self.counters.count(reason);
+        }
+        result
+    }
+
+    fn place<O: FnOnce(u64) -> Result<B, Reject>>(
         &mut self,
         p: &Packet,
         place: impl FnOnce(&Packet) -> Result<Placement, Reject>,
+        open: Option<O>,
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<(), Reject> {
         let slot_bytes = self.cfg.slot_bytes;
@@ -269,7 +334,7 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         if index * self.cfg.packet_payload != offset || len != expected_len {
             return Err(Reject::Misaligned);
         }
-        let c = self.chunk_index(at.chunk, emit)?;
+        let c = self.chunk_index(at.chunk, open, emit)?;
         let chunk = &mut self.live[c];
         let bit = at.slot * self.packets_per_slot + index;
         let (word, mask) = (bit / 64, 1u64 << (bit % 64));
@@ -278,7 +343,7 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         }
         chunk.track.seen[word] |= mask;
         let start = at.slot * slot_bytes + offset;
-        chunk.data[start..start + len].copy_from_slice(p.payload);
+        chunk.data.write(start, p.payload);
         let got = &mut chunk.track.bytes[at.slot];
         *got += len as u64;
         if *got == slot_bytes as u64 {
@@ -290,9 +355,10 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
     }
 
     /// Finds or opens the live chunk `id`, moving the window forward (or resynchronising) first.
-    fn chunk_index(
+    fn chunk_index<O: FnOnce(u64) -> Result<B, Reject>>(
         &mut self,
         id: u64,
+        open: Option<O>,
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<usize, Reject> {
         let head = *self.head.get_or_insert(id);
@@ -321,9 +387,18 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         if self.live.get(at).is_some_and(|c| c.id == id) {
             return Ok(at);
         }
-        let Some(data) = self.free.pop() else {
-            bump(&self.stats.no_buffer, 1);
-            return Err(Reject::NoBuffer);
+        let data = match open {
+            Some(open) => open(id),
+            None => self.free.pop().ok_or(Reject::NoBuffer),
+        };
+        let data = match data {
+            Ok(d) => d,
+            Err(reason) => {
+                if reason == Reject::NoBuffer {
+                    bump(&self.stats.no_buffer, 1);
+                }
+                return Err(reason);
+            }
         };
         let mut present = self.spare_present.pop().unwrap_or_default();
         present.clear();
@@ -352,6 +427,31 @@ impl<B: DerefMut<Target = [u8]>> ChunkAssembler<B> {
         // The consumer only needs the presence flags; the tracking vectors stay here for reuse.
         self.spare_track.push(std::mem::take(&mut chunk.track));
         emit(ChunkEvent::Ready(chunk));
+    }
+
+    /// Starts the window again at `to` (a restart the caller recognised): every live chunk is
+    /// emitted, then a [`ChunkEvent::Resync`].
+    pub fn resync(&mut self, to: u64, emit: &mut impl FnMut(ChunkEvent<B>)) {
+        self.flush(emit);
+        bump(&self.stats.resyncs, 1);
+        emit(ChunkEvent::Resync {
+            from: self.head.unwrap_or(to),
+            to,
+        });
+        self.head = Some(to);
+    }
+
+    /// Moves the window's start forward to `head`, emitting the live chunks before it (a receive
+    /// thread whose share of the stream went quiet keeps pace with the others this way).
+    pub fn expire_before(&mut self, head: u64, emit: &mut impl FnMut(ChunkEvent<B>)) {
+        if self.head.is_some_and(|h| h >= head) {
+            return;
+        }
+        while self.live.front().is_some_and(|c| c.id < head) {
+            let chunk = self.live.pop_front().expect("front exists");
+            self.emit_chunk(chunk, emit);
+        }
+        self.head = Some(head);
     }
 
     /// Emits every live chunk (end of stream, or before a resync). The window stays where it is.
@@ -626,5 +726,62 @@ mod tests {
         }
         assert_eq!(a.free_buffers(), 1);
         assert_eq!(a.counters().total(), 0);
+    }
+
+    #[test]
+    fn placed_packets_take_buffers_from_the_caller() {
+        let mut a = new_asm(0);
+        let mut out = Events::new();
+        let mut opened = Vec::new();
+        for t in [0u64, 1, 5] {
+            for d in heap(t) {
+                let p = Packet::decode(&d, &Limits::default()).unwrap();
+                let at = place(&p).unwrap();
+                let _ = a.add_placed(
+                    &p,
+                    at,
+                    |id| {
+                        opened.push(id);
+                        Ok(vec![0u8; 4 * SLOT])
+                    },
+                    &mut |e| out.push(e),
+                );
+            }
+        }
+        // One buffer per chunk opened, asked for by id; nothing from the (empty) free list.
+        assert_eq!(opened, [0, 1]);
+        assert_eq!(a.head(), Some(0));
+        // The caller's refusal is counted under its reason and the packet dropped.
+        let d = &heap(9)[0];
+        let p = Packet::decode(d, &Limits::default()).unwrap();
+        let r = a.add_placed(&p, place(&p).unwrap(), |_| Err(Reject::TooOld), &mut |e| {
+            out.push(e)
+        });
+        assert_eq!(r, Err(Reject::TooOld));
+        assert_eq!(a.counters().get(Reject::TooOld), 1);
+        // Chunk 2 opened the window at 1..=2, so chunk 0 left it.
+        let done = ready(std::mem::take(&mut out));
+        assert_eq!(done.iter().map(|c| c.id).collect::<Vec<_>>(), [0]);
+        assert_eq!(&done[0].present[..], &[true, true, false, false]);
+    }
+
+    #[test]
+    fn explicit_resync_and_expiry() {
+        let mut a = new_asm(4);
+        let mut out = Events::new();
+        feed(&mut a, &heap(40), &mut out); // chunk 10
+        a.expire_before(10, &mut |e| out.push(e));
+        assert!(out.is_empty(), "the window already starts at 10");
+        a.expire_before(11, &mut |e| out.push(e));
+        assert_eq!(ready(std::mem::take(&mut out))[0].id, 10);
+        assert_eq!(a.head(), Some(11));
+        feed(&mut a, &heap(44), &mut out); // chunk 11
+        a.resync(2, &mut |e| out.push(e));
+        assert!(matches!(out[0], ChunkEvent::Ready(Chunk { id: 11, .. })));
+        assert!(matches!(out[1], ChunkEvent::Resync { from: 11, to: 2 }));
+        out.clear();
+        feed(&mut a, &heap(8), &mut out); // chunk 2 of the new stream, no longer too old
+        assert_eq!(a.counters().get(Reject::TooOld), 0);
+        assert_eq!(a.head(), Some(2));
     }
 }

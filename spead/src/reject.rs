@@ -46,10 +46,13 @@ pub enum Reject {
     /// A heap in more disjoint pieces, or with more distinct item pointers, than the assembler
     /// tracks (its memory is bounded).
     TooFragmented,
+    /// The heap arrived on a destination that the stream's layout (heap k on ADDR+(k mod N)) does
+    /// not give it; receivers that split a stream across threads by destination drop it.
+    WrongDestination,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 20] = [
+    pub const ALL: [Reject; 21] = [
         Reject::TooShort,
         Reject::TooLong,
         Reject::BadMagic,
@@ -70,6 +73,7 @@ impl Reject {
         Reject::Misaligned,
         Reject::NoBuffer,
         Reject::TooFragmented,
+        Reject::WrongDestination,
     ];
 
     /// Name for metrics labels and logs (snake case).
@@ -95,6 +99,7 @@ impl Reject {
             Reject::Misaligned => "misaligned",
             Reject::NoBuffer => "no_buffer",
             Reject::TooFragmented => "too_fragmented",
+            Reject::WrongDestination => "wrong_destination",
         }
     }
 

@@ -8,8 +8,8 @@
 //!     '---'               '------------- free frames ----------'
 //! ```
 //!
-//! - [`recv`]: one thread per polarisation; digitiser heaps go straight into chunk buffers (the
-//!   frames' own, pinned for CUDA) through spead's `ChunkAssembler`.
+//! - [`recv`]: one or more threads per polarisation; digitiser heaps go straight into chunk buffers
+//!   (the frames' own, pinned for CUDA) through spead's `ChunkAssembler`.
 //! - [`pair`]: matches the two polarisations' chunks by chunk id and swaps their buffers into a free
 //!   frame, handing the frame's spent buffers back to the receivers.
 //! - [`compute`]: delay model, validity, and the backend (up to `max_in_flight` frames in flight).
@@ -117,10 +117,7 @@ impl Pipeline {
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
     ) -> Result<Self, String> {
-        let receivers = [
-            recv::bind(cfg, 0, &stats.pols[0])?,
-            recv::bind(cfg, 1, &stats.pols[1])?,
-        ];
+        let receivers = [recv::bind(cfg, 0, &stats)?, recv::bind(cfg, 1, &stats)?];
         let outputs = send::outputs(cfg)?;
 
         let (commands_tx, commands_rx) = bounded::<Command>(64);
@@ -203,16 +200,22 @@ impl Pipeline {
         let [spare0, spare1] = ready.spare;
         for (pol, sockets, spare, returns) in [(0, rx0, spare0, ret0_rx), (1, rx1, spare1, ret1_rx)]
         {
-            let r = recv::Recv::new(cfg, pol, sockets, spare, stats.clone(), stop.clone());
-            let tx = to_pair_tx.clone();
-            let name = if pol == 0 {
-                "fengine-recv0"
-            } else {
-                "fengine-recv1"
-            };
-            match spawn(name, move || r.run(tx, returns)) {
-                Ok(t) => threads.push((if pol == 0 { "recv pol0" } else { "recv pol1" }, t)),
-                Err(e) => return abort(&stop, threads, e),
+            let stage = if pol == 0 { "recv pol0" } else { "recv pol1" };
+            let lanes = recv::lanes(
+                cfg,
+                pol,
+                sockets,
+                spare,
+                to_pair_tx.clone(),
+                returns,
+                &stats,
+                &stop,
+            );
+            for lane in lanes {
+                match spawn(&lane.name(), move || lane.run()) {
+                    Ok(t) => threads.push((stage, t)),
+                    Err(e) => return abort(&stop, threads, e),
+                }
             }
         }
         drop(to_pair_tx);
@@ -330,8 +333,10 @@ fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, Stri
     for _ in 0..frames {
         out.push(alloc(backend)?);
     }
-    // The receivers hold their window, one chunk being opened, and what the pairing stage holds.
-    let spares = RECV_WINDOW + MAX_PENDING + 3;
+    // The receivers hold their window, one chunk being opened, and what the pairing stage holds;
+    // several lanes of one polarisation may be a chunk or two apart.
+    let lag = if cfg.recv_threads > 1 { 2 } else { 0 };
+    let spares = RECV_WINDOW + MAX_PENDING + 3 + lag;
     let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
     for _ in 0..spares {
         let f = alloc(backend)?;

@@ -1,0 +1,398 @@
+//! Receive stage: per polarisation, one or more threads ("lanes"), each with its own sockets.
+//! Datagrams (GRO batches) go through the lane's own `ChunkAssembler` straight into chunk buffers
+//! shared by the polarisation's lanes ([`collect`]); finished chunks go to the pairing stage, which
+//! sends them back with spent buffers swapped in.
+//!
+//! With several lanes, the polarisation's source addresses are dealt out (address i to lane
+//! i mod lanes) and heap k must arrive on address k mod (number of addresses), as dsim and the
+//! wire format send it: so each heap, and each slot of a chunk, belongs to exactly one lane.
+//! A heap that arrives elsewhere is dropped and counted (`wrong_destination`).
+//!
+//! Placement and restarts are [`place`]'s; a lane whose share of the stream goes quiet moves its
+//! window along with the others' so that chunks keep flowing.
+
+mod collect;
+mod place;
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use spead::chunk::{Chunk, ChunkAssembler, ChunkConfig, ChunkEvent};
+use spead::transport::{self, SocketConfig, UdpSocket};
+use spead::{items, Limits, Packet, Reject};
+
+pub use collect::Collector;
+use collect::{LanePos, SlotWriter};
+use place::Placer;
+pub use place::CONFIRM;
+
+use super::RECV_WINDOW;
+use crate::backend::HostBuffer;
+use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use crate::metrics::Stats;
+
+/// Batches drained from one socket before looking at the others.
+const BATCHES_PER_SOCKET: usize = 8;
+/// How long a lane waits for packets before it counts as quiet and keeps pace with the others.
+const QUIET: Duration = Duration::from_millis(5);
+
+/// What the receivers hand to the pairing stage.
+#[derive(Debug)]
+pub enum RecvMsg {
+    /// A chunk no receiver writes to any more. `id` is the chunk id (timestamp / chunk_samples).
+    Chunk {
+        pol: usize,
+        id: u64,
+        chunk: Chunk<HostBuffer>,
+    },
+    /// The stream jumped; chunks before this message belong to the old stream.
+    Resync { pol: usize, to: u64 },
+}
+
+/// Opens the sockets of polarisation `pol`, dealt out to `cfg.recv_threads` lanes, and records
+/// where they are bound.
+pub fn bind(
+    cfg: &EngineConfig,
+    pol: usize,
+    stats: &Stats,
+) -> Result<Vec<Vec<transport::Receiver>>, String> {
+    let sc = SocketConfig {
+        buffer_bytes: cfg.socket_buffer,
+        interface: cfg.interface,
+        ttl: cfg.ttl,
+        gso: false,
+        gro: true,
+    };
+    let addrs = &cfg.sources[pol];
+    let lanes = cfg.recv_threads.clamp(1, addrs.len().max(1));
+    let mut out: Vec<Vec<transport::Receiver>> = (0..lanes).map(|_| Vec::new()).collect();
+    let mut bound = Vec::new();
+    let open = |what: &str, r: std::io::Result<UdpSocket>| {
+        r.map_err(|e| format!("cannot receive polarisation {pol} on {what}: {e}."))
+    };
+    let groups: Vec<_> = addrs.iter().map(|a| *a.ip()).collect();
+    let port = addrs.first().map_or(0, |a| a.port());
+    if lanes == 1
+        && addrs.len() > 1
+        && groups.iter().all(|g| g.is_multicast())
+        && addrs.iter().all(|a| a.port() == port)
+    {
+        // One thread for several groups on one port: one socket joined to all of them.
+        let what = format!("{}+{}:{port}", groups[0], groups.len() - 1);
+        let s = open(&what, UdpSocket::bind_groups(&groups, port, &sc))?;
+        tracing::info!(pol, addr = %what, gro = s.caps().gro, "receiving");
+        bound.extend(addrs.iter().map(|a| SocketAddr::V4(*a)));
+        out[0].push(transport::Receiver::new(s, 32));
+    } else {
+        for (i, addr) in addrs.iter().enumerate() {
+            let s = open(&addr.to_string(), UdpSocket::bind(*addr, &sc))?;
+            // A multicast socket is bound to the group; a unicast one may have had port 0.
+            let shown = if addr.ip().is_multicast() {
+                SocketAddr::V4(*addr)
+            } else {
+                s.local_addr().unwrap_or(SocketAddr::V4(*addr))
+            };
+            let lane = i % lanes;
+            tracing::info!(pol, lane, addr = %shown, gro = s.caps().gro, "receiving");
+            bound.push(shown);
+            out[lane].push(transport::Receiver::new(s, 32));
+        }
+    }
+    if let Ok(mut b) = stats.pols[pol].bound.lock() {
+        *b = bound;
+    }
+    Ok(out)
+}
+
+/// Builds polarisation `pol`'s lanes around one collector holding `buffers`.
+#[allow(clippy::too_many_arguments)]
+pub fn lanes(
+    cfg: &EngineConfig,
+    pol: usize,
+    sockets: Vec<Vec<transport::Receiver>>,
+    buffers: Vec<HostBuffer>,
+    to_pair: Sender<RecvMsg>,
+    returns: Receiver<Chunk<HostBuffer>>,
+    stats: &Arc<Stats>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<Lane> {
+    let n = sockets.len().max(1);
+    let collector = Arc::new(Mutex::new(Collector::new(
+        pol,
+        n,
+        cfg.heaps_per_chunk(),
+        buffers,
+        to_pair,
+        returns,
+        Arc::clone(stats),
+    )));
+    let lanes: Vec<Lane> = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(lane, sockets)| Lane::new(cfg, pol, lane, n, sockets, &collector, stats, stop))
+        .collect();
+    let chunk_stats = lanes.iter().map(|l| l.asm.stats().clone()).collect();
+    let _ = stats.pols[pol].chunk.set(chunk_stats);
+    lanes
+}
+
+/// One receive thread of one polarisation.
+pub struct Lane {
+    pol: usize,
+    lane: usize,
+    lanes: u64,
+    /// Source addresses of the polarisation: heap k arrives on address k mod `addresses`.
+    addresses: u64,
+    heap_samples: u64,
+    sockets: Vec<transport::Receiver>,
+    asm: ChunkAssembler<SlotWriter>,
+    placer: Placer,
+    limits: Limits,
+    collector: Arc<Mutex<Collector>>,
+    /// The stream generation this lane is in (see [`collect`]), and the collector's.
+    gen: u64,
+    gen_now: Arc<AtomicU64>,
+    /// No packets for [`QUIET`]: the collector knows, and keeps this lane out of restart votes.
+    quiet: bool,
+    /// Where the collector last heard this lane's window was.
+    reported: Option<LanePos>,
+    events: Vec<ChunkEvent<SlotWriter>>,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Lane {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cfg: &EngineConfig,
+        pol: usize,
+        lane: usize,
+        lanes: usize,
+        sockets: Vec<transport::Receiver>,
+        collector: &Arc<Mutex<Collector>>,
+        stats: &Arc<Stats>,
+        stop: &Arc<AtomicBool>,
+    ) -> Self {
+        let chunk_cfg = ChunkConfig {
+            slots: cfg.heaps_per_chunk(),
+            slot_bytes: cfg.heap_bytes,
+            packet_payload: cfg.heap_bytes,
+            window: RECV_WINDOW,
+            // Restarts are recognised by the placer and made explicit, never guessed here.
+            max_jump: u64::MAX,
+        };
+        let chunk_samples = cfg.geometry.chunk_samples() as u64;
+        Self {
+            pol,
+            lane,
+            lanes: lanes as u64,
+            addresses: cfg.sources[pol].len().max(1) as u64,
+            heap_samples: cfg.heap_samples as u64,
+            sockets,
+            asm: ChunkAssembler::new(chunk_cfg, stats.pols[pol].rejects.clone()),
+            placer: Placer::new(chunk_samples, cfg.heap_samples as u64, cfg.fs),
+            // Heaps of another size are let through decoding so that the assembler counts them as
+            // the wrong size rather than too large.
+            limits: Limits {
+                max_packet: (cfg.heap_bytes + PACKET_HEADER_BYTES + 1024).max(9200),
+                max_heap: Limits::default().max_heap,
+            },
+            gen_now: lock(collector).gen_now(),
+            collector: Arc::clone(collector),
+            gen: 0,
+            quiet: false,
+            reported: None,
+            events: Vec::with_capacity(RECV_WINDOW + 2),
+            stats: Arc::clone(stats),
+            stop: Arc::clone(stop),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        format!("fengine-recv{}.{}", self.pol, self.lane)
+    }
+
+    pub fn run(mut self) -> Result<(), String> {
+        let mut sockets = std::mem::take(&mut self.sockets);
+        let mut pfds: Vec<libc::pollfd> = sockets
+            .iter()
+            .map(|r| libc::pollfd {
+                fd: r.socket().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let timeout_ms = QUIET.as_millis() as libc::c_int;
+        let mut last_packet = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            // SAFETY: `pfds` is a valid array of pollfd for the duration of the call.
+            let r =
+                unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(format!("polarisation {} receive failed: {e}.", self.pol));
+            }
+            self.placer.now = Instant::now();
+            if r == 0 {
+                if self.placer.now.duration_since(last_packet) >= QUIET {
+                    self.keep_pace();
+                }
+                continue;
+            }
+            last_packet = self.placer.now;
+            if self.quiet {
+                self.quiet = false;
+                lock(&self.collector).set_quiet(self.lane, false);
+            }
+            for (i, pfd) in pfds.iter().enumerate() {
+                if pfd.revents == 0 {
+                    continue;
+                }
+                for _ in 0..BATCHES_PER_SOCKET {
+                    match sockets[i].recv(Duration::ZERO) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
+                            break;
+                        }
+                    }
+                    self.take_batch(&sockets[i]);
+                }
+            }
+            self.report();
+            if let Some(ts) = self.placer.newest_timestamp() {
+                self.stats.pols[self.pol]
+                    .last_timestamp
+                    .store(ts, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Places every datagram of a socket's last batch.
+    fn take_batch(&mut self, rx: &transport::Receiver) {
+        for d in rx.datagrams() {
+            let p = match Packet::decode(d, &self.limits) {
+                Ok(p) => p,
+                Err(reason) => {
+                    self.asm.reject(reason);
+                    continue;
+                }
+            };
+            let Some(ts) = p.immediate(items::TIMESTAMP) else {
+                self.asm.reject(Reject::MissingMandatoryItem);
+                continue;
+            };
+            if self.lanes > 1
+                && (ts / self.heap_samples) % self.addresses % self.lanes != self.lane as u64
+            {
+                self.asm.reject(Reject::WrongDestination);
+                continue;
+            }
+            let placed = match self.placer.place(ts) {
+                Ok(p) => p,
+                Err(reason) => {
+                    self.asm.reject(reason);
+                    continue;
+                }
+            };
+            if let Some(reason) = placed.jump {
+                let now = self.placer.now;
+                let decided = lock(&self.collector).propose(self.lane, placed.at.chunk, ts, now);
+                if decided.is_none() {
+                    self.asm.reject(reason);
+                    continue;
+                }
+                self.report();
+            }
+            let collector = &self.collector;
+            let gen = self.gen;
+            let _ = self.asm.add_placed(
+                &p,
+                placed.at,
+                |id| lock(collector).open(gen, id),
+                &mut |e| self.events.push(e),
+            );
+            if !self.events.is_empty() {
+                self.report();
+            }
+        }
+    }
+
+    /// Tells the collector about finished chunks and where the window is now, and follows a
+    /// restart the lanes agreed on. Takes the lock only when there is news.
+    fn report(&mut self) {
+        let pos = self.asm.head().map(|head| LanePos {
+            gen: self.gen,
+            head,
+        });
+        let behind = self.gen_now.load(Ordering::Relaxed) > self.gen;
+        if self.events.is_empty() && pos == self.reported && !behind {
+            return;
+        }
+        let collector = Arc::clone(&self.collector);
+        let mut c = lock(&collector);
+        self.settle(&mut c);
+        let restart = c.restart();
+        if restart.gen > self.gen {
+            // Everything held so far belongs to the old stream: hand it back, then start again
+            // where the stream restarted.
+            self.asm.resync(restart.chunk, &mut |e| self.events.push(e));
+            self.settle(&mut c);
+            self.gen = restart.gen;
+            self.placer.follow(restart.timestamp);
+        }
+        let pos = self.asm.head().map(|head| LanePos {
+            gen: self.gen,
+            head,
+        });
+        c.advance(self.lane, pos);
+        self.reported = pos;
+    }
+
+    /// Records this lane's finished chunks in the collector.
+    fn settle(&mut self, c: &mut Collector) {
+        for e in self.events.drain(..) {
+            if let ChunkEvent::Ready(chunk) = e {
+                c.finish(self.gen, chunk.id, &chunk.present);
+                self.asm.reclaim(chunk); // the writer goes: this lane lets go
+            }
+        }
+    }
+
+    /// A quiet lane moves its window along with the newest chunk any lane opened, so that the
+    /// chunks it shares with busy lanes are handed on, and follows restarts.
+    fn keep_pace(&mut self) {
+        let (gen, newest) = {
+            let mut c = lock(&self.collector);
+            if !self.quiet {
+                self.quiet = true;
+                c.set_quiet(self.lane, true);
+            }
+            c.front()
+        };
+        if self.asm.head().is_none() {
+            // Nothing received yet, so nothing held: just follow the others' generation.
+            self.gen = gen;
+            return;
+        }
+        let head = newest.saturating_sub(RECV_WINDOW as u64 - 1);
+        if gen == self.gen && self.asm.head().is_some_and(|h| h < head) {
+            self.asm.expire_before(head, &mut |e| self.events.push(e));
+        }
+        self.report();
+    }
+}
+
+fn lock(c: &Mutex<Collector>) -> MutexGuard<'_, Collector> {
+    // A panicking lane poisons the mutex; the others go on with the collector as it is.
+    c.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,177 @@
+//! Where a digitiser heap goes: chunk id = timestamp / chunk_samples, slot = (timestamp %
+//! chunk_samples) / heap_samples, with a guard against stray and restarted streams.
+//!
+//! A heap far ahead of where the stream should be by now (the newest timestamp plus the wall-clock
+//! time since it, plus a tolerance) is *future-dated*; one behind the receive window is *too old*.
+//! Either is dropped and counted, unless [`CONFIRM`] heaps in a row agree on the new place: then
+//! the digitiser restarted, and the placement says so, so that the receiver starts its window
+//! again there.
+
+use std::time::Instant;
+
+use spead::chunk::Placement;
+use spead::Reject;
+
+use crate::pipeline::RECV_WINDOW;
+
+/// Consistent out-of-place heaps needed before a receiver believes a jump.
+pub const CONFIRM: u32 = 32;
+
+/// A heap's place, and whether the stream restarted there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub at: Placement,
+    /// Enough heaps agreed that the stream restarted at `at`: the caller either follows
+    /// ([`Placer::follow`]) and starts its window again there, or drops the heap for this reason.
+    pub jump: Option<Reject>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Newest {
+    ts: u64,
+    at: Instant,
+}
+
+#[derive(Debug)]
+pub struct Placer {
+    chunk_samples: u64,
+    heap_samples: u64,
+    fs: f64,
+    window: u64,
+    /// How far (samples) a heap may run ahead of the wall-clock expectation.
+    tolerance: f64,
+    newest: Option<Newest>,
+    /// Chunk id the out-of-place heaps point at, and how many agreed in a row.
+    candidate: Option<(u64, u32)>,
+    /// Time of the current receive batch.
+    pub now: Instant,
+}
+
+impl Placer {
+    pub fn new(chunk_samples: u64, heap_samples: u64, fs: f64) -> Self {
+        Self {
+            chunk_samples,
+            heap_samples,
+            fs,
+            window: RECV_WINDOW as u64,
+            tolerance: 2.0 * chunk_samples as f64 + 0.01 * fs,
+            newest: None,
+            candidate: None,
+            now: Instant::now(),
+        }
+    }
+
+    /// Newest timestamp accepted.
+    pub fn newest_timestamp(&self) -> Option<u64> {
+        self.newest.map(|n| n.ts)
+    }
+
+    pub fn place(&mut self, ts: u64) -> Result<Placed, Reject> {
+        if !ts.is_multiple_of(self.heap_samples) {
+            return Err(Reject::Misaligned);
+        }
+        let at = Placement {
+            chunk: ts / self.chunk_samples,
+            slot: ((ts % self.chunk_samples) / self.heap_samples) as usize,
+        };
+        let Some(n) = self.newest else {
+            self.newest = Some(Newest { ts, at: self.now });
+            return Ok(Placed { at, jump: None });
+        };
+        let elapsed = self.now.saturating_duration_since(n.at).as_secs_f64();
+        let expected = n.ts as f64 + elapsed * self.fs;
+        let ahead = ts as f64 > expected + self.tolerance;
+        let behind = at.chunk.saturating_add(self.window) < n.ts / self.chunk_samples;
+        if !(ahead || behind) {
+            self.candidate = None;
+            if ts > n.ts {
+                self.newest = Some(Newest { ts, at: self.now });
+            }
+            return Ok(Placed { at, jump: None });
+        }
+        let reason = if ahead {
+            Reject::TooNew
+        } else {
+            Reject::TooOld
+        };
+        let count = match self.candidate {
+            Some((c, k)) if c.abs_diff(at.chunk) <= self.window => k + 1,
+            _ => 1,
+        };
+        if count < CONFIRM {
+            self.candidate = Some((at.chunk, count));
+            return Err(reason);
+        }
+        self.candidate = None;
+        Ok(Placed {
+            at,
+            jump: Some(reason),
+        })
+    }
+
+    /// Takes `ts` as where the stream now is (after a restart).
+    pub fn follow(&mut self, ts: u64) {
+        self.candidate = None;
+        self.newest = Some(Newest { ts, at: self.now });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(chunk: u64, slot: usize) -> Placed {
+        Placed {
+            at: Placement { chunk, slot },
+            jump: None,
+        }
+    }
+
+    #[test]
+    fn placement_and_misalignment() {
+        // Chunks of 4 heaps of 8 samples.
+        let mut p = Placer::new(32, 8, 1e6);
+        assert_eq!(p.place(40), Ok(at(1, 1)));
+        assert_eq!(p.place(41), Err(Reject::Misaligned));
+    }
+
+    #[test]
+    fn a_stray_future_heap_is_dropped_but_a_sustained_jump_is_followed() {
+        let mut p = Placer::new(32, 8, 1e3);
+        assert!(p.place(0).is_ok());
+        // Far beyond 2 chunks + 10 ms of samples.
+        assert_eq!(p.place(1_000_000), Err(Reject::TooNew));
+        assert_eq!(p.place(8), Ok(at(0, 1)));
+        for k in 0..CONFIRM - 1 {
+            assert_eq!(p.place(1_000_000 + 8 * k as u64), Err(Reject::TooNew));
+        }
+        let t = 1_000_000 + 8 * CONFIRM as u64;
+        let jumped = p.place(t).unwrap();
+        assert_eq!(jumped.jump, Some(Reject::TooNew));
+        assert_eq!(jumped.at.chunk, t / 32);
+        // Not followed: the old stream is still the one in place.
+        assert_eq!(p.place(16), Ok(at(0, 2)));
+        p.follow(t);
+        // Followed: the new stream then goes on without jumps.
+        assert_eq!(p.place(t + 32), Ok(at(t / 32 + 1, jumped.at.slot)));
+    }
+
+    #[test]
+    fn a_backward_restart_is_followed_after_confirmation() {
+        let mut p = Placer::new(32, 8, 1e6);
+        for t in (3_200_000..3_200_200).step_by(8) {
+            p.place(t).unwrap();
+        }
+        for k in 0..CONFIRM - 1 {
+            assert_eq!(p.place(8 * k as u64), Err(Reject::TooOld));
+        }
+        let t = 8 * (CONFIRM - 1) as u64;
+        let jumped = p.place(t).unwrap();
+        assert_eq!(jumped.jump, Some(Reject::TooOld));
+        assert_eq!(jumped.at.chunk, t / 32);
+        p.follow(t);
+        assert_eq!(p.place(t + 32), Ok(at(t / 32 + 1, jumped.at.slot)));
+        // A heap of the old stream is now the stray one.
+        assert_eq!(p.place(3_200_200), Err(Reject::TooNew));
+    }
+}
