@@ -89,7 +89,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     )?;
     let state = ControlState::new(
         cfg.clone(),
-        stats,
+        stats.clone(),
         pipeline.backend,
         pipeline.commands.clone(),
         stop.clone(),
@@ -105,8 +105,36 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let result = pipeline.join();
     stop.store(true, Ordering::Relaxed);
     let _ = control.join();
+    log_totals(&stats);
     tracing::info!("stopped");
     result
+}
+
+/// What came in and what went out over the run, so that a log alone says where data was lost.
+fn log_totals(stats: &Stats) {
+    for (pol, p) in stats.pols.iter().enumerate() {
+        let rejected: Vec<String> = p
+            .rejects
+            .snapshot()
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(r, n)| format!("{}={n}", r.name()))
+            .collect();
+        tracing::info!(
+            pol,
+            heaps_received = p.heaps_received(),
+            heaps_missing = p.heaps_missing.load(Ordering::Relaxed),
+            unpaired_chunks = p.unpaired_chunks.load(Ordering::Relaxed),
+            resyncs = p.resyncs(),
+            rejected = %rejected.join(" "),
+            "input totals"
+        );
+    }
+    tracing::info!(
+        heaps_sent = stats.total_sent(),
+        heaps_skipped = stats.total_skipped(),
+        "output totals"
+    );
 }
 
 /// `fengine bench`: the generic benchmark, and for CUDA also the CUDA backend's own report.

@@ -36,8 +36,23 @@ use crate::signal::delay::DelayModel;
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
 /// threads).
 pub const RECV_WINDOW: usize = 3;
-/// Chunks of one polarisation the pairing stage holds while waiting for the other.
+/// Chunks of one polarisation the pairing stage holds while waiting for the other, at least.
 pub const MAX_PENDING: usize = 2;
+/// Input time the engine rides out when a thread or a sender stalls, whatever the chunk size: one
+/// polarisation waits this long for the other, and the receivers have spare buffers for it. With
+/// small chunks, a few chunks alone are a few tens of ms, which a busy 2-core host can exceed.
+pub const SLACK: Duration = Duration::from_millis(250);
+/// Memory per polarisation beyond which [`SLACK`] buys no more chunks.
+const SLACK_BYTES: usize = 256 << 20;
+
+/// Chunks of one polarisation the pairing stage holds while waiting for the other: enough for
+/// [`SLACK`] (within [`SLACK_BYTES`]), and at least [`MAX_PENDING`].
+pub fn max_pending(cfg: &EngineConfig) -> usize {
+    let chunk_bytes = (cfg.heaps_per_chunk() * cfg.heap_bytes).max(1);
+    let by_time = (SLACK.as_secs_f64() / cfg.chunk_seconds()).ceil();
+    let by_memory = (SLACK_BYTES / chunk_bytes) as f64;
+    (by_time.min(by_memory) as usize).max(MAX_PENDING)
+}
 /// How often blocked threads look at the stop flag.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -336,7 +351,7 @@ fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, Stri
     // The receivers hold their window, one chunk being opened, and what the pairing stage holds;
     // several lanes of one polarisation may be a chunk or two apart.
     let lag = if cfg.recv_threads > 1 { 2 } else { 0 };
-    let spares = RECV_WINDOW + MAX_PENDING + 3 + lag;
+    let spares = RECV_WINDOW + max_pending(cfg) + 3 + lag;
     let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
     for _ in 0..spares {
         let f = alloc(backend)?;

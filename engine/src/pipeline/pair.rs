@@ -6,8 +6,8 @@
 //! - same id: one frame with both;
 //! - different ids: the smaller goes alone (the other polarisation never produced it: a chunk with
 //!   no packet at all is not emitted), its partner counted all-missing;
-//! - only one polarisation has a chunk: it waits up to a timeout (a few chunk durations) or until
-//!   [`MAX_PENDING`] more arrive, then goes alone;
+//! - only one polarisation has a chunk: it waits up to a timeout (a few chunk durations, and at
+//!   least [`SLACK`]) or until [`max_pending`] more arrive, then goes alone;
 //! - a resync notice is a barrier: the other polarisation's chunks before its own notice drain
 //!   alone first, so old and new streams are never paired.
 
@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use spead::chunk::Chunk;
 
 use super::recv::RecvMsg;
-use super::{recv_until_stop, send_until_stop, Work, MAX_PENDING, TICK};
+use super::{max_pending, recv_until_stop, send_until_stop, Work, SLACK, TICK};
 use crate::backend::{HostBuffer, POLS};
 use crate::config::EngineConfig;
 use crate::metrics::Stats;
@@ -56,6 +56,7 @@ enum Step {
 pub struct Pair {
     chunk_samples: u64,
     timeout: Duration,
+    max_pending: usize,
     pending: [VecDeque<Entry>; POLS],
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
@@ -66,7 +67,8 @@ impl Pair {
         let chunk = Duration::from_secs_f64(cfg.chunk_seconds().min(60.0));
         Self {
             chunk_samples: cfg.geometry.chunk_samples() as u64,
-            timeout: (chunk * 3).max(Duration::from_millis(50)),
+            timeout: (chunk * 3).max(SLACK),
+            max_pending: max_pending(cfg),
             pending: [VecDeque::new(), VecDeque::new()],
             stats,
             stop,
@@ -122,7 +124,7 @@ impl Pair {
         self.pending[pol]
             .front()
             .is_some_and(|e| now.duration_since(e.at()) >= self.timeout)
-            || self.pending[pol].len() > MAX_PENDING
+            || self.pending[pol].len() > self.max_pending
     }
 
     fn decide(&self, now: Instant) -> Step {
@@ -428,7 +430,7 @@ mod tests {
         assert!(r.frames(now).is_empty());
         assert_eq!(r.frames(now + r.pair.timeout), vec![(10, true, false)]);
         // Or when too many pile up behind it.
-        for id in 11..11 + MAX_PENDING as u64 + 1 {
+        for id in 11..11 + r.pair.max_pending as u64 + 1 {
             r.chunk(1, id);
         }
         assert_eq!(r.frames(Instant::now())[0], (11, false, true));
