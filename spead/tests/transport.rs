@@ -191,6 +191,45 @@ fn batch_of_scattered_datagrams() {
     }
 }
 
+/// Header i and payload piece i arrive as datagram i, whole and in order, gathered from two
+/// buffers, with and without GSO; too few headers is an error that sends nothing.
+#[test]
+fn framed_pieces_arrive_behind_their_headers() {
+    for offload in [true, false] {
+        let cfg = config(offload);
+        let mut rx = Receiver::new(UdpSocket::bind(local(0), &cfg).unwrap(), 32);
+        let dest = rx.socket().local_addr().unwrap();
+        let (header, piece, pieces) = (72, 5000, 30);
+        let headers: Vec<u8> = (0..pieces * header).map(|i| (i / header) as u8).collect();
+        // Random-looking payload with a short last piece.
+        let payload: Vec<u8> = (0..piece * (pieces - 1) + 123)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect();
+        let mut tx = Sender::new(UdpSocket::sender(&cfg).unwrap());
+        let err = tx.send_framed(dest, &headers[..header * 3], header, &payload, piece);
+        assert!(err.is_err(), "3 headers for 30 pieces");
+        assert_eq!(tx.stats().datagrams, 0);
+        tx.send_framed(dest, &headers, header, &payload, piece)
+            .unwrap();
+        if tx.socket().caps().gso_segments > 1 {
+            // 64 KiB / 5072 bytes: 12 per GSO send.
+            assert_eq!(tx.stats().syscalls, 3, "offload {offload}");
+        }
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.len() < pieces && Instant::now() < deadline {
+            rx.recv(Duration::from_millis(50)).unwrap();
+            got.extend(rx.datagrams().map(|d| d.to_vec()));
+        }
+        assert_eq!(got.len(), pieces, "offload {offload}");
+        for (i, d) in got.iter().enumerate() {
+            let body = &payload[i * piece..((i + 1) * piece).min(payload.len())];
+            assert_eq!(&d[..header], &headers[i * header..(i + 1) * header]);
+            assert!(&d[header..] == body, "datagram {i}, offload {offload}");
+        }
+    }
+}
+
 /// Datagrams longer than the receiver's limit are counted, not delivered, with and without GRO.
 #[test]
 fn truncation_is_counted() {

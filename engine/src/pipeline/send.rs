@@ -4,8 +4,9 @@
 //! `[i c, (i+1) c)` of that heap (contiguous in the frame's output) go to substream i's destination
 //! as packets of at most `packet_payload` bytes of payload, each with the 8 item pointers (heap
 //! counter, size, offset, payload length, timestamp, F-engine id, frequency, feng_raw at 0).
-//! Packets of a heap are laid out back to back in one reused buffer and sent as GSO super-packets,
-//! paced at `send_rate_factor` times the input's data rate. Descriptors go to every substream at
+//! A heap's packet headers are written back to back into one reused buffer; the kernel gathers
+//! each packet from its header there and its payload straight from the frame's output (no copy in
+//! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate. Descriptors go to every substream at
 //! start and once a second.
 //!
 //! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
@@ -43,8 +44,8 @@ pub struct Output {
     subs: Range<usize>,
     /// Pre-encoded descriptor packets per substream of `subs` (the heap counter is patched each time).
     descriptors: Vec<Vec<Vec<u8>>>,
-    /// One heap's packets, back to back.
-    buf: Vec<u8>,
+    /// One heap's packet headers, back to back ([`PACKET_HEADER_BYTES`] each).
+    headers: Vec<u8>,
     /// Sender totals already added to the shared counters.
     reported: (u64, u64),
 }
@@ -176,7 +177,7 @@ impl Output {
             dests: cfg.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
             subs,
             descriptors,
-            buf: vec![0u8; packets * (PACKET_HEADER_BYTES + cfg.packet_payload)],
+            headers: vec![0u8; packets * PACKET_HEADER_BYTES],
             reported: (0, 0),
         })
     }
@@ -242,18 +243,15 @@ impl Output {
                     let start = h * heap_bytes + i * sub_bytes;
                     let data = &output[start..start + sub_bytes];
                     let cnt = heap_counter(i, t, heap_step, cfg.array_size, cfg.feng_id);
-                    let len = self.build_heap(
-                        cnt,
-                        t,
-                        cfg.feng_id,
-                        (i * cfg.substream_channels()) as u64,
-                        data,
-                        cfg.packet_payload,
-                    );
+                    let frequency = (i * cfg.substream_channels()) as u64;
+                    self.write_headers(cnt, t, cfg.feng_id, frequency, data, cfg.packet_payload);
                     // Pace per GSO-sized part so that a heap is not one long burst.
-                    let per_part = (65_000 / segment).max(1) * segment;
+                    let per_part = (65_000 / segment).max(1);
                     let mut sent_ok = true;
-                    for part in self.buf[..len].chunks(per_part) {
+                    let parts = data
+                        .chunks(per_part * cfg.packet_payload)
+                        .zip(self.headers.chunks(per_part * PACKET_HEADER_BYTES));
+                    for (part, headers) in parts {
                         if let Some(p) = pacer.as_mut() {
                             let now = Instant::now();
                             // After an idle spell, do not burst to catch up.
@@ -262,8 +260,15 @@ impl Output {
                             }
                             p.wait(paced_bytes);
                         }
-                        paced_bytes += part.len() as u64;
-                        if let Err(e) = self.sender.send_segments(self.dests[i], part, segment) {
+                        paced_bytes += (part.len() + headers.len()) as u64;
+                        let sent = self.sender.send_framed(
+                            self.dests[i],
+                            headers,
+                            PACKET_HEADER_BYTES,
+                            part,
+                            cfg.packet_payload,
+                        );
+                        if let Err(e) = sent {
                             if errors.is_multiple_of(1000) {
                                 tracing::warn!(dest = %self.dests[i], "output send failed: {e}");
                             }
@@ -293,8 +298,9 @@ impl Output {
         }
     }
 
-    /// Lays out the packets of one heap in `self.buf`; returns the bytes used.
-    fn build_heap(
+    /// Writes the headers of one heap's packets into `self.headers`, one per `payload`-byte piece
+    /// of `data`.
+    fn write_headers(
         &mut self,
         cnt: u64,
         t: u64,
@@ -302,7 +308,7 @@ impl Output {
         frequency: u64,
         data: &[u8],
         payload: usize,
-    ) -> usize {
+    ) {
         let size = data.len() as u64;
         let mut pointers = [
             ItemPointer::immediate(items::HEAP_CNT, cnt),
@@ -314,18 +320,14 @@ impl Output {
             ItemPointer::immediate(items::FREQUENCY, frequency),
             ItemPointer::addressed(items::FENG_RAW, 0),
         ];
-        let mut at = 0;
-        for (j, part) in data.chunks(payload).enumerate() {
+        let headers = self.headers.chunks_mut(PACKET_HEADER_BYTES);
+        for ((j, part), header) in data.chunks(payload).enumerate().zip(headers) {
             pointers[2] = ItemPointer::immediate(items::HEAP_OFFSET, (j * payload) as u64);
             pointers[3] = ItemPointer::immediate(items::PAYLOAD_LENGTH, part.len() as u64);
-            // The buffer is sized for a whole heap: this cannot fail.
-            let Ok(h) = write_header(&mut self.buf[at..], &pointers) else {
-                break;
-            };
-            self.buf[at + h..at + h + part.len()].copy_from_slice(part);
-            at += h + part.len();
+            // 8 item pointers make exactly PACKET_HEADER_BYTES: this cannot fail.
+            let written = write_header(header, &pointers);
+            debug_assert_eq!(written.ok(), Some(PACKET_HEADER_BYTES));
         }
-        at
     }
 
     fn send_descriptors(&mut self, cfg: &EngineConfig, seq: u64, stats: &Stats, errors: &mut u64) {

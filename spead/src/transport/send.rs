@@ -1,6 +1,8 @@
 //! Batched send. Runs of consecutive datagrams of one size to one destination (the last may be
 //! shorter) go out as one GSO `sendmsg` of at most 64 KiB where the socket has GSO, gathered
-//! straight from the caller's memory; everything else goes out in `sendmmsg` batches.
+//! straight from the caller's memory; everything else goes out in `sendmmsg` batches. A datagram
+//! may be two pieces (a header and a payload in different buffers), gathered the same way, so
+//! that packets need not be laid out in one buffer first.
 //!
 //! A full socket (EAGAIN) is waited out with `poll`, ENOBUFS with a short backoff, both up to a
 //! timeout; what cannot be sent is counted in [`SendStats::dropped`] and reported as an error.
@@ -45,18 +47,40 @@ pub struct Sender {
     stats: SendStats,
 }
 
-/// Datagrams to send, by index: a caller's list, or one buffer cut into equal segments.
+/// A datagram as the kernel gathers it: `head` then `body` (often empty).
+#[derive(Clone, Copy, Debug)]
+struct Pieces<'a> {
+    dest: SocketAddr,
+    head: &'a [u8],
+    body: &'a [u8],
+}
+
+impl<'a> Pieces<'a> {
+    fn whole(d: Datagram<'a>) -> Self {
+        Self {
+            dest: d.dest,
+            head: d.bytes,
+            body: &[],
+        }
+    }
+    fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+}
+
+/// Datagrams to send, by index: a caller's list, one buffer cut into equal segments, or
+/// payload pieces behind their own headers.
 trait Source {
     fn len(&self) -> usize;
-    fn get(&self, i: usize) -> Datagram<'_>;
+    fn get(&self, i: usize) -> Pieces<'_>;
 }
 
 impl Source for [Datagram<'_>] {
     fn len(&self) -> usize {
         <[Datagram]>::len(self)
     }
-    fn get(&self, i: usize) -> Datagram<'_> {
-        self[i]
+    fn get(&self, i: usize) -> Pieces<'_> {
+        Pieces::whole(self[i])
     }
 }
 
@@ -70,12 +94,37 @@ impl Source for Segments<'_> {
     fn len(&self) -> usize {
         self.buf.len().div_ceil(self.segment)
     }
-    fn get(&self, i: usize) -> Datagram<'_> {
+    fn get(&self, i: usize) -> Pieces<'_> {
         let start = i * self.segment;
         let end = start.saturating_add(self.segment).min(self.buf.len());
-        Datagram {
+        Pieces::whole(Datagram {
             dest: self.dest,
             bytes: &self.buf[start..end],
+        })
+    }
+}
+
+/// `payload` cut into pieces of `piece` bytes (the last may be shorter), piece i behind header i
+/// (`header` bytes each, back to back in `headers`).
+struct Framed<'a> {
+    dest: SocketAddr,
+    headers: &'a [u8],
+    header: usize,
+    payload: &'a [u8],
+    piece: usize,
+}
+
+impl Source for Framed<'_> {
+    fn len(&self) -> usize {
+        self.payload.len().div_ceil(self.piece)
+    }
+    fn get(&self, i: usize) -> Pieces<'_> {
+        let start = i * self.piece;
+        let end = start.saturating_add(self.piece).min(self.payload.len());
+        Pieces {
+            dest: self.dest,
+            head: &self.headers[i * self.header..(i + 1) * self.header],
+            body: &self.payload[start..end],
         }
     }
 }
@@ -122,6 +171,41 @@ impl Sender {
         self.send_from(&Segments { dest, buf, segment })
     }
 
+    /// Sends `payload` cut into `piece`-byte datagram payloads (the last may be shorter), payload
+    /// i behind header i of `headers` (each `header` bytes, back to back): the kernel gathers
+    /// both, so nothing is copied to lay the packets out. `headers` must hold a header for every
+    /// piece.
+    pub fn send_framed(
+        &mut self,
+        dest: SocketAddr,
+        headers: &[u8],
+        header: usize,
+        payload: &[u8],
+        piece: usize,
+    ) -> io::Result<()> {
+        if payload.is_empty() || piece == 0 {
+            return Ok(());
+        }
+        let src = Framed {
+            dest,
+            headers,
+            header,
+            payload,
+            piece,
+        };
+        if headers.len() < src.len() * header {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} headers of {header} bytes for {} payload pieces",
+                    headers.len() / header.max(1),
+                    src.len()
+                ),
+            ));
+        }
+        self.send_from(&src)
+    }
+
     /// Sends datagrams in order, packing runs of one size to one destination into GSO sends.
     /// On error the datagrams not yet sent are counted as dropped and the error is returned.
     pub fn send_batch(&mut self, datagrams: &[Datagram<'_>]) -> io::Result<()> {
@@ -165,8 +249,11 @@ impl Sender {
     fn send_gso<S: Source + ?Sized>(&mut self, src: &S, i: usize, run: usize) -> io::Result<usize> {
         let first = src.get(i);
         let dest = SockAddr::from(first.dest);
-        let segment = first.bytes.len() as u16; // gso_run keeps it within u16
-        let parts = (i..i + run).map(|j| src.get(j).bytes);
+        let segment = first.len() as u16; // gso_run keeps it within u16
+        let parts = (i..i + run).flat_map(|j| {
+            let d = src.get(j);
+            [d.head, d.body]
+        });
         let bytes = sys::sendmsg(self.socket.as_raw_fd(), &dest, parts, Some(segment))?;
         self.stats.syscalls += 1;
         self.stats.datagrams += run as u64;
@@ -184,14 +271,12 @@ impl Sender {
         }
         let items = (i..end).map(|j| {
             let d = src.get(j);
-            (d.dest, d.bytes)
+            (d.dest, [d.head, d.body])
         });
         let sent = sys::sendmmsg(self.socket.as_raw_fd(), items)?;
         self.stats.syscalls += 1;
         self.stats.datagrams += sent as u64;
-        self.stats.bytes += (i..i + sent)
-            .map(|j| src.get(j).bytes.len() as u64)
-            .sum::<u64>();
+        self.stats.bytes += (i..i + sent).map(|j| src.get(j).len() as u64).sum::<u64>();
         Ok(sent)
     }
 
@@ -225,22 +310,23 @@ impl Sender {
 /// (the last may be shorter), at most `max_segments`, at most 64 KiB. 1 means send it alone.
 fn gso_run<S: Source + ?Sized>(src: &S, i: usize, max_segments: usize) -> usize {
     let first = src.get(i);
-    let size = first.bytes.len();
+    let size = first.len();
     if max_segments < 2 || size == 0 || size > usize::from(u16::MAX) {
         return 1;
     }
+    // Two iovecs per datagram at most (adjacent ones merge, which only helps).
     let limit = max_segments
         .min(MAX_UDP_PAYLOAD / size)
-        .min(sys::MAX_IOV)
+        .min(sys::MAX_IOV / 2)
         .min(src.len() - i);
     let mut run = 1;
     while run < limit {
         let d = src.get(i + run);
-        if d.dest != first.dest || d.bytes.is_empty() || d.bytes.len() > size {
+        if d.dest != first.dest || d.len() == 0 || d.len() > size {
             break;
         }
         run += 1;
-        if d.bytes.len() < size {
+        if d.len() < size {
             break;
         }
     }
@@ -292,7 +378,7 @@ mod tests {
             segment: 5192,
         };
         assert_eq!(seg.len(), 31);
-        assert_eq!(seg.get(30).bytes.len(), 7);
+        assert_eq!(seg.get(30).len(), 7);
         assert_eq!(gso_run(&seg, 24, 64), 7, "short last segment joins the run");
     }
 }

@@ -86,25 +86,26 @@ pub(crate) fn sendmsg<'a>(
     }
 }
 
-/// Sends up to [`MMSG_BATCH`] datagrams, each to its own address, in one `sendmmsg`. Returns how
-/// many the kernel took (at least one), or the error of the first.
+/// Sends up to [`MMSG_BATCH`] datagrams, each to its own address and gathered from its two
+/// pieces (either may be empty), in one `sendmmsg`. Returns how many the kernel took (at least
+/// one), or the error of the first.
 pub(crate) fn sendmmsg<'a>(
     fd: RawFd,
-    datagrams: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
+    datagrams: impl IntoIterator<Item = (SocketAddr, [&'a [u8]; 2])>,
 ) -> io::Result<usize> {
     let mut addrs: [MaybeUninit<SockAddr>; MMSG_BATCH] =
         [const { MaybeUninit::uninit() }; MMSG_BATCH];
-    let mut iov = [libc::iovec {
+    let mut iov = [[libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; MMSG_BATCH];
+    }; 2]; MMSG_BATCH];
     // SAFETY: zeroed mmsghdrs are valid empty headers.
     let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { mem::zeroed() };
     let mut n = 0;
     let mut named = 0;
     // Consecutive datagrams to one destination share one address.
     let mut current: Option<(SocketAddr, usize)> = None;
-    for (dest, bytes) in datagrams.into_iter().take(MMSG_BATCH) {
+    for (dest, pieces) in datagrams.into_iter().take(MMSG_BATCH) {
         let slot = match current {
             Some((d, slot)) if d == dest => slot,
             _ => {
@@ -116,15 +117,19 @@ pub(crate) fn sendmmsg<'a>(
         };
         // SAFETY: every slot below `named` has been written.
         let addr = unsafe { addrs[slot].assume_init_ref() };
-        iov[n] = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
+        let mut parts = 0;
+        for p in pieces.into_iter().filter(|p| !p.is_empty()) {
+            iov[n][parts] = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
+            parts += 1;
+        }
         let h = &mut hdrs[n].msg_hdr;
         h.msg_name = addr.as_ptr() as *mut libc::c_void;
         h.msg_namelen = addr.len();
-        h.msg_iov = &mut iov[n];
-        h.msg_iovlen = 1;
+        h.msg_iov = iov[n].as_mut_ptr();
+        h.msg_iovlen = parts as _;
         n += 1;
     }
     if n == 0 {
