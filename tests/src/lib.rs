@@ -40,9 +40,9 @@ pub const LABEL: &str = "fgpu-acceptance";
 
 /// The demo's CPU configuration (compose.yaml + compose.cpu.yaml), used by every test: a rate the
 /// CPU backend sustains on a 2-core host with dsim, the harness and the test itself beside it.
-pub const RATE: f64 = 25e6;
+pub const RATE: f64 = 16e6;
 /// The tone: the centre of channel CHANNELS/4 (RATE/8).
-pub const TONE_HZ: f64 = 3.125e6;
+pub const TONE_HZ: f64 = 2e6;
 pub const CHANNELS: u64 = 4096;
 pub const TAPS: u64 = 16;
 pub const SPECTRA_PER_HEAP: u64 = 256;

@@ -39,10 +39,16 @@ fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
 
     let w = watch.finish()?;
     let s = &w.summary;
+    // The restarted engine's own account (input rejects by reason, queues), for a failure.
+    let end = p.engine_http()?.get_json("/status")?;
     let ctx = || {
         format!(
             "last output before the stop {before}, engine settled at {settled}\n{s:#}\n\
+             --- engine input, queues and frames at the end ---\n{:#}\n{:#}\n{:#}\n\
              --- progress ---\n{}\n{}",
+            end["input"],
+            end["queues"],
+            end["frames"],
             w.progress_tail(45),
             p.logs()
         )

@@ -29,6 +29,8 @@ const ROT_LOW: usize = 64;
 const UNPACK_PIECE: usize = 1 << 16;
 /// Output bytes per block of the final transpose: fits in L1 with its reads.
 const TRANSPOSE_BYTES: usize = 16384;
+/// Niceness of the worker threads (see [`CpuBackend::with_threads`]).
+const WORKER_NICE: libc::c_int = 10;
 
 /// exp(i (p - pi k r / n)) for every channel k, as the product of a table over the low bits of k and
 /// one over the high bits, both computed in f64: accurate to f32 rounding, with n / 64 + 64
@@ -107,16 +109,21 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A CPU backend on rayon's global thread pool.
+    /// A CPU backend with a thread per core.
     pub fn new(geometry: Geometry) -> Result<Self> {
-        Self::build(geometry, None)
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_threads(geometry, cores)
     }
 
-    /// A CPU backend on its own pool of `threads` threads.
+    /// A CPU backend on its own pool of `threads` threads. They run at a lower priority than the
+    /// engine's other threads (nice [`WORKER_NICE`]): on a busy host the receivers must never wait
+    /// behind bulk compute, which has frames of buffering to catch up in, while a receiver that
+    /// waits loses datagrams.
     pub fn with_threads(geometry: Geometry, threads: usize) -> Result<Self> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("fengine-cpu-{i}"))
+            .start_handler(|_| lower_priority())
             .build()
             .map_err(|e| {
                 BackendError::Unavailable(format!("cannot start {threads} CPU threads: {e}"))
@@ -233,6 +240,17 @@ impl CpuBackend {
 }
 
 /// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them.
+/// Lowers the calling thread's priority to [`WORKER_NICE`]; where that is refused, the thread
+/// simply keeps its priority.
+fn lower_priority() {
+    // SAFETY: plain syscalls on the calling thread. On Linux, nice is per thread, and
+    // PRIO_PROCESS with a thread id changes that thread alone.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, WORKER_NICE);
+    }
+}
+
 fn unpack_spans(g: &Geometry, span: &mut [Vec<f32>; POLS], frame: &Frame) -> Result<()> {
     // HostBuffer is Send but not Sync: share the bytes, not the buffers.
     let chunks: [&[u8]; POLS] = [&frame.chunk[0], &frame.chunk[1]];
