@@ -94,6 +94,9 @@ phase_net() {
 }
 
 phase_system() {
+  # The ceiling the search is measured against, in the same run: raw loopback UDP (GSO/GRO) with
+  # 8 sender/receiver pairs, which is all 16 cores doing nothing but moving bytes.
+  SPEAD_BENCH_SECS=2 SPEAD_BENCH_PAIRS=8 step loopback-ceiling 90 "$carry/spead-loopback" --bench
   # Where the cores go during the search: the busiest threads every 10 s.
   (while sleep 10; do date +%T; top -H -b -n 1 -w 160 | sed -n '7,40p'; done) > "$out/threads.log" 2>&1 &
   local sampler=$!
