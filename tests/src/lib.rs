@@ -298,6 +298,10 @@ impl Http {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(10)))
             .http_status_as_error(false)
+            // A fresh connection per request: a server may close a connection after refusing a
+            // request whose body it did not read, and a pooled one would then fail the next
+            // request ("peer disconnected") for a reason that is not the one under test.
+            .max_idle_connections(0)
             .build()
             .into();
         Http {
