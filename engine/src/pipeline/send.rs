@@ -6,8 +6,8 @@
 //! counter, size, offset, payload length, timestamp, F-engine id, frequency, feng_raw at 0).
 //! A heap's packet headers are written back to back into one reused buffer; the kernel gathers
 //! each packet from its header there and its payload straight from the frame's output (no copy in
-//! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate. Descriptors go to every substream at
-//! start and once a second.
+//! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate.
+//! Descriptors go to every substream at start and once a second.
 //!
 //! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
 //! engines and substreams never collide and a heap's counter follows from its timestamp.
