@@ -104,7 +104,8 @@ pub struct CpuBackend {
     /// Quantised spectra as `[spectrum][pol][channel]`, before the transpose to heap layout.
     staging: Vec<[i8; 2]>,
     workers: Vec<Worker>,
-    pool: Option<rayon::ThreadPool>,
+    /// Shared so that `process` can run on it while it borrows the rest of `self` mutably.
+    pool: Arc<rayon::ThreadPool>,
     done: VecDeque<Frame>,
 }
 
@@ -128,10 +129,10 @@ impl CpuBackend {
             .map_err(|e| {
                 BackendError::Unavailable(format!("cannot start {threads} CPU threads: {e}"))
             })?;
-        Self::build(geometry, Some(pool))
+        Self::build(geometry, Arc::new(pool))
     }
 
-    fn build(geometry: Geometry, pool: Option<rayon::ThreadPool>) -> Result<Self> {
+    fn build(geometry: Geometry, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
         geometry.validate().map_err(BackendError::Unsupported)?;
         let g = &geometry;
         let n = g.channels;
@@ -147,9 +148,7 @@ impl CpuBackend {
             })
             .collect();
         let fft = FftPlanner::new().plan_fft_forward(n);
-        let threads = pool
-            .as_ref()
-            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
+        let threads = pool.current_num_threads();
         let workers = (0..threads.max(1))
             .map(|_| Worker {
                 z: vec![Complex32::default(); n],
@@ -192,7 +191,7 @@ impl CpuBackend {
     fn process(&mut self, frame: &mut Frame, unquantised: Option<&mut [Complex32]>) -> Result<()> {
         frame.check(&self.geometry)?;
         let this = &mut *self;
-        let pool = this.pool.take();
+        let pool = Arc::clone(&this.pool);
         let run = || -> Result<()> {
             unpack_spans(&this.geometry, &mut this.span, frame)?;
             let shared = Shared {
@@ -223,12 +222,7 @@ impl CpuBackend {
             transpose(&this.geometry, &this.staging, &mut frame.output);
             Ok(())
         };
-        let result = match &pool {
-            Some(p) => p.install(run),
-            None => run(),
-        };
-        this.pool = pool;
-        result?;
+        pool.install(run)?;
         frame.saturated = [0; POLS];
         for w in &mut self.workers {
             for pol in 0..POLS {
