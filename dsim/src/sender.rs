@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use spead::packet::MAGIC;
+use spead::transport::pace::{fine_timer_slack, DEFAULT_SPIN as SPIN};
 use spead::transport::Sender;
 
 use crate::buffer::{patch, Layout, Slot};
@@ -17,8 +18,6 @@ use crate::faults::{Action, FaultCounts};
 use crate::schedule::{Cached, Schedule};
 use crate::state::{BatchCounts, Progress, Shared, Switch};
 
-/// Below this, sleeping overshoots: spin instead.
-const SPIN: Duration = Duration::from_micros(50);
 /// Longest sleep between checks of the stop flag.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 /// Packets of one GSO send leave together: at most this much before the last one is due.
@@ -63,8 +62,10 @@ pub struct Worker {
     last_error_log: Option<Instant>,
 }
 
-/// Sleeps (then spins) until `due`; false if the stop flag was raised first.
+/// Sleeps (then spins briefly) until `due`; false if the stop flag was raised first. Sleeps,
+/// rather than spins, through the gaps between sends: see [`spead::transport::pace`].
 fn wait_until(due: Instant, shared: &Shared) -> bool {
+    fine_timer_slack();
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             return false;

@@ -6,9 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-/// Sleeping overshoots by up to the timer slack (50 µs by default on Linux): sleep until this
-/// long before the due time, then spin.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// How long before a due time [`sleep_until`] stops sleeping and spins. Short: a sender that
+/// spins through every gap between its sends burns a core that, on a host saturated with
+/// network threads, another thread needed (seen on the GPU host: pacing spins were a large part
+/// of dsim's and the engine's send cores). The thread's timer slack is lowered instead.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(2);
+/// Timer slack for threads that pace: a sleep overshoots by up to this (Linux's default is
+/// 50 µs, which would make every paced send late by that much unless the thread spun).
+pub const TIMER_SLACK: Duration = Duration::from_micros(1);
 
 /// A rate as an exact ratio: `items` every `nanos` nanoseconds (both above zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,8 +151,32 @@ impl Pacer {
     }
 }
 
-/// Sleeps until `spin` before `due`, then spins. Returns how late it returned.
+/// Lowers the calling thread's timer slack to [`TIMER_SLACK`], once per thread (Linux only;
+/// elsewhere, and if the kernel refuses, sleeps are just coarser).
+pub fn fine_timer_slack() {
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if DONE.with(|d| d.replace(true)) {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes a value and touches only this thread's settings.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            TIMER_SLACK.as_nanos() as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        );
+    }
+}
+
+/// Sleeps (with a fine timer slack, see [`fine_timer_slack`]) until `spin` before `due`, then
+/// spins. Returns how late it returned.
 pub fn sleep_until(due: Instant, spin: Duration) -> Duration {
+    fine_timer_slack();
     loop {
         let now = Instant::now();
         if now >= due {
