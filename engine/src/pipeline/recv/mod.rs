@@ -35,6 +35,9 @@ use crate::backend::HostBuffer;
 use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
 use crate::metrics::Stats;
 
+/// GRO buffers (64 KiB each) per receive call. Few enough that what the kernel just copied in is
+/// still in the core's cache when the lane copies it into chunk memory.
+const RECV_BATCH: usize = 8;
 /// Batches drained from one socket before looking at the others.
 const BATCHES_PER_SOCKET: usize = 8;
 /// How long a lane waits for packets before it counts as quiet and keeps pace with the others.
@@ -86,7 +89,7 @@ pub fn bind(
         let s = open(&what, UdpSocket::bind_groups(&groups, port, &sc))?;
         tracing::info!(pol, addr = %what, gro = s.caps().gro, "receiving");
         bound.extend(addrs.iter().map(|a| SocketAddr::V4(*a)));
-        out[0].push(transport::Receiver::new(s, 32));
+        out[0].push(transport::Receiver::new(s, RECV_BATCH));
     } else {
         for (i, addr) in addrs.iter().enumerate() {
             let s = open(&addr.to_string(), UdpSocket::bind(*addr, &sc))?;
@@ -99,7 +102,7 @@ pub fn bind(
             let lane = i % lanes;
             tracing::info!(pol, lane, addr = %shown, gro = s.caps().gro, "receiving");
             bound.push(shown);
-            out[lane].push(transport::Receiver::new(s, 32));
+            out[lane].push(transport::Receiver::new(s, RECV_BATCH));
         }
     }
     if let Ok(mut b) = stats.pols[pol].bound.lock() {
