@@ -6,7 +6,7 @@
 #
 #   harness/scripts/gpu-max-rate.sh [BIN_DIR [OUT_DIR [extra harness max-rate arguments]]]
 #
-# The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, WINDOW (s)
+# The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, SETTLE, WINDOW (s)
 # and REPEATS in the environment; INPUT_ADDRESSES (default 4) spreads each polarisation over that
 # many loopback addresses, so that the engine receives it with as many threads.
 set -euo pipefail
@@ -26,7 +26,7 @@ status=0
   --fengine-args "--sample-bits 10 --heap-samples 4096" \
   --dsim-args "--sample-bits 10 --heap-samples 4096" \
   --low "${LOW:-4e9}" --high "${HIGH:-8e9}" --resolution "${RESOLUTION:-50e6}" \
-  --warmup "${WARMUP:-3}" --window "${WINDOW:-10}" --repeats "${REPEATS:-1}" \
+  --warmup "${WARMUP:-3}" --settle "${SETTLE:-20}" --window "${WINDOW:-10}" --repeats "${REPEATS:-1}" \
   --out-dir "$out" "$@" || status=$?
 
 python3 - "$out/max-rate.json" <<'PY' || status=1

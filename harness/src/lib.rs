@@ -8,6 +8,7 @@
 //! - [`content`]: per-channel power, strongest channel, the tone check.
 //! - [`search`]: the binary search with repeats, over any trial function.
 //! - [`trial`]: one max-rate trial against the real system.
+//! - [`cpu`]: where the host's cores went during a trial (per process, and host-wide).
 //! - [`services`]: reaching dsim and the engine by URL, or launching them as local processes.
 //! - [`control`]: their HTTP APIs.
 //! - [`report`]: tables, JSON and SVG plots.
@@ -17,6 +18,7 @@
 
 pub mod content;
 pub mod control;
+pub mod cpu;
 pub mod gaps;
 pub mod receive;
 pub mod report;

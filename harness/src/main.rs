@@ -194,6 +194,11 @@ struct MaxRateArgs {
     /// Warm-up per trial (s), not observed.
     #[arg(long, default_value_t = 5.0)]
     warmup: f64,
+    /// After the warm-up, wait up to this long (s) for the engine's loss counters and the gaps
+    /// to stop moving before observing: a system still recovering from the previous trial's
+    /// overload is not judged at the new rate yet. 0 observes straight after the warm-up.
+    #[arg(long, default_value_t = 20.0)]
+    settle: f64,
     /// Observation window per trial (s).
     #[arg(long, default_value_t = 20.0)]
     window: f64,
@@ -513,6 +518,7 @@ fn run_max_rate(a: MaxRateArgs) -> Result<bool> {
     cfg.validate()?;
     let tcfg = TrialConfig {
         warmup: Duration::from_secs_f64(a.warmup.max(0.0)),
+        settle: Duration::from_secs_f64(a.settle.max(0.0)),
         window: Duration::from_secs_f64(a.window.max(0.1)),
         rate_tolerance: a.rate_tolerance,
     };
@@ -538,16 +544,17 @@ fn run_max_rate(a: MaxRateArgs) -> Result<bool> {
             "dsim_args": a.system.dsim_args,
             "fengine_args": a.system.fengine_args,
             "search": cfg,
-            "trial": { "warmup_s": a.warmup, "window_s": a.window, "rate_tolerance": a.rate_tolerance },
+            "trial": { "warmup_s": a.warmup, "settle_max_s": a.settle, "window_s": a.window, "rate_tolerance": a.rate_tolerance },
         }),
     };
     eprintln!(
-        "max-rate: {} to {} Gsample/s, resolution {} Msample/s, about {} trials per search of {:.0} s each",
+        "max-rate: {} to {} Gsample/s, resolution {} Msample/s, about {} trials per search of {:.0} s each (plus up to {:.0} s settling)",
         gsps(a.low),
         gsps(a.high),
         a.resolution / 1e6,
         cfg.expected_trials(),
-        a.warmup + a.window
+        a.warmup + a.window,
+        a.settle
     );
     let mut index = 0;
     for (i, backend) in backends.iter().enumerate() {

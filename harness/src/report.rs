@@ -57,7 +57,7 @@ impl MaxRateReport {
 pub fn table(report: &MaxRateReport) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {}\n",
+        "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {:>8}  {:>10}  {}\n",
         "#",
         "backend",
         "phase",
@@ -67,12 +67,14 @@ pub fn table(report: &MaxRateReport) -> String {
         "missing-in",
         "skipped-out",
         "gaps",
+        "settle s",
+        "host cores",
         "reasons"
     ));
     for s in &report.searches {
         for t in &s.trials {
             out.push_str(&format!(
-                "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {}\n",
+                "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {:>8.1}  {:>10}  {}\n",
                 t.index,
                 t.backend,
                 format!("{:?}", t.phase).to_lowercase(),
@@ -82,6 +84,11 @@ pub fn table(report: &MaxRateReport) -> String {
                 t.missing_input,
                 t.skipped_output,
                 t.gaps,
+                t.settle_s,
+                match (t.cores.host_busy, t.cores.host_cores) {
+                    (Some(b), Some(n)) => format!("{b:.1}/{n}"),
+                    _ => "-".into(),
+                },
                 t.reasons.join("; ")
             ));
         }
@@ -301,6 +308,8 @@ mod tests {
             received_rate: rate,
             udp_rcvbuf_errors: None,
             window_s: 20.0,
+            settle_s: 0.0,
+            cores: Default::default(),
         }
     }
 

@@ -154,6 +154,15 @@ impl Services {
         Ok(me)
     }
 
+    /// The processes whose CPU time a trial reports: the children launched here, and the harness.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.children
+            .iter()
+            .map(|p| (p.name.clone(), p.child.id()))
+            .chain([("harness".to_string(), std::process::id())])
+            .collect()
+    }
+
     pub fn is_local(&self) -> bool {
         !self.children.is_empty()
     }

@@ -10,6 +10,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::control::EngineCounters;
+use crate::cpu::{Cores, CpuTimes};
 use crate::receive::{udp_rcvbuf_errors, Receiver, Snapshot};
 use crate::search::Phase;
 use crate::services::Services;
@@ -18,6 +19,8 @@ use crate::{gsps, signals};
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct TrialConfig {
     pub warmup: Duration,
+    /// After the warm-up, wait up to this much longer for the losses to stop (see [`STILL`]).
+    pub settle: Duration,
     pub window: Duration,
     /// The received rate may fall short of the requested one by this fraction (edge effects of
     /// counting whole heaps in a window).
@@ -45,12 +48,17 @@ pub struct TrialRecord {
     /// Host-wide UDP receive-buffer drops in the window (any receiver on the host).
     pub udp_rcvbuf_errors: Option<u64>,
     pub window_s: f64,
+    /// Time spent after the warm-up waiting for the losses to stop, before the window.
+    pub settle_s: f64,
+    /// Where the host's cores went over the window.
+    pub cores: Cores,
 }
 
 struct Point {
     counters: EngineCounters,
     snap: Snapshot,
     rcvbuf: Option<u64>,
+    cpu: CpuTimes,
     at: Instant,
 }
 
@@ -59,6 +67,7 @@ fn point(services: &Services, rx: &Receiver) -> Result<Point> {
         counters: services.engine.counters()?,
         snap: rx.snapshot(),
         rcvbuf: udp_rcvbuf_errors(),
+        cpu: CpuTimes::read(&services.pids()),
         at: Instant::now(),
     })
 }
@@ -91,6 +100,13 @@ fn bar(done: f64, total: f64) -> String {
     format!("[{}{}]", "#".repeat(filled), ".".repeat(width - filled))
 }
 
+/// After the warm-up, a trial waits (up to [`TrialConfig::settle`]) until the engine's loss
+/// counters and the harness's gap count have not moved for this long: a system still draining
+/// the previous trial's overload (queues full, receivers resynchronising) is not yet showing what
+/// it does at the new rate. A rate it cannot sustain keeps losing, times the wait out, and fails
+/// in the window as before.
+pub const STILL: Duration = Duration::from_secs(1);
+
 /// Runs one trial at `rate`. Errors (a service that stopped answering, an interrupt) abort the
 /// search; a failed criterion is a failed trial.
 pub fn run_trial(
@@ -119,6 +135,7 @@ pub fn run_trial(
         ));
         signals::sleep(Duration::from_millis(250).min(cfg.warmup))?;
     }
+    let settled = settle(services, rx, cfg, &progress, &label)?;
     let before = point(services, rx)?;
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     while before.at.elapsed() < cfg.window {
@@ -141,7 +158,43 @@ pub fn run_trial(
     }
     let after = point(services, rx)?;
     progress.done();
-    Ok(evaluate(&before, &after, rate, phase, cfg, index, backend))
+    let mut t = evaluate(&before, &after, rate, phase, cfg, index, backend);
+    t.settle_s = settled.as_secs_f64();
+    Ok(t)
+}
+
+/// Waits until the losses have been still for [`STILL`], or `cfg.settle` has passed; returns
+/// how long it waited.
+fn settle(
+    services: &mut Services,
+    rx: &Receiver,
+    cfg: &TrialConfig,
+    progress: &Progress,
+    label: &str,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let losses = |services: &Services| -> Result<(EngineCounters, u64)> {
+        Ok((services.engine.counters()?, rx.snapshot().sequence().gaps))
+    };
+    let mut last = losses(services)?;
+    let mut still_since = Instant::now();
+    while start.elapsed() < cfg.settle && still_since.elapsed() < STILL {
+        services.check_alive()?;
+        progress.show(&format!(
+            "{label}: settling (losses still for {:.1} of {:.0} s, at most {:.0} s)",
+            still_since.elapsed().as_secs_f64(),
+            STILL.as_secs_f64(),
+            cfg.settle.as_secs_f64()
+        ));
+        signals::sleep(Duration::from_millis(250))?;
+        let now = losses(services)?;
+        let moved = now.0.since(&last.0);
+        if moved.missing_input > 0.0 || moved.skipped_output > 0.0 || now.1 != last.1 {
+            still_since = Instant::now();
+        }
+        last = now;
+    }
+    Ok(start.elapsed())
 }
 
 fn evaluate(
@@ -204,13 +257,15 @@ fn evaluate(
             .zip(before.rcvbuf)
             .map(|(x, y)| x.saturating_sub(y)),
         window_s: secs,
+        settle_s: 0.0,
+        cores: after.cpu.cores_since(&before.cpu, secs),
     }
 }
 
 /// One line per trial, for logs and non-terminal runs.
 pub fn summary_line(t: &TrialRecord) -> String {
     format!(
-        "trial {:>2} {:<5} {:<7} {:>8} Gsample/s  {}  recv {} Gsample/s  missing-in {:+}  skipped-out {:+}  gaps {:+}{}",
+        "trial {:>2} {:<5} {:<7} {:>8} Gsample/s  {}  recv {} Gsample/s  missing-in {:+}  skipped-out {:+}  gaps {:+}{}{}{}",
         t.index,
         t.backend,
         format!("{:?}", t.phase).to_lowercase(),
@@ -224,6 +279,15 @@ pub fn summary_line(t: &TrialRecord) -> String {
             String::new()
         } else {
             format!("  ({})", t.reasons.join("; "))
+        },
+        if t.settle_s > STILL.as_secs_f64() + 0.5 {
+            format!("  settled {:.1} s", t.settle_s)
+        } else {
+            String::new()
+        },
+        match t.cores.describe() {
+            d if d.is_empty() => d,
+            d => format!("  cores: {d}"),
         }
     )
 }
@@ -250,12 +314,14 @@ mod tests {
                 substreams: vec![s],
             },
             rcvbuf: Some(10),
+            cpu: CpuTimes::default(),
             at: Instant::now() + Duration::from_secs_f64(secs),
         }
     }
 
     const CFG: TrialConfig = TrialConfig {
         warmup: Duration::ZERO,
+        settle: Duration::ZERO,
         window: Duration::ZERO,
         rate_tolerance: 0.02,
     };

@@ -244,6 +244,8 @@ fn max_rate_local_writes_table_json_and_plot() {
             "1",
             "--window",
             "2",
+            "--settle",
+            "3",
             "--repeats",
             "1",
             "--compare-null",
