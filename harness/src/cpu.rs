@@ -15,7 +15,14 @@ use serde::Serialize;
 #[derive(Clone, Debug, Default)]
 pub struct CpuTimes {
     procs: BTreeMap<String, f64>,
-    host: Option<(f64, usize)>,
+    host: Option<Host>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Host {
+    busy: f64,
+    steal: f64,
+    cores: usize,
 }
 
 /// Average cores busy over a window.
@@ -25,6 +32,9 @@ pub struct Cores {
     pub by_process: BTreeMap<String, f64>,
     /// The whole host: everything but idle and I/O wait, kernel work included.
     pub host_busy: Option<f64>,
+    /// Of that, time the hypervisor ran something else on the host's virtual CPUs (steal): a
+    /// thread on such a CPU stalls however idle the other cores are.
+    pub host_steal: Option<f64>,
     /// Cores the host has.
     pub host_cores: Option<usize>,
 }
@@ -43,13 +53,14 @@ impl CpuTimes {
             .collect();
         let host = KernelStats::current().ok().map(|k| {
             let t = &k.total;
-            let busy = t.user
-                + t.nice
-                + t.system
-                + t.irq.unwrap_or(0)
-                + t.softirq.unwrap_or(0)
-                + t.steal.unwrap_or(0);
-            (busy as f64 / tps, k.cpu_time.len())
+            let steal = t.steal.unwrap_or(0);
+            let busy =
+                t.user + t.nice + t.system + t.irq.unwrap_or(0) + t.softirq.unwrap_or(0) + steal;
+            Host {
+                busy: busy as f64 / tps,
+                steal: steal as f64 / tps,
+                cores: k.cpu_time.len(),
+            }
         });
         Self { procs, host }
     }
@@ -63,14 +74,19 @@ impl CpuTimes {
                 .iter()
                 .filter_map(|(name, &now)| Some((name.clone(), per(now, *before.procs.get(name)?))))
                 .collect(),
-            host_busy: self.host.zip(before.host).map(|(a, b)| per(a.0, b.0)),
-            host_cores: self.host.map(|h| h.1),
+            host_busy: self.host.zip(before.host).map(|(a, b)| per(a.busy, b.busy)),
+            host_steal: self
+                .host
+                .zip(before.host)
+                .map(|(a, b)| per(a.steal, b.steal)),
+            host_cores: self.host.map(|h| h.cores),
         }
     }
 }
 
 impl Cores {
-    /// "dsim 3.1, fengine 6.2, harness 1.8; host 14.9 of 16", or empty if nothing was read.
+    /// "dsim 3.1, fengine 6.2, harness 1.8; host 14.9 of 16 (steal 0.2)", or empty if nothing
+    /// was read.
     pub fn describe(&self) -> String {
         let procs: Vec<String> = self
             .by_process
@@ -78,7 +94,10 @@ impl Cores {
             .map(|(n, c)| format!("{n} {c:.1}"))
             .collect();
         let host = match (self.host_busy, self.host_cores) {
-            (Some(b), Some(n)) => format!("host {b:.1} of {n}"),
+            (Some(b), Some(n)) => format!(
+                "host {b:.1} of {n} (steal {:.1})",
+                self.host_steal.unwrap_or(0.0)
+            ),
             _ => String::new(),
         };
         match (procs.is_empty(), host.is_empty()) {
@@ -93,25 +112,50 @@ impl Cores {
 mod tests {
     use super::*;
 
+    /// This process's CPU time (all threads) from the kernel's own clock.
+    fn process_cpu_seconds() -> f64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) },
+            0
+        );
+        t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+    }
+
     #[test]
-    fn a_busy_thread_shows_as_about_one_core() {
+    fn process_time_agrees_with_the_kernel_clock() {
         let me = vec![("harness".to_string(), std::process::id())];
-        let before = CpuTimes::read(&me);
-        let start = std::time::Instant::now();
+        let (before, cpu0, start) = (
+            CpuTimes::read(&me),
+            process_cpu_seconds(),
+            std::time::Instant::now(),
+        );
+        // Half a second of CPU, however busy the host is (within 20 s).
         let mut x = 0u64;
-        while start.elapsed().as_secs_f64() < 0.5 {
+        while process_cpu_seconds() - cpu0 < 0.5 && start.elapsed().as_secs() < 20 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         let secs = start.elapsed().as_secs_f64();
         let cores = CpuTimes::read(&me).cores_since(&before, secs);
-        let c = cores.by_process["harness"];
-        // Ticks are 10 ms: allow for rounding at both ends, and for other test threads.
-        assert!(c > 0.7, "{cores:?}");
-        let host = cores.host_busy.unwrap();
+        let used = process_cpu_seconds() - cpu0;
+        // /proc counts in ticks (10 ms): allow two at each end.
+        let tick = 1.0 / procfs::ticks_per_second() as f64;
+        let seen = cores.by_process["harness"] * secs;
         assert!(
-            host > 0.7 && host <= cores.host_cores.unwrap() as f64 + 0.1,
+            (seen - used).abs() <= 4.0 * tick + 0.01,
+            "{seen} s against {used} s"
+        );
+        let host = cores.host_busy.unwrap();
+        let n = cores.host_cores.unwrap() as f64;
+        assert!(
+            host * secs >= used - 4.0 * tick && host <= n + 0.1,
             "{cores:?}"
         );
+        assert!(cores.host_steal.unwrap() <= host, "{cores:?}");
         assert!(
             cores.describe().starts_with("harness "),
             "{}",
