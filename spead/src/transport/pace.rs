@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 /// How long before a due time [`sleep_until`] stops sleeping and spins. Short: a sender that
-/// spins through every gap between its sends burns a core that, on a host saturated with
-/// network threads, another thread needed (seen on the GPU host: pacing spins were a large part
-/// of dsim's and the engine's send cores). The thread's timer slack is lowered instead.
+/// spins through the gaps between its sends holds a core that, on a host shared with many
+/// network threads, another thread may need. The thread's timer slack is lowered instead, so
+/// that sleeps end close to the due time.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(2);
 /// Timer slack for threads that pace: a sleep overshoots by up to this (Linux's default is
 /// 50 µs, which would make every paced send late by that much unless the thread spun).

@@ -35,8 +35,8 @@ use crate::backend::HostBuffer;
 use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
 use crate::metrics::Stats;
 
-/// GRO buffers (64 KiB each) per receive call. Few enough that what the kernel just copied in is
-/// still in the core's cache when the lane copies it into chunk memory.
+/// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
+/// copied in is likely still in the core's cache when the lane copies it into chunk memory.
 const RECV_BATCH: usize = 8;
 /// Batches drained from one socket before looking at the others.
 const BATCHES_PER_SOCKET: usize = 8;
