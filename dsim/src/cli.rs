@@ -25,8 +25,8 @@ without a phase jump; the repetition is harmless as long as the buffer is much l
 what a receiver analyses at once (the default, 8192 heaps of 4096 samples = 33.5 M samples, \
 is 32 windows of a 16-tap 65536-point filter bank). The noise repeats with the buffer.
 
-The heap with timestamp t leaves at sync_time + t / rate (bursts of one GSO send leave up to \
-50 us early). Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
+The heap with timestamp t leaves at sync_time + t / rate, or up to 200 us early (packets leave \
+in bursts of GSO sends). Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
 to address k mod (N+1); its heap counter is k.";
 
 const AFTER_HELP: &str = "\

@@ -242,6 +242,7 @@ fn truncation_is_counted() {
             RecvConfig {
                 batch: 8,
                 max_datagram: 1000,
+                ..Default::default()
             },
         );
         let mut tx = Sender::new(UdpSocket::sender(&cfg).unwrap());

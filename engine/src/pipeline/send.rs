@@ -6,7 +6,8 @@
 //! counter, size, offset, payload length, timestamp, F-engine id, frequency, feng_raw at 0).
 //! A heap's packet headers are written back to back into one reused buffer; the kernel gathers
 //! each packet from its header there and its payload straight from the frame's output (no copy in
-//! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate.
+//! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate, in
+//! bursts of up to `send_burst`.
 //! Descriptors go to every substream at start and once a second.
 //!
 //! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
@@ -258,7 +259,7 @@ impl Output {
                             if p.due(paced_bytes) + Duration::from_millis(2) < now {
                                 *p = Pacer::new(now, paced_bytes, rate);
                             }
-                            p.wait(paced_bytes);
+                            p.wait_early(paced_bytes, cfg.send_burst);
                         }
                         paced_bytes += (part.len() + headers.len()) as u64;
                         let sent = self.sender.send_framed(

@@ -22,6 +22,6 @@ mod sys;
 pub use batch::{Batch, Datagrams, RecvMeta};
 pub use endpoint::Endpoint;
 pub use pace::{Pacer, Rate};
-pub use recv::{Receiver, RecvConfig, RecvStats, MAX_UDP_PAYLOAD};
+pub use recv::{Receiver, RecvConfig, RecvStats, DEFAULT_COALESCE, MAX_UDP_PAYLOAD};
 pub use send::{Datagram, SendStats, Sender};
 pub use socket::{Caps, SocketConfig, UdpSocket};

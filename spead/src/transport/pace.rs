@@ -136,6 +136,14 @@ impl Pacer {
         sleep_until(self.due(k), self.spin)
     }
 
+    /// Blocks until `early` before item `k` is due: a sender that lets items go up to a burst's
+    /// length early wakes once per burst instead of once per send. Returns how late it returned
+    /// (against the early time).
+    pub fn wait_early(&self, k: u64, early: Duration) -> Duration {
+        let due = self.due(k);
+        sleep_until(due.checked_sub(early).unwrap_or(due), self.spin)
+    }
+
     /// Changes the rate from item `k` on: `k` keeps its due time, later items follow the new
     /// rate, so the schedule stays continuous.
     pub fn set_rate(&mut self, k: u64, rate: impl Into<Rate>) {

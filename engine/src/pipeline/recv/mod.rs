@@ -42,6 +42,10 @@ const RECV_BATCH: usize = 8;
 const BATCHES_PER_SOCKET: usize = 8;
 /// How long a lane waits for packets before it counts as quiet and keeps pace with the others.
 const QUIET: Duration = Duration::from_millis(5);
+/// After a round that received, the lane sleeps this long before it polls again, so that it
+/// takes several GRO buffers per wakeup rather than being woken for each (see
+/// `spead::transport::recv`).
+const COALESCE: Duration = transport::DEFAULT_COALESCE;
 
 /// What the receivers hand to the pairing stage.
 #[derive(Debug)]
@@ -276,6 +280,7 @@ impl Lane {
                     .last_timestamp
                     .store(ts, Ordering::Relaxed);
             }
+            std::thread::sleep(COALESCE);
         }
         Ok(())
     }
