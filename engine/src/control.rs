@@ -298,6 +298,7 @@ fn status_json(s: &ControlState) -> Value {
                 "heaps_missing": ps.heaps_missing.load(Relaxed),
                 "resyncs": ps.resyncs(),
                 "unpaired_chunks": ps.unpaired_chunks.load(Relaxed),
+                "socket_drops": ps.socket_drops.load(Relaxed),
                 "last_timestamp": ps.last_timestamp.load(Relaxed),
                 "rejected": rejected,
             })

@@ -29,6 +29,9 @@ pub struct PolStats {
     pub bound: Mutex<Vec<SocketAddr>>,
     /// Chunks handed to the pairing stage without a partner from the other polarisation.
     pub unpaired_chunks: AtomicU64,
+    /// Datagrams the kernel dropped because a receive socket's buffer was full: the receive
+    /// threads fell behind (or were held off the processor).
+    pub socket_drops: AtomicU64,
 }
 
 impl PolStats {
@@ -179,6 +182,12 @@ pub fn render(stats: &Stats, backend: &str) -> String {
         "counter",
         "Times the input stream jumped (digitiser restart) and the receiver started again.",
         &per_pol(&|p| p.resyncs()),
+    );
+    family(
+        "fengine_input_socket_drops_total",
+        "counter",
+        "Datagrams the kernel dropped because a receive socket's buffer was full.",
+        &per_pol(&|p| p.socket_drops.load(Relaxed)),
     );
     family(
         "fengine_input_unpaired_chunks_total",

@@ -104,6 +104,8 @@ struct Stats {
     wrong_frequency: AtomicU64,
     descriptors: AtomicU64,
     stops: AtomicU64,
+    /// Datagrams the kernel dropped because this substream's socket buffer was full.
+    socket_drops: AtomicU64,
     /// Timestamp step once known (0 before).
     step: AtomicU64,
 }
@@ -132,6 +134,9 @@ pub struct SubstreamSnapshot {
     pub malformed_packets: u64,
     pub wrong_frequency: u64,
     pub descriptors: u64,
+    /// Datagrams the kernel dropped because this substream's socket buffer was full: the
+    /// harness itself lost them (its receive thread fell behind).
+    pub socket_drops: u64,
     /// Packet rejections by reason (non-zero ones).
     pub rejects: BTreeMap<String, u64>,
     pub sequence: SeqCounts,
@@ -144,6 +149,8 @@ pub struct SubstreamSnapshot {
 
 /// Ranges of missing timestamps kept in a snapshot.
 pub const MAX_RANGES: usize = 1000;
+/// How often a receive thread reads its socket's drop count from the kernel.
+const DROPS_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
@@ -165,6 +172,10 @@ impl Snapshot {
     }
     pub fn heap_bytes(&self) -> u64 {
         self.substreams.iter().map(|s| s.heap_bytes).sum()
+    }
+    /// Datagrams the harness's own sockets dropped (see [`SubstreamSnapshot::socket_drops`]).
+    pub fn socket_drops(&self) -> u64 {
+        self.substreams.iter().map(|s| s.socket_drops).sum()
     }
     pub fn malformed(&self) -> u64 {
         self.substreams
@@ -247,7 +258,19 @@ impl Receiver {
                 .name(format!("rx-{index}"))
                 .spawn(move || {
                     let mut rx = spead::transport::Receiver::new(socket, 32);
+                    let drops0 = rx.socket().drops();
+                    let count_drops = |rx: &spead::transport::Receiver, st: &Stats| {
+                        if let (Some(d0), Some(d)) = (drops0, rx.socket().drops()) {
+                            let n = u64::from(d.wrapping_sub(d0));
+                            st.socket_drops.store(n, Ordering::Relaxed);
+                        }
+                    };
+                    let mut drops_at = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
+                        if drops_at.elapsed() >= DROPS_EVERY {
+                            drops_at = Instant::now();
+                            count_drops(&rx, &worker.sub.stats);
+                        }
                         match rx.recv(Duration::from_millis(50)) {
                             Ok(0) => {}
                             Ok(_) => {
@@ -261,6 +284,7 @@ impl Receiver {
                             }
                         }
                     }
+                    count_drops(&rx, &worker.sub.stats);
                     worker.finish();
                 })
                 .map_err(ReceiveError::Thread)?;
@@ -329,6 +353,7 @@ impl Substream {
             malformed_packets: get(&st.malformed_packets),
             wrong_frequency: get(&st.wrong_frequency),
             descriptors: get(&st.descriptors),
+            socket_drops: get(&st.socket_drops),
             rejects: self
                 .rejects
                 .snapshot()

@@ -307,6 +307,7 @@ mod tests {
             malformed: 0,
             received_rate: rate,
             udp_rcvbuf_errors: None,
+            harness_socket_drops: 0,
             window_s: 20.0,
             settle_s: 0.0,
             cores: Default::default(),

@@ -47,6 +47,9 @@ pub struct TrialRecord {
     pub received_rate: f64,
     /// Host-wide UDP receive-buffer drops in the window (any receiver on the host).
     pub udp_rcvbuf_errors: Option<u64>,
+    /// Of those, datagrams the harness's own sockets dropped: gaps the harness, not the engine,
+    /// caused.
+    pub harness_socket_drops: u64,
     pub window_s: f64,
     /// Time spent after the warm-up waiting for the losses to stop, before the window.
     pub settle_s: f64,
@@ -220,8 +223,18 @@ fn evaluate(
     if skipped_output > 0.0 {
         reasons.push(format!("engine skipped output +{skipped_output}"));
     }
+    let harness_drops = after
+        .snap
+        .socket_drops()
+        .saturating_sub(before.snap.socket_drops());
     if gaps > 0 {
-        reasons.push(format!("harness saw {gaps} new gaps"));
+        reasons.push(if harness_drops > 0 {
+            format!(
+                "harness saw {gaps} new gaps (its own sockets dropped {harness_drops} datagrams)"
+            )
+        } else {
+            format!("harness saw {gaps} new gaps")
+        });
     }
     // Heaps arrive whole: over a short window at a low rate one heap per substream more or less
     // is a larger fraction than the tolerance, so allow that much on top.
@@ -256,6 +269,7 @@ fn evaluate(
             .rcvbuf
             .zip(before.rcvbuf)
             .map(|(x, y)| x.saturating_sub(y)),
+        harness_socket_drops: harness_drops,
         window_s: secs,
         settle_s: 0.0,
         cores: after.cpu.cores_since(&before.cpu, secs),

@@ -126,7 +126,7 @@ pub fn run(
             let heaps = now.heaps() - prev.heaps();
             let seq = now.sequence();
             eprintln!(
-                "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  pol0 {}  pol1 {}{}",
+                "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}",
                 start.elapsed().as_secs_f64(),
                 gsps(now.sample_rate(heaps, secs)),
                 heaps as f64 / secs.max(1e-9),
@@ -134,6 +134,7 @@ pub fn run(
                 seq.late,
                 seq.duplicates,
                 now.malformed(),
+                now.socket_drops(),
                 peak_text(&peaks[0]),
                 peak_text(&peaks[1]),
                 match opts.expected_channel {
@@ -183,7 +184,15 @@ fn summarise(
         failures.push("no heaps received".to_string());
     }
     if seq.gaps > 0 {
-        failures.push(format!("{} heaps missing (gaps)", seq.gaps));
+        let drops = snap.socket_drops();
+        failures.push(if drops > 0 {
+            format!(
+                "{} heaps missing (gaps; the harness's own sockets dropped {drops} datagrams)",
+                seq.gaps
+            )
+        } else {
+            format!("{} heaps missing (gaps)", seq.gaps)
+        });
     }
     if malformed > 0 {
         failures.push(format!("{malformed} malformed packets or heaps"));

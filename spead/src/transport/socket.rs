@@ -173,6 +173,34 @@ impl UdpSocket {
             .ok_or_else(|| io::Error::other("socket has no IP address"))
     }
 
+    /// Datagrams the kernel dropped on arrival because this socket's receive buffer was full
+    /// (its receiver fell behind), counted since the socket opened; Linux's `SO_MEMINFO`, a 32-bit
+    /// count that wraps (take differences with `wrapping_sub`). `None` where the kernel does not
+    /// say.
+    pub fn drops(&self) -> Option<u32> {
+        #[cfg(target_os = "linux")]
+        {
+            // asm-generic/socket.h (x86, arm, riscv); the libc crate does not export it.
+            const SO_MEMINFO: libc::c_int = 55;
+            let mut info = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+            let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+            // SAFETY: `info` is writable for `len` bytes; the kernel writes at most `len`.
+            let r = unsafe {
+                libc::getsockopt(
+                    self.socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    SO_MEMINFO,
+                    info.as_mut_ptr().cast(),
+                    &mut len,
+                )
+            };
+            (r == 0 && len as usize == std::mem::size_of_val(&info))
+                .then(|| info[libc::SK_MEMINFO_DROPS as usize])
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
     pub(crate) fn state(&self) -> &quinn_udp::UdpSocketState {
         &self.state
     }
@@ -290,6 +318,35 @@ mod tests {
         };
         let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &cfg).unwrap();
         assert!(!s.caps().buffer_capped);
+    }
+
+    #[test]
+    fn counts_datagrams_dropped_on_a_full_buffer() {
+        let cfg = SocketConfig {
+            buffer_bytes: 4096, // the kernel's minimum or near it: a few datagrams
+            gro: false,
+            ..Default::default()
+        };
+        let rx = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), &cfg).unwrap();
+        let Some(before) = rx.drops() else {
+            eprintln!("skipped: the kernel does not report socket drops");
+            return;
+        };
+        assert_eq!(before, 0);
+        let dest = rx.local_addr().unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..200 {
+            tx.send_to(&[0; 1000], dest).unwrap();
+        }
+        // Loopback delivers (or drops) within the send call; count what is queued.
+        rx.socket.set_nonblocking(true).unwrap();
+        let mut queued = 0u32;
+        let mut buf = [std::mem::MaybeUninit::new(0u8); 2000];
+        while rx.socket.recv(&mut buf).is_ok() {
+            queued += 1;
+        }
+        assert!(queued > 0 && queued < 200, "{queued} queued");
+        assert_eq!(rx.drops(), Some(200 - queued));
     }
 
     #[test]

@@ -46,6 +46,8 @@ const QUIET: Duration = Duration::from_millis(5);
 /// takes several GRO buffers per wakeup rather than being woken for each (see
 /// `spead::transport::recv`).
 const COALESCE: Duration = transport::DEFAULT_COALESCE;
+/// How often a lane reads its sockets' drop counts from the kernel.
+const DROPS_EVERY: Duration = Duration::from_millis(100);
 
 /// What the receivers hand to the pairing stage.
 #[derive(Debug)]
@@ -235,6 +237,7 @@ impl Lane {
             .collect();
         let timeout_ms = QUIET.as_millis() as libc::c_int;
         let mut last_packet = Instant::now();
+        let mut drops = SocketDrops::new(&sockets);
         while !self.stop.load(Ordering::Relaxed) {
             // SAFETY: `pfds` is a valid array of pollfd for the duration of the call.
             let r =
@@ -247,6 +250,11 @@ impl Lane {
                 return Err(format!("polarisation {} receive failed: {e}.", self.pol));
             }
             self.placer.now = Instant::now();
+            drops.update(
+                &sockets,
+                self.placer.now,
+                &self.stats.pols[self.pol].socket_drops,
+            );
             if r == 0 {
                 if self.placer.now.duration_since(last_packet) >= QUIET {
                     self.keep_pace();
@@ -397,6 +405,36 @@ impl Lane {
             self.asm.expire_before(head, &mut |e| self.events.push(e));
         }
         self.report();
+    }
+}
+
+/// The kernel's drop counts of a lane's sockets, read every [`DROPS_EVERY`] and added to a
+/// counter as they grow.
+struct SocketDrops {
+    seen: Vec<Option<u32>>,
+    at: Instant,
+}
+
+impl SocketDrops {
+    fn new(sockets: &[transport::Receiver]) -> Self {
+        Self {
+            seen: sockets.iter().map(|s| s.socket().drops()).collect(),
+            at: Instant::now(),
+        }
+    }
+
+    fn update(&mut self, sockets: &[transport::Receiver], now: Instant, total: &AtomicU64) {
+        if now.duration_since(self.at) < DROPS_EVERY {
+            return;
+        }
+        self.at = now;
+        for (seen, s) in self.seen.iter_mut().zip(sockets) {
+            let now = s.socket().drops();
+            if let (Some(old), Some(new)) = (*seen, now) {
+                total.fetch_add(u64::from(new.wrapping_sub(old)), Ordering::Relaxed);
+            }
+            *seen = now.or(*seen);
+        }
     }
 }
 
