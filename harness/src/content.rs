@@ -54,15 +54,22 @@ impl ChannelPower {
             return false;
         }
         for (c, block) in data.chunks_exact(per_channel).enumerate() {
-            // Integer sums: exact, and faster than float per sample.
+            // Integer sums: exact, and faster than float per sample. 32-bit sums over 64 KiB
+            // pieces (2^15 squares of at most 2^14 per polarisation: below 2^32) let the compiler
+            // vectorise the loop; the pieces add up in 64 bits.
             let mut acc = [0u64; 2];
-            for v in block.chunks_exact(4) {
-                let sq = |b: u8| {
-                    let x = b as i8 as i64;
-                    (x * x) as u64
-                };
-                acc[0] += sq(v[0]) + sq(v[1]);
-                acc[1] += sq(v[2]) + sq(v[3]);
+            for piece in block.chunks(1 << 16) {
+                let mut part = [0u32; 2];
+                for v in piece.chunks_exact(4) {
+                    let sq = |b: u8| {
+                        let x = b as i8 as i32;
+                        (x * x) as u32
+                    };
+                    part[0] += sq(v[0]) + sq(v[1]);
+                    part[1] += sq(v[2]) + sq(v[3]);
+                }
+                acc[0] += u64::from(part[0]);
+                acc[1] += u64::from(part[1]);
             }
             let p = &mut self.power[first_channel + c];
             p[0] += acc[0] as f64;
@@ -261,6 +268,23 @@ mod tests {
         assert_eq!(check(&[Some(p0), Some(p1)], 11.2), Verdict::Match);
         assert_eq!(check(&[Some(p0), Some(p1)], 13.0), Verdict::WrongChannel);
         assert_eq!(check(&[Some(p0), None], 11.0), Verdict::NoData);
+    }
+
+    #[test]
+    fn long_blocks_of_full_scale_sum_exactly() {
+        // 140000 spectra: a channel's sum of squares passes 2^32 (one 32-bit sum would wrap).
+        let spectra = 140_000;
+        let mut data = vec![0x80u8; 2 * spectra * 4]; // -128 everywhere
+        data[3] = 1; // pol 1 imaginary of channel 0's first spectrum: 1 instead of -128
+        let mut acc = ChannelPower::new(2);
+        assert!(acc.add_heap(&data, 0, 2));
+        let full = (spectra * 2 * 128 * 128) as f64;
+        assert_eq!(acc.mean(0, 0), Some(full / spectra as f64));
+        assert_eq!(
+            acc.mean(0, 1),
+            Some((full - 16384.0 + 1.0) / spectra as f64)
+        );
+        assert_eq!(acc.mean(1, 1), Some(full / spectra as f64));
     }
 
     #[test]
