@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, Placement};
-use spead::transport::{Endpoint, SocketConfig, UdpSocket};
+use spead::transport::{DropCounter, Endpoint, SocketConfig, UdpSocket};
 use spead::{items, Limits, Packet, Reject, RejectCounters};
 
 use crate::gaps::{SeqCounts, SeqTracker, DEFAULT_RESYNC_HEAPS};
@@ -258,12 +258,10 @@ impl Receiver {
                 .name(format!("rx-{index}"))
                 .spawn(move || {
                     let mut rx = spead::transport::Receiver::new(socket, 32);
-                    let drops0 = rx.socket().drops();
-                    let count_drops = |rx: &spead::transport::Receiver, st: &Stats| {
-                        if let (Some(d0), Some(d)) = (drops0, rx.socket().drops()) {
-                            let n = u64::from(d.wrapping_sub(d0));
-                            st.socket_drops.store(n, Ordering::Relaxed);
-                        }
+                    let mut drops = DropCounter::new(rx.socket());
+                    let mut count_drops = |rx: &spead::transport::Receiver, st: &Stats| {
+                        st.socket_drops
+                            .fetch_add(drops.take(rx.socket()), Ordering::Relaxed);
                     };
                     let mut drops_at = Instant::now();
                     while !stop.load(Ordering::Relaxed) {

@@ -24,4 +24,4 @@ pub use endpoint::Endpoint;
 pub use pace::{Pacer, Rate};
 pub use recv::{Receiver, RecvConfig, RecvStats, DEFAULT_COALESCE, MAX_UDP_PAYLOAD};
 pub use send::{Datagram, SendStats, Sender};
-pub use socket::{Caps, SocketConfig, UdpSocket};
+pub use socket::{Caps, DropCounter, SocketConfig, UdpSocket};

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use spead::chunk::{Chunk, ChunkAssembler, ChunkConfig, ChunkEvent};
-use spead::transport::{self, SocketConfig, UdpSocket};
+use spead::transport::{self, DropCounter, SocketConfig, UdpSocket};
 use spead::{items, Limits, Packet, Reject};
 
 pub use collect::Collector;
@@ -411,14 +411,17 @@ impl Lane {
 /// The kernel's drop counts of a lane's sockets, read every [`DROPS_EVERY`] and added to a
 /// counter as they grow.
 struct SocketDrops {
-    seen: Vec<Option<u32>>,
+    counters: Vec<DropCounter>,
     at: Instant,
 }
 
 impl SocketDrops {
     fn new(sockets: &[transport::Receiver]) -> Self {
         Self {
-            seen: sockets.iter().map(|s| s.socket().drops()).collect(),
+            counters: sockets
+                .iter()
+                .map(|s| DropCounter::new(s.socket()))
+                .collect(),
             at: Instant::now(),
         }
     }
@@ -428,12 +431,8 @@ impl SocketDrops {
             return;
         }
         self.at = now;
-        for (seen, s) in self.seen.iter_mut().zip(sockets) {
-            let now = s.socket().drops();
-            if let (Some(old), Some(new)) = (*seen, now) {
-                total.fetch_add(u64::from(new.wrapping_sub(old)), Ordering::Relaxed);
-            }
-            *seen = now.or(*seen);
+        for (c, s) in self.counters.iter_mut().zip(sockets) {
+            total.fetch_add(c.take(s.socket()), Ordering::Relaxed);
         }
     }
 }
