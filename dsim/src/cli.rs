@@ -26,7 +26,8 @@ what a receiver analyses at once (the default, 8192 heaps of 4096 samples = 33.5
 is 32 windows of a 16-tap 65536-point filter bank). The noise repeats with the buffer.
 
 The heap with timestamp t leaves at sync_time + t / rate, or up to 200 us early (packets leave \
-in bursts of GSO sends). Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
+in bursts of GSO sends); a host that falls more than --max-late behind skips ahead to the heap \
+due now rather than send late. Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
 to address k mod (N+1); its heap counter is k.";
 
 const AFTER_HELP: &str = "\
@@ -225,6 +226,13 @@ pub struct RunArgs {
     /// Socket send buffer per thread, in bytes (the kernel caps it at net.core.wmem_max).
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
     pub socket_buffer: usize,
+
+    /// Seconds a send thread may fall behind its schedule. Beyond that the host cannot send the
+    /// rate, and every send thread skips ahead to the heap due now, as a digitiser keeps to its
+    /// clock: the skipped heaps are never sent (counted as heaps_skipped in /status), and a
+    /// later, lower rate starts on time instead of inheriting a backlog.
+    #[arg(long, value_name = "SECONDS", default_value_t = config::DEFAULT_MAX_LATE)]
+    pub max_late: f64,
 }
 
 impl RunArgs {
@@ -258,6 +266,7 @@ impl RunArgs {
         c.send_stop = self.send_stop;
         c.socket_buffer = self.socket_buffer;
         c.faults = self.faults.clone().unwrap_or_default();
+        c.max_late = self.max_late;
         c
     }
 }

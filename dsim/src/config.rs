@@ -186,6 +186,9 @@ pub struct Config {
     pub socket_buffer: usize,
     /// Faults injected from the first heap (PUT /faults changes them later).
     pub faults: crate::faults::FaultsRequest,
+    /// Seconds a send thread may fall behind its schedule before the senders skip ahead to the
+    /// present, as a digitiser keeps to its clock (see `sender`).
+    pub max_late: f64,
 }
 
 impl Config {
@@ -209,6 +212,7 @@ impl Config {
             send_stop: false,
             socket_buffer: 16 << 20,
             faults: Default::default(),
+            max_late: DEFAULT_MAX_LATE,
         }
     }
 
@@ -258,6 +262,15 @@ impl Config {
                 format!("duration {d} s is not a positive number of seconds.")
             })?;
         }
+        ensure(
+            self.max_late.is_finite() && (1e-3..=3600.0).contains(&self.max_late),
+            || {
+                format!(
+                    "max-late {} s is not between 0.001 and 3600 seconds.",
+                    self.max_late
+                )
+            },
+        )?;
         ensure(self.heaps != Some(0), || {
             "heaps 0 would send nothing; give 1 or more.".into()
         })?;
@@ -277,6 +290,9 @@ pub const DEFAULT_RATE: f64 = 1712e6;
 pub const DEFAULT_HEAP_SAMPLES: usize = 4096;
 pub const DEFAULT_SAMPLE_BITS: u32 = 10;
 pub const DEFAULT_BUFFER_HEAPS: usize = 8192;
+/// How far (s) a send thread may fall behind before the senders skip ahead: as long as an engine
+/// rides out a stall (its receive slack), so that only a host that cannot keep the rate skips.
+pub const DEFAULT_MAX_LATE: f64 = 0.25;
 /// Far above anything a host can send; keeps heap arithmetic well inside f64 and u64.
 pub const MAX_RATE: f64 = 1e12;
 /// Largest UDP payload over IPv4.

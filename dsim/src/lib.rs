@@ -204,6 +204,7 @@ impl Dsim {
             first_heap,
             end_heap,
             sync_time,
+            resume_from: AtomicU64::new(0),
             started_at: Instant::now(),
             rate_window: Default::default(),
             config,
@@ -317,6 +318,7 @@ fn monitor(shared: &Shared, stop: &AtomicBool) {
                 heaps_sent = s.pols.iter().map(|p| p.heaps_sent).sum::<u64>(),
                 saturated = s.pols.iter().map(|p| p.saturated_samples).sum::<u64>(),
                 send_errors = s.pols.iter().map(|p| p.send_errors).sum::<u64>(),
+                heaps_skipped = s.heaps_skipped,
                 "status"
             );
         }

@@ -57,7 +57,7 @@ pub fn render(s: &Status) -> String {
     }
 
     type Get = fn(&crate::status::PolStatus) -> Option<f64>;
-    let per_pol: [(&str, &str, &str, Get); 7] = [
+    let per_pol: [(&str, &str, &str, Get); 8] = [
         (
             "dsim_heaps_total",
             "counter",
@@ -84,6 +84,12 @@ pub fn render(s: &Status) -> String {
             "counter",
             "Send calls that failed.",
             |p| Some(p.send_errors as f64),
+        ),
+        (
+            "dsim_heaps_skipped_total",
+            "counter",
+            "Heaps never sent: the senders fell more than --max-late behind and skipped ahead.",
+            |p| Some(p.heaps_skipped as f64),
         ),
         (
             "dsim_achieved_rate_samples_per_second",
@@ -150,14 +156,14 @@ mod tests {
     fn renders_valid_text() {
         let s: crate::status::Status = serde_json::from_value(serde_json::json!({
             "state": "running", "rate": 1e8, "achieved_rate": 1e8, "rate_error": 0.0,
-            "rate_window_s": 10.0, "rate_ok": true, "late_s": 1e-6, "sync_time": 0.0,
+            "rate_window_s": 10.0, "rate_ok": true, "late_s": 1e-6, "heaps_skipped": 0, "sync_time": 0.0,
             "implied_sync_time": 0.0, "timestamp": 4096, "heap_samples": 4096, "sample_bits": 10,
             "first_heap": 0, "end_heap": null, "threads_per_pol": 1, "heaps_per_batch": [12, 12],
             "buffer_heaps": 8192,
             "signal": {"tones": [], "noise": 0.05, "dither": true, "delays": [0.0, 0.0], "seed": 1,
                        "tone_frequencies": [], "from_heap": 0},
             "pols": [{"pol": 0, "destinations": "127.0.0.1:7148", "heaps": 5, "heaps_sent": 5,
-                      "bytes_sent": 100, "saturated_samples": 0, "send_errors": 0, "timestamp": 4096,
+                      "bytes_sent": 100, "saturated_samples": 0, "send_errors": 0, "heaps_skipped": 0, "timestamp": 4096,
                       "rate": {"achieved_rate": null, "expected_rate": null, "rate_error": null, "window_s": 0.0},
                       "faults_injected": {"dropped": 1, "duplicated": 0, "reordered": 0, "corrupted": 0},
                       "faults": {"drop": null, "duplicate": null, "reorder": null, "corrupt": null}}],

@@ -1,6 +1,13 @@
 //! One send thread of one polarisation: it owns every `threads`-th batch of heaps and their slots,
 //! patches each packet's counter and timestamp, applies faults, waits for the due time and hands
 //! each destination's packets to the kernel in one GSO send.
+//!
+//! A thread that finds itself more than `max_late` behind its schedule (the host cannot send the
+//! rate) does not carry the backlog on: every thread of both polarisations skips ahead to the
+//! heap due now (`Shared::resume_from`), as a digitiser's clock never waits for its network.
+//! Otherwise an overloaded run leaves seconds of backlog that a later, lower rate inherits, and
+//! threads that fall behind by different amounts send timestamps far apart, which a receiver
+//! must take for a restarted stream.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -63,6 +70,8 @@ pub struct Worker {
     order: Vec<Entry>,
     corrupted: Vec<usize>,
     last_error_log: Option<Instant>,
+    max_late: Duration,
+    last_skip_log: Option<Instant>,
 }
 
 /// Sleeps (then spins briefly) until `due`; false if the stop flag was raised first. Sleeps,
@@ -113,6 +122,8 @@ impl Worker {
             pending: VecDeque::new(),
             sender,
             last_error_log: None,
+            max_late: Duration::from_secs_f64(shared.config.max_late),
+            last_skip_log: None,
         }
     }
 
@@ -133,6 +144,10 @@ impl Worker {
                 .started
                 .fetch_max(k0, Ordering::SeqCst);
             self.take_switches(k0);
+            if self.skip(b) {
+                b += threads;
+                continue;
+            }
             if !self.send_batch(b) {
                 break;
             }
@@ -152,6 +167,61 @@ impl Worker {
                 self.slots = s.slots;
             }
         }
+    }
+
+    /// Whether batch `b` is skipped, and if so counts its heaps: it lies wholly before the heap
+    /// the senders resume from, or this thread is more than `max_late` behind, and then every
+    /// thread resumes from the heap due now.
+    fn skip(&mut self, b: u64) -> bool {
+        let l = self.layout;
+        let k0 = b * l.batch as u64;
+        let end = k0 + l.batch as u64;
+        let mut resume = self.shared.resume_from.load(Ordering::Relaxed);
+        if end > resume {
+            let schedule = self.schedule.refresh(&self.shared.schedule);
+            let now = Instant::now();
+            let behind = now.saturating_duration_since(schedule.due(k0));
+            if behind <= self.max_late {
+                return false;
+            }
+            resume = schedule.index_at(now);
+            let before = self.shared.resume_from.fetch_max(resume, Ordering::Relaxed);
+            if before < resume {
+                self.log_skip(behind, resume);
+            }
+            if end > resume {
+                return false;
+            }
+        }
+        let live =
+            k0.max(self.shared.first_heap)..end.min(self.shared.end_heap.unwrap_or(u64::MAX));
+        let heaps = live.end.saturating_sub(live.start);
+        self.shared.pols[self.pol].counters[self.thread].add(&BatchCounts {
+            heaps_done: heaps,
+            skipped: heaps,
+            ..Default::default()
+        });
+        true
+    }
+
+    fn log_skip(&mut self, behind: Duration, resume: u64) {
+        let now = Instant::now();
+        if self
+            .last_skip_log
+            .is_some_and(|t| now - t < ERROR_LOG_INTERVAL)
+        {
+            return;
+        }
+        self.last_skip_log = Some(now);
+        tracing::warn!(
+            pol = self.pol,
+            thread = self.thread,
+            behind_ms = behind.as_secs_f64() * 1e3,
+            resume_heap = resume,
+            "fell more than --max-late behind: this host cannot send the rate; skipping ahead to \
+             the heap due now (skipped heaps are counted in /status; logged at most every 10 s \
+             per thread)"
+        );
     }
 
     /// Sends batch `b`; false if stopped while waiting.

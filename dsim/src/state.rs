@@ -27,6 +27,8 @@ pub struct PolCounters {
     pub saturated: AtomicU64,
     /// Failed send calls.
     pub send_errors: AtomicU64,
+    /// Heaps never sent because the senders had fallen too far behind (`Shared::resume_from`).
+    pub skipped: AtomicU64,
 }
 
 /// Counts one send thread gathers over a batch and then adds to [`PolCounters`].
@@ -37,6 +39,7 @@ pub struct BatchCounts {
     pub bytes: u64,
     pub saturated: u64,
     pub send_errors: u64,
+    pub skipped: u64,
 }
 
 impl PolCounters {
@@ -48,6 +51,7 @@ impl PolCounters {
             (&self.bytes, c.bytes),
             (&self.saturated, c.saturated),
             (&self.send_errors, c.send_errors),
+            (&self.skipped, c.skipped),
         ] {
             if v > 0 {
                 a.fetch_add(v, Relaxed);
@@ -96,6 +100,7 @@ impl PolState {
             t.bytes += c.bytes.load(Relaxed);
             t.saturated += c.saturated.load(Relaxed);
             t.send_errors += c.send_errors.load(Relaxed);
+            t.skipped += c.skipped.load(Relaxed);
         }
         t
     }
@@ -136,6 +141,10 @@ pub struct Shared {
     /// Heap index at which sending ends (exclusive), if it does.
     pub end_heap: Option<u64>,
     pub sync_time: f64,
+    /// Heap from which the senders of both polarisations go on after one of them fell more than
+    /// `max_late` behind: batches wholly before it are skipped, so that every thread is back on
+    /// the clock together (threads drifting apart would look like a restarted stream).
+    pub resume_from: AtomicU64,
     pub started_at: Instant,
     pub rate_window: Mutex<RateWindow>,
 }

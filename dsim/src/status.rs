@@ -70,6 +70,8 @@ pub struct PolStatus {
     pub bytes_sent: u64,
     pub saturated_samples: u64,
     pub send_errors: u64,
+    /// Heaps never sent because the senders fell more than --max-late behind and skipped ahead.
+    pub heaps_skipped: u64,
     /// Timestamp of the latest heap to leave.
     pub timestamp: Option<u64>,
     pub rate: RateReport,
@@ -102,6 +104,9 @@ pub struct Status {
     pub rate_ok: bool,
     /// Seconds the latest heap left after its due time (positive: behind).
     pub late_s: Option<f64>,
+    /// Heaps of both polarisations never sent because the senders fell too far behind: the host
+    /// could not send the rate.
+    pub heaps_skipped: u64,
     /// Unix time of timestamp 0 as configured.
     pub sync_time: f64,
     /// The sync time the current rate implies (equal to sync_time until the rate changes).
@@ -168,6 +173,7 @@ pub fn status(shared: &Shared) -> Status {
             bytes_sent: c.bytes,
             saturated_samples: c.saturated,
             send_errors: c.send_errors,
+            heaps_skipped: c.skipped,
             timestamp: progress.map(|pr| pr.heap * shared.heap_samples as u64),
             rate: rate_report(shared, p.pol),
             faults_injected: p.fault_counters.snapshot(),
@@ -211,6 +217,7 @@ pub fn status(shared: &Shared) -> Status {
         },
         rate_ok: rate_error.is_some_and(|e| e.abs() <= RATE_TOLERANCE),
         late_s: late,
+        heaps_skipped: pols.iter().map(|p| p.heaps_skipped).sum(),
         sync_time: shared.sync_time,
         implied_sync_time: schedule.implied_sync_time(now_heap),
         timestamp: now_heap * shared.heap_samples as u64,

@@ -54,3 +54,48 @@ fn achieved_rate_matches_the_request_and_the_wall_clock() {
         assert!(median.abs() < 0.005, "median lateness {median} s");
     }
 }
+
+/// A rate far beyond what one thread can send: the senders skip ahead rather than carry a
+/// backlog, so the run ends on time and every heap is either sent or counted as skipped.
+#[test]
+fn a_sender_that_falls_behind_skips_ahead_and_ends_on_time() {
+    use spead::transport::{Endpoint, SocketConfig, UdpSocket};
+    // Sinks nobody reads: the kernel drops what overflows their small buffers.
+    let small = SocketConfig {
+        buffer_bytes: 1 << 16,
+        ..Default::default()
+    };
+    let sinks: Vec<UdpSocket> = (0..2)
+        .map(|_| UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &small).unwrap())
+        .collect();
+    let dest = |s: &UdpSocket| Endpoint {
+        addrs: vec![match s.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            other => panic!("{other}"),
+        }],
+    };
+    let mut cfg = dsim::Config::new(dest(&sinks[0]), dest(&sinks[1]));
+    // 1 s at 1e11 samples/s is 125 GB per polarisation: tens of seconds for one thread.
+    cfg.rate = 1e11;
+    cfg.duration = Some(1.0);
+    cfg.threads = 1;
+    cfg.buffer_heaps = 96;
+    cfg.signal.noise = 0.0;
+    cfg.max_late = 0.05;
+    let d = dsim::Dsim::start(cfg).unwrap();
+    assert!(
+        d.wait_timeout(Duration::from_secs(4)),
+        "still sending 4 s into a 1 s run: the backlog was carried on"
+    );
+    let status = d.wait();
+    let total = (1e11 / 4096.0_f64).ceil() as u64;
+    for p in &status.pols {
+        assert!(p.heaps_skipped > 0, "{p:?}");
+        assert!(p.heaps.abs_diff(total) <= 1, "{} of {total} heaps", p.heaps);
+        assert_eq!(p.heaps_sent + p.heaps_skipped, p.heaps, "{p:?}");
+    }
+    assert_eq!(
+        status.heaps_skipped,
+        status.pols.iter().map(|p| p.heaps_skipped).sum::<u64>()
+    );
+}
