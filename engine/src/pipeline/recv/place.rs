@@ -3,11 +3,14 @@
 //!
 //! A heap far ahead of where the stream should be by now (the newest timestamp plus the wall-clock
 //! time since it, plus a tolerance) is *future-dated*; one behind the receive window is *too old*.
-//! Either is dropped and counted, unless [`CONFIRM`] heaps in a row agree on the new place: then
-//! the digitiser restarted, and the placement says so, so that the receiver starts its window
-//! again there.
+//! Either is dropped and counted, unless [`CONFIRM`] heaps in a row agree on the new place and
+//! the stream in place has been silent for [`SILENCE`]: then the digitiser restarted, and the
+//! placement says so, so that the receiver starts its window again there. The silence is what
+//! tells a restart from a sender thread that lags the others: a restarted digitiser's old stream
+//! stops, while a lagging thread's heaps keep arriving between those of the threads on time, and
+//! following them would throw the whole stream back and forth.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use spead::chunk::Placement;
 use spead::Reject;
@@ -16,6 +19,9 @@ use crate::pipeline::RECV_WINDOW;
 
 /// Consistent out-of-place heaps needed before a receiver believes a jump.
 pub const CONFIRM: u32 = 32;
+/// How long the stream in place must have sent nothing that fits before a receiver believes a
+/// jump.
+pub const SILENCE: Duration = Duration::from_millis(50);
 
 /// A heap's place, and whether the stream restarted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +47,8 @@ pub struct Placer {
     /// How far (samples) a heap may run ahead of the wall-clock expectation.
     tolerance: f64,
     newest: Option<Newest>,
+    /// When a heap last fitted where the stream is.
+    last_fit: Instant,
     /// Chunk id the out-of-place heaps point at, and how many agreed in a row.
     candidate: Option<(u64, u32)>,
     /// Time of the current receive batch.
@@ -56,6 +64,7 @@ impl Placer {
             window: RECV_WINDOW as u64,
             tolerance: 2.0 * chunk_samples as f64 + 0.01 * fs,
             newest: None,
+            last_fit: Instant::now(),
             candidate: None,
             now: Instant::now(),
         }
@@ -76,6 +85,7 @@ impl Placer {
         };
         let Some(n) = self.newest else {
             self.newest = Some(Newest { ts, at: self.now });
+            self.last_fit = self.now;
             return Ok(Placed { at, jump: None });
         };
         let elapsed = self.now.saturating_duration_since(n.at).as_secs_f64();
@@ -84,6 +94,7 @@ impl Placer {
         let behind = at.chunk.saturating_add(self.window) < n.ts / self.chunk_samples;
         if !(ahead || behind) {
             self.candidate = None;
+            self.last_fit = self.now;
             if ts > n.ts {
                 self.newest = Some(Newest { ts, at: self.now });
             }
@@ -98,7 +109,8 @@ impl Placer {
             Some((c, k)) if c.abs_diff(at.chunk) <= self.window => k + 1,
             _ => 1,
         };
-        if count < CONFIRM {
+        let silent = self.now.saturating_duration_since(self.last_fit) >= SILENCE;
+        if count < CONFIRM || !silent {
             self.candidate = Some((at.chunk, count));
             return Err(reason);
         }
@@ -113,6 +125,7 @@ impl Placer {
     pub fn follow(&mut self, ts: u64) {
         self.candidate = None;
         self.newest = Some(Newest { ts, at: self.now });
+        self.last_fit = self.now;
     }
 }
 
@@ -142,6 +155,7 @@ mod tests {
         // Far beyond 2 chunks + 10 ms of samples.
         assert_eq!(p.place(1_000_000), Err(Reject::TooNew));
         assert_eq!(p.place(8), Ok(at(0, 1)));
+        p.now += SILENCE;
         for k in 0..CONFIRM - 1 {
             assert_eq!(p.place(1_000_000 + 8 * k as u64), Err(Reject::TooNew));
         }
@@ -162,6 +176,7 @@ mod tests {
         for t in (3_200_000..3_200_200).step_by(8) {
             p.place(t).unwrap();
         }
+        p.now += SILENCE;
         for k in 0..CONFIRM - 1 {
             assert_eq!(p.place(8 * k as u64), Err(Reject::TooOld));
         }
@@ -173,5 +188,30 @@ mod tests {
         assert_eq!(p.place(t + 32), Ok(at(t / 32 + 1, jumped.at.slot)));
         // A heap of the old stream is now the stray one.
         assert_eq!(p.place(3_200_200), Err(Reject::TooNew));
+    }
+
+    #[test]
+    fn a_lagging_sender_never_moves_the_stream() {
+        // 1e6 samples/s, chunks of 4 heaps of 8 samples: the window is 3 chunks = 96 us.
+        let mut p = Placer::new(32, 8, 1e6);
+        let t0 = p.now;
+        // For a second, every ms: 10 heaps on time, then a run of 100 from a thread 10 ms late.
+        for ms in 0..1000u64 {
+            p.now = t0 + Duration::from_millis(ms);
+            let on_time = ms * 1000 / 8 * 8;
+            for k in 0..10 {
+                assert_eq!(p.place(on_time + 8 * k).map(|x| x.jump), Ok(None));
+            }
+            let late = on_time.saturating_sub(10_000);
+            for k in 0..100 {
+                if let Ok(x) = p.place(late + 8 * k) {
+                    assert_eq!(x.jump, None, "followed the lagging thread at {ms} ms");
+                }
+            }
+        }
+        // Then the stream in place stops, and the other one is followed.
+        p.now += SILENCE;
+        let jumped = (0..CONFIRM as u64).find_map(|k| p.place(8 * k).ok());
+        assert_eq!(jumped.and_then(|x| x.jump), Some(Reject::TooOld));
     }
 }
