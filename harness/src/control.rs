@@ -93,6 +93,8 @@ pub struct DsimStatus {
     pub samples_per_heap: Option<u64>,
     /// Samples sent so far per polarisation (for the achieved rate).
     pub samples_sent: Option<f64>,
+    /// Heaps dsim skipped because it fell behind its schedule (it could not send the rate).
+    pub heaps_skipped: Option<u64>,
 }
 
 impl DsimStatus {
@@ -105,6 +107,7 @@ impl DsimStatus {
             samples_per_heap: find_number(v, &["heap_samples", "samples_per_heap"])
                 .map(|t| t as u64),
             samples_sent: find_number(v, &["samples_sent", "samples"]),
+            heaps_skipped: find_number(v, &["heaps_skipped"]).map(|n| n as u64),
         }
     }
 }

@@ -495,7 +495,13 @@ fn run_watch(a: WatchArgs) -> Result<bool> {
         progress: !a.quiet,
     };
     let Setup { services, rx, .. } = s;
-    let summary = watch::run(rx, monitor, &opts, Some(&services.engine))?;
+    let summary = watch::run(
+        rx,
+        monitor,
+        &opts,
+        Some(&services.engine),
+        Some(&services.dsim),
+    )?;
     drop(services);
     let text = serde_json::to_string_pretty(&summary)?;
     println!("{text}");

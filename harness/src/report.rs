@@ -308,6 +308,7 @@ mod tests {
             received_rate: rate,
             udp_rcvbuf_errors: None,
             harness_socket_drops: 0,
+            dsim_heaps_skipped: None,
             window_s: 20.0,
             settle_s: 0.0,
             cores: Default::default(),

@@ -50,6 +50,9 @@ pub struct TrialRecord {
     /// Of those, datagrams the harness's own sockets dropped: gaps the harness, not the engine,
     /// caused.
     pub harness_socket_drops: u64,
+    /// Heaps dsim skipped in the window because it fell behind (the sender, not the engine,
+    /// could not keep the rate); `None` when dsim does not report them.
+    pub dsim_heaps_skipped: Option<u64>,
     pub window_s: f64,
     /// Time spent after the warm-up waiting for the losses to stop, before the window.
     pub settle_s: f64,
@@ -59,6 +62,7 @@ pub struct TrialRecord {
 
 struct Point {
     counters: EngineCounters,
+    dsim_skipped: Option<u64>,
     snap: Snapshot,
     rcvbuf: Option<u64>,
     cpu: CpuTimes,
@@ -68,6 +72,8 @@ struct Point {
 fn point(services: &Services, rx: &Receiver) -> Result<Point> {
     Ok(Point {
         counters: services.engine.counters()?,
+        // Only an explanation: a dsim that does not say is not an error.
+        dsim_skipped: services.dsim.status().ok().and_then(|s| s.heaps_skipped),
         snap: rx.snapshot(),
         rcvbuf: udp_rcvbuf_errors(),
         cpu: CpuTimes::read(&services.pids()),
@@ -217,6 +223,15 @@ fn evaluate(
     let heaps = after.snap.heaps().saturating_sub(before.snap.heaps());
     let received_rate = after.snap.sample_rate(heaps, secs);
     let mut reasons = Vec::new();
+    let dsim_skipped = after
+        .dsim_skipped
+        .zip(before.dsim_skipped)
+        .map(|(a, b)| a.saturating_sub(b));
+    if let Some(n) = dsim_skipped.filter(|&n| n > 0) {
+        reasons.push(format!(
+            "dsim fell behind and skipped {n} heaps: the sender cannot keep this rate"
+        ));
+    }
     if missing_input > 0.0 {
         reasons.push(format!("engine missing input +{missing_input}"));
     }
@@ -270,6 +285,7 @@ fn evaluate(
             .zip(before.rcvbuf)
             .map(|(x, y)| x.saturating_sub(y)),
         harness_socket_drops: harness_drops,
+        dsim_heaps_skipped: dsim_skipped,
         window_s: secs,
         settle_s: 0.0,
         cores: after.cpu.cores_since(&before.cpu, secs),
@@ -312,6 +328,17 @@ mod tests {
     use crate::receive::SubstreamSnapshot;
 
     fn pt(missing: f64, skipped: f64, gaps: u64, heaps: u64, secs: f64) -> Point {
+        pt_dsim(missing, skipped, gaps, heaps, secs, Some(7))
+    }
+
+    fn pt_dsim(
+        missing: f64,
+        skipped: f64,
+        gaps: u64,
+        heaps: u64,
+        secs: f64,
+        dsim_skipped: Option<u64>,
+    ) -> Point {
         let mut s = SubstreamSnapshot {
             heaps,
             step: Some(1_000_000),
@@ -323,6 +350,7 @@ mod tests {
                 missing_input: missing,
                 skipped_output: skipped,
             },
+            dsim_skipped,
             snap: Snapshot {
                 at: None,
                 substreams: vec![s],
@@ -366,6 +394,10 @@ mod tests {
             (pt(0.0, 2.0, 0, 1000, 10.0), "skipped output"),
             (pt(0.0, 0.0, 3, 1000, 10.0), "new gaps"),
             (pt(0.0, 0.0, 0, 900, 10.0), "output ran at"),
+            (
+                pt_dsim(0.0, 0.0, 0, 1000, 10.0, Some(12)),
+                "dsim fell behind and skipped 5 heaps",
+            ),
         ] {
             let t = evaluate(&ok, &after, 1e8, Phase::Bisect, &CFG, 1, "cpu");
             assert!(!t.pass);

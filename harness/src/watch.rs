@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::content::{self, ContentMonitor, Peak, Verdict};
-use crate::control::{Engine, EngineCounters};
+use crate::control::{Dsim, Engine, EngineCounters};
 use crate::gaps::SeqCounts;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
 use crate::{gsps, signals};
@@ -56,6 +56,8 @@ pub struct WatchSummary {
     /// The engine's missing-input and skipped-output counters over the run, when reachable:
     /// gaps the engine did not skip were lost on the way to the harness.
     pub engine: Option<EngineCounters>,
+    /// Heaps dsim skipped over the run because it fell behind its schedule, when it says.
+    pub dsim_heaps_skipped: Option<u64>,
     /// Host-wide UDP receive-buffer drops over the run.
     pub udp_rcvbuf_errors: Option<u64>,
     pub per_substream: Vec<SubstreamSnapshot>,
@@ -70,14 +72,17 @@ fn peak_text(p: &Option<Peak>) -> String {
 
 /// Watches until the duration passes or a signal comes, then stops the receiver.
 /// With `engine`, its counters over the run go in the summary, to tell loss in the engine from
-/// loss on the way to the harness.
+/// loss on the way to the harness; with `dsim`, the heaps it skipped because it fell behind.
 pub fn run(
     rx: Receiver,
     monitor: Arc<ContentMonitor>,
     opts: &WatchOptions,
     engine: Option<&Engine>,
+    dsim: Option<&Dsim>,
 ) -> Result<WatchSummary> {
     let engine_before = engine.and_then(|e| e.counters().ok());
+    let dsim_skipped = || dsim.and_then(|d| d.status().ok()?.heaps_skipped);
+    let skipped_before = dsim_skipped();
     let rcvbuf_before = udp_rcvbuf_errors();
     let start = Instant::now();
     let mut content = ContentSummary {
@@ -160,6 +165,15 @@ pub fn run(
     summary.engine = engine_before
         .zip(engine.and_then(|e| e.counters().ok()))
         .map(|(b, a)| a.since(&b));
+    summary.dsim_heaps_skipped = skipped_before
+        .zip(dsim_skipped())
+        .map(|(b, a)| a.saturating_sub(b));
+    if let Some(n) = summary.dsim_heaps_skipped.filter(|&n| n > 0) {
+        summary.ok = false;
+        summary.failures.push(format!(
+            "dsim fell behind and skipped {n} heaps: this host could not send the rate"
+        ));
+    }
     summary.udp_rcvbuf_errors = rcvbuf_before
         .zip(udp_rcvbuf_errors())
         .map(|(b, a)| a.saturating_sub(b));
@@ -230,6 +244,7 @@ fn summarise(
         step: snap.step(),
         content,
         engine: None,
+        dsim_heaps_skipped: None,
         udp_rcvbuf_errors: None,
         per_substream: snap.substreams,
     }
