@@ -7,7 +7,7 @@
 #
 #   harness/scripts/cores.sh OUT LABEL:BINDIR [LABEL:BINDIR...] -- RATE [RATE...]
 #
-# BACKEND (default null), FARGS and DARGS (extra fengine and dsim arguments, e.g.
+# BACKEND (default null), HARGS (extra harness watch arguments), FARGS and DARGS (extra fengine and dsim arguments, e.g.
 # FARGS="--recv-threads 4 --send-threads 8" DARGS="--threads 4", the thread counts a max-rate
 # search with --high 8e9 gets) come from the environment.
 set -u
@@ -26,6 +26,10 @@ sample() {
   done
   head -1 /proc/stat | awk '{print "host busy", $2+$3+$4+$7+$8; print "host steal", $9}'
   awk 'NR>1{d+=$NF} END{print "count kernel-udp-drops", d}' /proc/net/udp
+  # Packets the kernel dropped before any socket saw them: a CPU's input backlog was full
+  # (net.core.netdev_max_backlog); loopback traffic is queued there too.
+  local n=0 _ dropped; while read -r _ dropped _; do n=$((n + 16#$dropped)); done < /proc/net/softnet_stat
+  echo "count softnet-backlog-drops $n"
   port=$(grep -aho "control listening on 127.0.0.1:[0-9]*" $(ls -t $LOGDIR/fengine-*.log | head -1) 2>/dev/null | head -1 | sed 's/.*://')
   [ -n "$port" ] && python3 - $port <<'PY'
 import urllib.request, re, sys
@@ -52,7 +56,7 @@ for s in "${sets[@]}"; do
     $bin/harness watch --local --backend ${BACKEND:-null} --no-content-check --dsim-bin $bin/dsim --fengine-bin $bin/fengine \
       --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams 8 --input-addresses 4 --adc-rate $r \
       --fengine-args "--sample-bits 10 --heap-samples 4096 ${FARGS:-}" --dsim-args "--sample-bits 10 --heap-samples 4096 ${DARGS:-}" \
-      --duration 32 --json $OUT/$tag.json --log-dir $OUT/logs-$tag > $OUT/$tag.log 2>&1 &
+      ${HARGS:-} --duration 32 --json $OUT/$tag.json --log-dir $OUT/logs-$tag > $OUT/$tag.log 2>&1 &
     w=$!
     sleep 16; sample > $OUT/.a; sleep 10; sample > $OUT/.b
     wait $w

@@ -8,7 +8,9 @@
 #
 # The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, SETTLE, WINDOW (s)
 # and REPEATS in the environment; INPUT_ADDRESSES (default 4) spreads each polarisation over that
-# many loopback addresses, so that the engine receives it with as many threads.
+# many loopback addresses, so that the engine receives it with as many threads. With spead's loopback
+# bench in BIN_DIR (spead-loopback, as scripts/gpu-checks.sh stages it), the host's loopback ceiling
+# is measured first and the result is set against it.
 set -euo pipefail
 bin=${1:-target/release}
 out=${2:-harness-max-rate-gpu}
@@ -17,6 +19,16 @@ shift $(( $# < 2 ? $# : 2 ))
 # 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
 sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 \
   || echo "could not raise net.core.{r,w}mem_max (not root?): expect loss at high rates" >&2
+
+# The ceiling the result is measured against, in the same run: what loopback UDP alone moves with
+# every core sending or receiving dsim-sized datagrams (GSO/GRO) and doing nothing else.
+ceiling=""
+if [ -x "$bin/spead-loopback" ]; then
+  SPEAD_BENCH_SECS=2 SPEAD_BENCH_PAIRS=$(( ($(nproc) + 1) / 2 )) SPEAD_BENCH_SIZES=5192 \
+    "$bin/spead-loopback" --bench > "$out.loopback.txt" 2>&1 || true
+  ceiling=$(awk '$1 == 5192 && $2 == "GSO+GRO" {print $7}' "$out.loopback.txt")
+  echo "loopback ceiling: ${ceiling:-unknown} GB/s received (see $out.loopback.txt)"
+fi
 
 status=0
 "$bin/harness" max-rate --local --backend cuda --compare-null \
@@ -29,12 +41,21 @@ status=0
   --warmup "${WARMUP:-3}" --settle "${SETTLE:-20}" --window "${WINDOW:-10}" --repeats "${REPEATS:-1}" \
   --out-dir "$out" "$@" || status=$?
 
-python3 - "$out/max-rate.json" <<'PY' || status=1
+python3 - "$out/max-rate.json" "$ceiling" <<'PY' || status=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 best = {s["backend"]: s["best"] for s in r["searches"]}
 cuda, null, ratio = best.get("cuda"), best.get("null"), r.get("ratio_to_null")
 print(f"cuda {cuda} null {null} ratio {ratio}")
+if sys.argv[2]:
+    # Loopback bytes per sample per polarisation: 10-bit samples in 5192-byte packets of 5120 bytes
+    # from dsim to the engine, and 8-bit complex channels (1 byte per real sample) to the harness,
+    # both polarisations.
+    per_sample = 2 * 1.25 * 5192 / 5120 + 2 * 1.0
+    gbps = float(sys.argv[2])
+    print(f"loopback ceiling {gbps:.1f} GB/s = {gbps / per_sample:.2f} Gsample/s per polarisation "
+          f"for the chain's {per_sample:.2f} bytes per sample, if nothing but the kernel used a core; "
+          f"found cuda {(cuda or 0) / 1e9:.2f} = {(cuda or 0) * per_sample / 1e9:.1f} GB/s through loopback")
 ok = cuda is not None and cuda >= 6.3e9 and ratio is not None and ratio >= 0.9
 print("targets (>= 6.3 Gsample/s, >= 0.9 of null):", "MET" if ok else "NOT MET")
 sys.exit(0 if ok else 1)
