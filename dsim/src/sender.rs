@@ -193,8 +193,7 @@ impl Worker {
                 return false;
             }
         }
-        let live =
-            k0.max(self.shared.first_heap)..end.min(self.shared.end_heap.unwrap_or(u64::MAX));
+        let live = self.live(k0);
         let heaps = live.end.saturating_sub(live.start);
         self.shared.pols[self.pol].counters[self.thread].add(&BatchCounts {
             heaps_done: heaps,
@@ -202,6 +201,13 @@ impl Worker {
             ..Default::default()
         });
         true
+    }
+
+    /// The heaps of the batch starting at `k0` that the run covers (from the first heap to the
+    /// end heap).
+    fn live(&self, k0: u64) -> Range<u64> {
+        k0.max(self.shared.first_heap)
+            ..(k0 + self.layout.batch as u64).min(self.shared.end_heap.unwrap_or(u64::MAX))
     }
 
     fn log_skip(&mut self, behind: Duration, resume: u64) {
@@ -229,8 +235,7 @@ impl Worker {
         let l = self.layout;
         let pkt = l.packet_bytes;
         let k0 = b * l.batch as u64;
-        let live = k0.max(self.shared.first_heap)
-            ..(k0 + l.batch as u64).min(self.shared.end_heap.unwrap_or(u64::MAX));
+        let live = self.live(k0);
         let schedule = self.schedule.refresh(&self.shared.schedule);
         let faults = self.faults.refresh(&self.shared.pols[self.pol].faults);
         let si = l.local_slot(b);

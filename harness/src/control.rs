@@ -97,6 +97,11 @@ pub struct DsimStatus {
     pub heaps_skipped: Option<u64>,
 }
 
+/// Why a run lost heaps when dsim skipped `n` of them: the sender, not the engine, fell behind.
+pub fn dsim_skipped_reason(n: u64) -> String {
+    format!("dsim fell behind and skipped {n} heaps: this host could not send the rate")
+}
+
 impl DsimStatus {
     pub fn parse(v: &Value) -> Self {
         Self {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::control::EngineCounters;
+use crate::control::{dsim_skipped_reason, EngineCounters};
 use crate::cpu::{Cores, CpuTimes};
 use crate::receive::{udp_rcvbuf_errors, Receiver, Snapshot};
 use crate::search::Phase;
@@ -228,9 +228,7 @@ fn evaluate(
         .zip(before.dsim_skipped)
         .map(|(a, b)| a.saturating_sub(b));
     if let Some(n) = dsim_skipped.filter(|&n| n > 0) {
-        reasons.push(format!(
-            "dsim fell behind and skipped {n} heaps: the sender cannot keep this rate"
-        ));
+        reasons.push(dsim_skipped_reason(n));
     }
     if missing_input > 0.0 {
         reasons.push(format!("engine missing input +{missing_input}"));

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::content::{self, ContentMonitor, Peak, Verdict};
-use crate::control::{Dsim, Engine, EngineCounters};
+use crate::control::{dsim_skipped_reason, Dsim, Engine, EngineCounters};
 use crate::gaps::SeqCounts;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
 use crate::{gsps, signals};
@@ -170,9 +170,7 @@ pub fn run(
         .map(|(b, a)| a.saturating_sub(b));
     if let Some(n) = summary.dsim_heaps_skipped.filter(|&n| n > 0) {
         summary.ok = false;
-        summary.failures.push(format!(
-            "dsim fell behind and skipped {n} heaps: this host could not send the rate"
-        ));
+        summary.failures.push(dsim_skipped_reason(n));
     }
     summary.udp_rcvbuf_errors = rcvbuf_before
         .zip(udp_rcvbuf_errors())
