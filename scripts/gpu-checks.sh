@@ -25,6 +25,7 @@ stage() {
   cp "$(newest_for fengine tests/e2e.rs)" "$carry/fengine-e2e"
   cp "$(newest_for harness tests/e2e.rs)" "$carry/harness-e2e"
   cp "$(newest loopback)" "$carry/spead-loopback"
+  cp "$(newest chain)" "$carry/spead-chain"
   cp "$(newest decode)" "$carry/spead-decode"
   strip "$carry"/*
   du -sh "$carry"

@@ -7,10 +7,11 @@
 #   harness/scripts/gpu-max-rate.sh [BIN_DIR [OUT_DIR [extra harness max-rate arguments]]]
 #
 # The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, SETTLE, WINDOW (s)
-# and REPEATS in the environment; INPUT_ADDRESSES (default 4) spreads each polarisation over that
-# many loopback addresses, so that the engine receives it with as many threads. With spead's loopback
-# bench in BIN_DIR (spead-loopback, as scripts/gpu-checks.sh stages it), the host's loopback ceiling
-# is measured first and the result is set against it.
+# and REPEATS in the environment, extra fengine and dsim arguments from FARGS and DARGS; INPUT_ADDRESSES (default 4) spreads each polarisation over that
+# many loopback addresses, so that the engine receives it with as many threads. With spead's benches
+# in BIN_DIR (spead-loopback and spead-chain, as scripts/gpu-checks.sh stages them), the host's
+# ceilings are measured first and the result is set against them: loopback UDP alone, and the
+# chain's transport alone (CHAIN_RATES, Gsample/s per polarisation, are tried).
 set -euo pipefail
 bin=${1:-target/release}
 out=${2:-harness-max-rate-gpu}
@@ -30,18 +31,28 @@ if [ -x "$bin/spead-loopback" ]; then
   echo "loopback ceiling: ${ceiling:-unknown} GB/s received (see $out.loopback.txt)"
 fi
 
+# The chain's own ceiling: the same bytes crossing loopback twice (digitiser -> relay -> sink)
+# from memory that is not in a cache, with no work in between (spead/benches/chain.rs).
+chain=""
+if [ -x "$bin/spead-chain" ]; then
+  SPEAD_CHAIN_RATES=${CHAIN_RATES:-4,4.5,5,5.5,6,6.3} SPEAD_CHAIN_SECS=3 \
+    "$bin/spead-chain" --bench > "$out.chain.txt" 2>&1 || true
+  chain=$(awk '/^chain ceiling: [0-9]/ {print $3}' "$out.chain.txt")
+  echo "chain ceiling: ${chain:-none held} Gsample/s per polarisation (see $out.chain.txt)"
+fi
+
 status=0
 "$bin/harness" max-rate --local --backend cuda --compare-null \
   --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
   --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams "${SUBSTREAMS:-8}" \
   --input-addresses "${INPUT_ADDRESSES:-4}" \
-  --fengine-args "--sample-bits 10 --heap-samples 4096" \
-  --dsim-args "--sample-bits 10 --heap-samples 4096" \
+  --fengine-args "--sample-bits 10 --heap-samples 4096 ${FARGS:-}" \
+  --dsim-args "--sample-bits 10 --heap-samples 4096 ${DARGS:-}" \
   --low "${LOW:-4e9}" --high "${HIGH:-8e9}" --resolution "${RESOLUTION:-50e6}" \
   --warmup "${WARMUP:-3}" --settle "${SETTLE:-20}" --window "${WINDOW:-10}" --repeats "${REPEATS:-1}" \
   --out-dir "$out" "$@" || status=$?
 
-python3 - "$out/max-rate.json" "$ceiling" <<'PY' || status=1
+python3 - "$out/max-rate.json" "$ceiling" "$chain" <<'PY' || status=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 best = {s["backend"]: s["best"] for s in r["searches"]}
@@ -56,6 +67,10 @@ if sys.argv[2]:
     print(f"loopback ceiling {gbps:.1f} GB/s = {gbps / per_sample:.2f} Gsample/s per polarisation "
           f"for the chain's {per_sample:.2f} bytes per sample, if nothing but the kernel used a core; "
           f"found cuda {(cuda or 0) / 1e9:.2f} = {(cuda or 0) * per_sample / 1e9:.1f} GB/s through loopback")
+if sys.argv[3]:
+    chain = float(sys.argv[3]) * 1e9
+    print(f"chain ceiling {chain / 1e9:.2f} Gsample/s per polarisation (transport alone, same run): "
+          f"found cuda {(cuda or 0) / chain:.2f} of it")
 ok = cuda is not None and cuda >= 6.3e9 and ratio is not None and ratio >= 0.9
 print("targets (>= 6.3 Gsample/s, >= 0.9 of null):", "MET" if ok else "NOT MET")
 sys.exit(0 if ok else 1)
