@@ -56,14 +56,9 @@ impl ChunkMemory for SlotWriter {
                 .is_some_and(|end| end <= self.len),
             "write outside the chunk"
         );
-        // SAFETY: in bounds (checked above); no reference to these bytes exists (see the type).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.ptr.as_ptr().add(offset),
-                bytes.len(),
-            )
-        };
+        // SAFETY: in bounds (checked above); no reference to these bytes exists (see the type),
+        // and a received datagram never lies in chunk memory.
+        unsafe { super::stream::copy(self.ptr.as_ptr().add(offset), bytes) };
     }
 }
 

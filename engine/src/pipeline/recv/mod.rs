@@ -13,6 +13,7 @@
 
 mod collect;
 mod place;
+mod stream;
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
