@@ -8,8 +8,11 @@
 //! - sink lanes receive those (GRO) and read each header, as the harness counts heaps.
 //!
 //! Every byte therefore crosses loopback twice, exactly as in dsim -> fengine -> harness (4.54
-//! bytes per sample per polarisation), with none of the programs' own costs. The rate found here
-//! is the ceiling for the whole chain on this host; a real engine can only come below it.
+//! bytes per sample per polarisation), with none of the programs' own costs. What the host's
+//! cores spend at a rate here is what the kernel's copies alone cost the chain there: the floor
+//! under any implementation's CPU. The highest rate held is a reference, not a bound: a relay
+//! receives and sends on one thread, so a burst can overrun its socket where the engine, with
+//! separate receive and send threads, keeps up.
 //!
 //! A rate is held when no datagram was lost over the whole run and the digitisers kept up; the
 //! last line names the highest rate held.
