@@ -7,11 +7,12 @@
 #   harness/scripts/gpu-max-rate.sh [BIN_DIR [OUT_DIR [extra harness max-rate arguments]]]
 #
 # The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, SETTLE, WINDOW (s)
-# and REPEATS in the environment, extra fengine and dsim arguments from FARGS and DARGS; INPUT_ADDRESSES (default 4) spreads each polarisation over that
-# many loopback addresses, so that the engine receives it with as many threads. With spead's benches
-# in BIN_DIR (spead-loopback and spead-chain, as scripts/gpu-checks.sh stages them), the host's
-# ceilings are measured first and the result is set against them: loopback UDP alone, and the
-# chain's transport alone (CHAIN_RATES, Gsample/s per polarisation, are tried).
+# and REPEATS in the environment, extra fengine and dsim arguments from FARGS and DARGS;
+# INPUT_ADDRESSES (default 4) spreads each polarisation over that many loopback addresses, so that
+# the engine receives it with as many threads. With spead's benches in BIN_DIR (spead-loopback and
+# spead-chain, as scripts/gpu-checks.sh stages them), two references are measured first and the
+# result is set against them: loopback UDP alone, and the chain's transport alone (at CHAIN_RATES,
+# Gsample/s per polarisation).
 set -euo pipefail
 bin=${1:-target/release}
 out=${2:-harness-max-rate-gpu}
@@ -38,7 +39,7 @@ chain=""
 if [ -x "$bin/spead-chain" ]; then
   SPEAD_CHAIN_RATES=${CHAIN_RATES:-4,4.5,5,5.5,6,6.3} SPEAD_CHAIN_SECS=3 \
     "$bin/spead-chain" --bench > "$out.chain.txt" 2>&1 || true
-  chain=$(awk '/^chain ceiling: [0-9]/ {print $3}' "$out.chain.txt")
+  chain=$(awk '/^highest rate held: [0-9]/ {print $4}' "$out.chain.txt")
   echo "transport alone held ${chain:-none of the rates} Gsample/s per polarisation (see $out.chain.txt)"
 fi
 

@@ -40,22 +40,15 @@ use spead::transport::{
     MAX_UDP_PAYLOAD,
 };
 
+mod common;
+use common::env;
+
 const IN_DATAGRAM: usize = 5192;
 const IN_SAMPLES: u64 = 4096;
 const OUT_DATAGRAM: usize = 8264;
 /// Input datagrams per output datagram: 4096 samples of a polarisation in, 1 byte per sample out.
 const IN_PER_OUT: u64 = 2;
 const WARMUP: Duration = Duration::from_secs(1);
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v.parse().unwrap_or_else(|_| {
-            eprintln!("ignoring {name}={v}: not understood");
-            default
-        }),
-        Err(_) => default,
-    }
-}
 
 /// Datagrams and bytes a stage moved, counted by its threads as they go.
 #[derive(Default)]
@@ -452,13 +445,13 @@ fn main() {
         "late",
         "held"
     );
-    let mut ceiling: Option<f64> = None;
+    let mut best: Option<f64> = None;
     for &rate in &rates {
         match run_rate(rate, lanes, secs, buffer, sources) {
             Ok(r) => {
                 let held = r.loss_in == 0.0 && r.loss_out == 0.0 && r.sent >= 0.99 * r.offered;
                 if held {
-                    ceiling = Some(ceiling.map_or(rate, |c| c.max(rate)));
+                    best = Some(best.map_or(rate, |c| c.max(rate)));
                 }
                 println!(
                     "{:>8.2} {:>9.2} {:>8.2} {:>9.2} {:>9.2} {:>8.2} {:>8.3} {:>9.3} {:>11} {:>7.1}/{cpus:<2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>6}",
@@ -483,8 +476,11 @@ fn main() {
             Err(e) => println!("{:>8.2}  failed: {e}", rate / 1e9),
         }
     }
-    match ceiling {
-        Some(c) => println!("chain ceiling: {:.2} Gsample/s per polarisation", c / 1e9),
-        None => println!("chain ceiling: none of the rates was held"),
+    match best {
+        Some(c) => println!(
+            "highest rate held: {:.2} Gsample/s per polarisation",
+            c / 1e9
+        ),
+        None => println!("highest rate held: none of the rates was held"),
     }
 }

@@ -19,15 +19,8 @@ use spead::transport::{
     MAX_UDP_PAYLOAD,
 };
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v.parse().unwrap_or_else(|_| {
-            eprintln!("ignoring {name}={v}: not understood");
-            default
-        }),
-        Err(_) => default,
-    }
-}
+mod common;
+use common::env;
 
 /// Totals of one case over all pairs.
 struct Row {
