@@ -29,8 +29,9 @@ pub struct PolStats {
     pub bound: Mutex<Vec<SocketAddr>>,
     /// Chunks handed to the pairing stage without a partner from the other polarisation.
     pub unpaired_chunks: AtomicU64,
-    /// Datagrams the kernel dropped because a receive socket's buffer was full: the receive
-    /// threads fell behind (or were held off the processor).
+    /// Packets the kernel dropped because a receive socket's buffer was full: the receive
+    /// threads fell behind (or were held off the processor). A GSO super-packet counts once
+    /// (see `spead::transport::UdpSocket::drops`).
     pub socket_drops: AtomicU64,
 }
 
@@ -186,7 +187,7 @@ pub fn render(stats: &Stats, backend: &str) -> String {
     family(
         "fengine_input_socket_drops_total",
         "counter",
-        "Datagrams the kernel dropped because a receive socket's buffer was full.",
+        "Packets the kernel dropped because a receive socket's buffer was full (a GSO super-packet counts once).",
         &per_pol(&|p| p.socket_drops.load(Relaxed)),
     );
     family(

@@ -134,8 +134,8 @@ pub struct SubstreamSnapshot {
     pub malformed_packets: u64,
     pub wrong_frequency: u64,
     pub descriptors: u64,
-    /// Datagrams the kernel dropped because this substream's socket buffer was full: the
-    /// harness itself lost them (its receive thread fell behind).
+    /// Packets the kernel dropped because this substream's socket buffer was full: the harness
+    /// itself lost them (its receive thread fell behind). A GSO super-packet counts once.
     pub socket_drops: u64,
     /// Packet rejections by reason (non-zero ones).
     pub rejects: BTreeMap<String, u64>,
@@ -173,7 +173,7 @@ impl Snapshot {
     pub fn heap_bytes(&self) -> u64 {
         self.substreams.iter().map(|s| s.heap_bytes).sum()
     }
-    /// Datagrams the harness's own sockets dropped (see [`SubstreamSnapshot::socket_drops`]).
+    /// Packets the harness's own sockets dropped (see [`SubstreamSnapshot::socket_drops`]).
     pub fn socket_drops(&self) -> u64 {
         self.substreams.iter().map(|s| s.socket_drops).sum()
     }

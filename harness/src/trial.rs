@@ -47,8 +47,8 @@ pub struct TrialRecord {
     pub received_rate: f64,
     /// Host-wide UDP receive-buffer drops in the window (any receiver on the host).
     pub udp_rcvbuf_errors: Option<u64>,
-    /// Of those, datagrams the harness's own sockets dropped: gaps the harness, not the engine,
-    /// caused.
+    /// Of those, packets the harness's own sockets dropped (a GSO super-packet counts once):
+    /// gaps the harness, not the engine, caused.
     pub harness_socket_drops: u64,
     /// Heaps dsim skipped in the window because it fell behind (the sender, not the engine,
     /// could not keep the rate); `None` when dsim does not report them.
@@ -242,9 +242,7 @@ fn evaluate(
         .saturating_sub(before.snap.socket_drops());
     if gaps > 0 {
         reasons.push(if harness_drops > 0 {
-            format!(
-                "harness saw {gaps} new gaps (its own sockets dropped {harness_drops} datagrams)"
-            )
+            format!("harness saw {gaps} new gaps (its own sockets dropped {harness_drops} packets)")
         } else {
             format!("harness saw {gaps} new gaps")
         });

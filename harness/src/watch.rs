@@ -199,7 +199,7 @@ fn summarise(
         let drops = snap.socket_drops();
         failures.push(if drops > 0 {
             format!(
-                "{} heaps missing (gaps; the harness's own sockets dropped {drops} datagrams)",
+                "{} heaps missing (gaps; the harness's own sockets dropped {drops} packets)",
                 seq.gaps
             )
         } else {
