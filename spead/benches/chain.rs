@@ -244,25 +244,13 @@ fn relay(
     let mut tx = Sender::new(tx);
     let per_send = ring.burst / OUT_DATAGRAM;
     let mut owed_in = 0u64;
-    while !stop.load(Relaxed) {
-        match rx.recv(Duration::from_millis(10)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-        let (mut n, mut bytes) = (0u64, 0u64);
-        for d in rx.datagrams() {
-            std::hint::black_box(&d[..8]);
-            n += 1;
-            bytes += d.len() as u64;
-        }
-        counts.relayed_in.add(n, bytes);
+    'run: while let Some(n) = next_batch(&mut rx, &counts.relayed_in, stop) {
         owed_in += n;
         while owed_in >= IN_PER_OUT {
             let k = ((owed_in / IN_PER_OUT) as usize).min(per_send);
             let buf = &ring.next_mut()[..k * OUT_DATAGRAM];
             if tx.send_segments(dest, buf, OUT_DATAGRAM).is_err() {
-                break;
+                break 'run;
             }
             counts.relayed_out.add(k as u64, buf.len() as u64);
             owed_in -= k as u64 * IN_PER_OUT;
@@ -273,6 +261,28 @@ fn relay(
         .fetch_add(drops.take(rx.socket()), Relaxed);
 }
 
+/// Waits for the next batch (until `stop`), reads each datagram's header and adds the batch to
+/// `count` in one go (threads share the counters). Returns its datagrams; None once stopped or
+/// on a receive error.
+fn next_batch(rx: &mut Receiver, count: &Count, stop: &AtomicBool) -> Option<u64> {
+    while !stop.load(Relaxed) {
+        match rx.recv(Duration::from_millis(10)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        let (mut n, mut bytes) = (0u64, 0u64);
+        for d in rx.datagrams() {
+            std::hint::black_box(&d[..8]);
+            n += 1;
+            bytes += d.len() as u64;
+        }
+        count.add(n, bytes);
+        return Some(n);
+    }
+    None
+}
+
 /// Receives output datagrams and reads each header.
 fn sink(rx: UdpSocket, counts: &Counts, stop: &AtomicBool) {
     let cfg = RecvConfig {
@@ -281,12 +291,7 @@ fn sink(rx: UdpSocket, counts: &Counts, stop: &AtomicBool) {
     };
     let mut drops = DropCounter::new(&rx);
     let mut rx = Receiver::with_config(rx, cfg);
-    let mut check = 0u64;
-    let _ = rx.run(stop, Duration::from_millis(10), |d| {
-        check ^= u64::from_be_bytes(d[..8].try_into().unwrap_or_default());
-        counts.sunk.add(1, d.len() as u64);
-    });
-    std::hint::black_box(check);
+    while next_batch(&mut rx, &counts.sunk, stop).is_some() {}
     counts
         .sink_drops
         .fetch_add(drops.take(rx.socket()), Relaxed);
