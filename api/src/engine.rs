@@ -1,0 +1,250 @@
+//! The F-engine's `GET /status`: the engine as a whole (backend, timing, delays), its one input
+//! (both polarisations of one digitiser) and its outputs keyed by name. Delays belong to the
+//! engine (they act on the input); gains, channels and destinations belong to each output.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The name of the engine's wideband output: today's only output, and the one that the
+/// single-output command-line flags (`--channels`, `--dst`, ...) describe.
+pub const WIDEBAND: &str = "wideband";
+
+/// `GET /status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// "reference", "cpu", "cuda" or "null".
+    pub backend: String,
+    /// False once the engine has been asked to stop.
+    pub running: bool,
+    pub uptime_s: f64,
+    pub feng_id: u64,
+    /// ADC samples per second per polarisation.
+    pub adc_sample_rate: f64,
+    /// Unix time of ADC timestamp 0, when given.
+    pub sync_time: Option<f64>,
+    /// Largest |delay| a delay model may ask for, in seconds.
+    pub max_delay_s: f64,
+    pub input: Input,
+    /// Outputs by name ([`WIDEBAND`] today).
+    pub outputs: BTreeMap<String, Output>,
+    pub frames: Frames,
+    /// Spectra whose delayed window fell outside the samples at hand (flagged, not computed).
+    pub delay_out_of_span: u64,
+    /// The delay model each polarisation runs with, once one has been loaded.
+    pub delays: Option<Delays>,
+    /// Items waiting in each of the pipeline's queues, by queue name.
+    pub queues: BTreeMap<String, u64>,
+    pub control: Control,
+}
+
+impl Status {
+    /// The output of that name.
+    pub fn output(&self, name: &str) -> Option<&Output> {
+        self.outputs.get(name)
+    }
+
+    /// The wideband output, which every engine has today.
+    pub fn wideband(&self) -> Option<&Output> {
+        self.output(WIDEBAND)
+    }
+
+    /// Digitiser heaps missing from the input, both polarisations together.
+    pub fn heaps_missing(&self) -> u64 {
+        self.input.pols.iter().map(|p| p.heaps_missing).sum()
+    }
+
+    /// Output heaps sent, every output together.
+    pub fn heaps_sent(&self) -> u64 {
+        self.outputs.values().map(|o| o.heaps_sent).sum()
+    }
+
+    /// Output heaps skipped (not sent because input was missing), every output together.
+    pub fn heaps_skipped(&self) -> u64 {
+        self.outputs.values().map(|o| o.heaps_skipped).sum()
+    }
+}
+
+/// The engine's input: its shape and each polarisation's counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Input {
+    /// Bits per digitiser sample.
+    pub sample_bits: u32,
+    /// Samples per digitiser heap.
+    pub heap_samples: usize,
+    /// New samples per polarisation per frame.
+    pub chunk_samples: usize,
+    /// Samples of the previous frame kept ahead of each chunk (filter history and delay room).
+    pub overlap_samples: usize,
+    /// One entry per polarisation, in order.
+    pub pols: Vec<PolInput>,
+}
+
+/// One polarisation's input counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolInput {
+    pub pol: usize,
+    /// Addresses the receive sockets are bound to (ports resolved).
+    pub sources: Vec<String>,
+    pub receive_threads: usize,
+    pub packets: u64,
+    pub heaps_received: u64,
+    /// Digitiser heaps absent from the chunks the engine processed.
+    pub heaps_missing: u64,
+    /// Times the input stream restarted and the receivers followed it.
+    pub resyncs: u64,
+    /// Chunks that found no partner from the other polarisation.
+    pub unpaired_chunks: u64,
+    /// Packets the kernel dropped at a full receive socket.
+    pub socket_drops: u64,
+    /// Highest digitiser timestamp placed into a chunk.
+    pub last_timestamp: u64,
+    /// Rejected packets by reason (only reasons seen).
+    pub rejected: BTreeMap<String, u64>,
+}
+
+/// What an output is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// The whole band, channelised by a real-input PFB.
+    Wideband,
+}
+
+/// One output: its shape, where it goes and what it sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    pub kind: OutputKind,
+    pub channels: usize,
+    pub taps: usize,
+    pub spectra_per_heap: usize,
+    /// Output heaps (in time) per frame.
+    pub heaps_per_frame: usize,
+    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
+    pub lag_samples: usize,
+    pub substreams: usize,
+    pub channels_per_substream: usize,
+    /// Substream destinations, substream i at index i.
+    pub destinations: Vec<String>,
+    pub heaps_sent: u64,
+    /// Heaps not sent because some of their input was missing.
+    pub heaps_skipped: u64,
+    pub heaps_sent_per_substream: Vec<u64>,
+    pub heaps_skipped_per_substream: Vec<u64>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub send_errors: u64,
+    /// Timestamp of the latest heap sent.
+    pub last_timestamp: u64,
+    /// Complex values with a clamped real or imaginary part, per polarisation.
+    pub saturated: Vec<u64>,
+}
+
+/// The compute stage's progress.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Frames {
+    pub computed: u64,
+    /// Frames with no valid spectrum (all input missing).
+    pub empty: u64,
+    pub last_timestamp: u64,
+    pub last_unix_time: f64,
+    pub processing_s_last: f64,
+    pub processing_s_mean: f64,
+}
+
+/// A polarisation's delay model as loaded (units as katgpucbf: s, s/s, rad, rad/s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelayModel {
+    pub delay: f64,
+    pub delay_rate: f64,
+    pub phase: f64,
+    pub phase_rate: f64,
+    /// ADC timestamp at which the values hold.
+    pub load_timestamp: u64,
+    /// First timestamp the model applies to (0: from the frame after the request).
+    pub apply_from: u64,
+}
+
+/// Both polarisations' delay models.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delays {
+    pub pol0: DelayModel,
+    pub pol1: DelayModel,
+}
+
+/// The control server's own counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    /// Requests refused with a 4xx.
+    pub rejected_requests: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_sums_across_outputs() {
+        let out = Output {
+            kind: OutputKind::Wideband,
+            channels: 4096,
+            taps: 16,
+            spectra_per_heap: 256,
+            heaps_per_frame: 4,
+            lag_samples: 122_880,
+            substreams: 2,
+            channels_per_substream: 2048,
+            destinations: vec!["239.10.1.0:7148".into(), "239.10.1.1:7148".into()],
+            heaps_sent: 10,
+            heaps_skipped: 2,
+            heaps_sent_per_substream: vec![5, 5],
+            heaps_skipped_per_substream: vec![1, 1],
+            packets: 20,
+            bytes: 1 << 20,
+            send_errors: 0,
+            last_timestamp: 1 << 30,
+            saturated: vec![0, 3],
+        };
+        let status = Status {
+            backend: "cpu".into(),
+            running: true,
+            uptime_s: 1.5,
+            feng_id: 0,
+            adc_sample_rate: 1712e6,
+            sync_time: None,
+            max_delay_s: 0.0,
+            input: Input {
+                sample_bits: 10,
+                heap_samples: 4096,
+                chunk_samples: 1 << 23,
+                overlap_samples: 122_880,
+                pols: vec![
+                    PolInput {
+                        heaps_missing: 3,
+                        ..Default::default()
+                    },
+                    PolInput {
+                        pol: 1,
+                        heaps_missing: 4,
+                        ..Default::default()
+                    },
+                ],
+            },
+            outputs: [(WIDEBAND.to_string(), out.clone())].into(),
+            frames: Frames::default(),
+            delay_out_of_span: 0,
+            delays: None,
+            queues: [("free_frames".to_string(), 3)].into(),
+            control: Control::default(),
+        };
+        let text = serde_json::to_string(&status).unwrap();
+        let back: Status = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, status);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["outputs"]["wideband"]["kind"], "wideband");
+        assert_eq!(v["input"]["pols"][1]["heaps_missing"], 4);
+        assert_eq!(back.heaps_missing(), 7);
+        assert_eq!(back.wideband().map(|o| o.heaps_sent), Some(10));
+        assert_eq!(back.heaps_skipped(), 2);
+    }
+}
