@@ -7,7 +7,7 @@
 #   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
 #
 # Each phase writes one log per step into OUT and keeps going past a failed step (the summary at the
-# end lists the exit status of each), so that one call of the device gives every figure it can.
+# end lists the exit status of each), so that one session on the GPU host gives every figure it can.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=.carry
@@ -28,6 +28,11 @@ stage() {
   cp "$(newest chain)" "$carry/spead-chain"
   cp "$(newest decode)" "$carry/spead-decode"
   strip "$carry"/*
+  # Test executables find their sibling binaries by the absolute path cargo built them under
+  # (CARGO_BIN_EXE_*): record it, so that the GPU host can put the binaries there.
+  cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"] + "/release")' \
+    > "$carry/target-dir"
   du -sh "$carry"
 }
 
@@ -113,7 +118,9 @@ phase_response() {
 
 phase=${1:-}
 out=${2:-gpu-checks-out}
-repo_target=${REPO_TARGET:-/work/main/target/release}
+# Where the staged test executables expect dsim, fengine and harness: the build's target folder as
+# `stage` recorded it, else this checkout's.
+repo_target=${REPO_TARGET:-$(cat "$carry/target-dir" 2>/dev/null || echo "$PWD/target/release")}
 case $phase in
   stage) stage ;;
   gpu | net | system | response)

@@ -297,7 +297,7 @@ pub const DEFAULT_MAX_LATE: f64 = 0.25;
 pub const MAX_RATE: f64 = 1e12;
 /// Largest UDP payload over IPv4.
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
-/// 8-byte header and 8 item pointers (`wire-formats.md`).
+/// 8-byte header and 8 item pointers (docs/wire-formats.md).
 pub const HEADER_BYTES: usize = 72;
 
 /// Bytes of one digitiser packet (one heap).

@@ -6,7 +6,7 @@
 //! the buffer draws its noise and dither from its own generator seeded by (seed, pol, heap), so
 //! heaps can be generated in any order, on any number of threads, with the same result.
 //!
-//! Delay: polarisation p emits x(t + delay[p]) (ARCHITECTURE.md). Tones are evaluated exactly at the
+//! Delay: pol p emits x(t + delay[p]) (docs/signal-path.md). Tones are evaluated exactly at the
 //! delayed time. Noise is not delayed: it is independent between polarisations, so a shift of it
 //! would be invisible to any correlation.
 

@@ -313,7 +313,7 @@ impl EngineConfig {
             ));
         }
         let max_delay_samples = max_delay_samples as u64;
-        // Windows must fit the span for any coarse delay in [-D, D] (ARCHITECTURE.md):
+        // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md):
         // lag >= (T-1) 2n + D and overlap >= lag + D.
         let step = 2 * a.channels.max(1);
         let d = max_delay_samples as usize;
@@ -449,7 +449,7 @@ impl EngineConfig {
             send_rate_factor: a.send_rate_factor,
             send_burst: Duration::from_secs_f64(a.send_burst * 1e-6),
             send_threads: match a.send_threads {
-                // One kernel-UDP sender thread moves about 3 GB/s with GSO (ceilings.md).
+                // One kernel-UDP sender thread moves about 3 GB/s with GSO (docs/performance.md).
                 0 => (2.0 * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize,
                 n => n,
             }

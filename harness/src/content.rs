@@ -2,7 +2,7 @@
 //! polarisation, and whether it is the channel of the tone dsim sends.
 //!
 //! A heap's `feng_raw` is int8 `(channels_per_substream, spectra_per_heap, 2 pols, 2)`, channel
-//! major (`wire-formats.md`). Reading every heap at 12 GB/s would cost the harness the cores the
+//! major (docs/wire-formats.md). Reading every heap at 12 GB/s would cost the harness the cores the
 //! engine needs, so the monitor samples heaps at a bounded rate per substream.
 
 use std::sync::Mutex;

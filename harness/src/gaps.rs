@@ -2,7 +2,7 @@
 //! Pure logic (no I/O), so every rule is unit tested here.
 //!
 //! Consecutive heaps of one substream differ in timestamp by `step` = spectra_per_heap x 2 x
-//! channels (`wire-formats.md`). The first heap fixes the phase (timestamp mod step); a heap off
+//! channels (docs/wire-formats.md). The first heap fixes the phase (timestamp mod step); a heap off
 //! that lattice is misaligned. A timestamp skipped over opens a hole; a hole filled within
 //! `reorder_window` heaps of the newest heap is a reordered heap, later than that a late heap.
 //! Holes never filled are the gaps.

@@ -8,7 +8,7 @@
 //! different tones) and divides it out. The gain comes from the theory only to choose a level;
 //! the measurement itself does not depend on it.
 //!
-//! Theory, for n channels, T taps and weights w (`signal-path.md`): a tone at k + d channels
+//! Theory, for n channels, T taps and weights w (docs/signal-path.md): a tone at k + d channels
 //! (frequency (k + d) fs / 2n) gives channel k the amplitude |W(d / 2n)|, W(nu) = sum_i w_i
 //! exp(-2 pi i nu i), so the response relative to the centre is |W(d / 2n)|^2 / |W(0)|^2.
 
@@ -26,7 +26,7 @@ use crate::receive::{HeapSink, Receiver};
 use crate::services::Services;
 use crate::signals;
 
-/// PFB weights as `signal-path.md`: Hann window times sinc, scaled to unit energy.
+/// PFB weights as docs/signal-path.md §PFB weights: Hann window times sinc, scaled to unit energy.
 pub fn pfb_weights(channels: usize, taps: usize, cutoff: f64) -> Vec<f64> {
     let len = 2 * channels * taps;
     let step = 2.0 * channels as f64;

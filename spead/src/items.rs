@@ -1,4 +1,4 @@
-//! Item ids: SPEAD's standard items and the ones our wire formats use (`wire-formats.md`).
+//! Item ids: SPEAD's standard items and the ones our wire formats use (docs/wire-formats.md).
 
 /// The null item: spead2 points it at padding so the padding is no other item's value.
 pub const NULL: u16 = 0x0000;

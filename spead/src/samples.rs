@@ -1,5 +1,5 @@
 //! Digitiser samples on the wire: signed two's-complement integers of `bits` bits (2 to 16),
-//! packed back to back, most significant bit first (`wire-formats.md`). This module is the single
+//! packed back to back, most significant bit first (docs/wire-formats.md). This module is the single
 //! source of truth for that format; dsim packs with it and every receiver unpacks with it.
 //!
 //! 8, 10, 12 and 16 bits take fast paths that work on whole groups of samples ending on a byte

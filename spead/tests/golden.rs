@@ -1,5 +1,5 @@
 //! Golden bytes: one digitiser packet and one F-engine output packet written out by hand from
-//! `shared/design/wire-formats.md`, checked against our encoder and decoder byte for byte.
+//! docs/wire-formats.md, checked against our encoder and decoder byte for byte.
 
 use spead::heap::HeapView;
 use spead::packet::{encode, ItemPointer, Limits, Packet};

@@ -1,6 +1,6 @@
 //! The float64 reference backend: the oracle the other backends are tested against.
 //!
-//! It evaluates `signal-path.md` directly, one spectrum at a time: the FIR sum over taps, a 2n-point
+//! It evaluates docs/signal-path.md literally, a spectrum at a time: the FIR sum over taps, 2n-point
 //! complex FFT of the real filtered samples (keeping k = 0..n-1), then
 //! `Y_k = G_k X_k exp(i (p - pi k r / n))` and 8-bit quantisation. Simple rather than fast.
 
@@ -519,7 +519,7 @@ mod tests {
     use super::*;
     use rand::Rng;
 
-    /// The formula of `signal-path.md` evaluated naively (O(n^2) DFT) from the whole sample
+    /// The formula of docs/signal-path.md evaluated naively (O(n^2) DFT) from the whole sample
     /// stream, indexed by ADC sample.
     #[allow(clippy::too_many_arguments)]
     fn direct(
@@ -628,7 +628,7 @@ mod tests {
 
     #[test]
     fn output_layout_is_heap_channel_spectrum_pol() {
-        // ARCHITECTURE.md: [heap][channel][spectrum in heap][pol][re, im].
+        // docs/signal-path.md §Output layout: [heap][channel][spectrum in heap][pol][re, im].
         let g = geometry(16, 2, 8, 3, 2, 8);
         assert_eq!(g.output_index(0, 0, 0), 0);
         assert_eq!(g.output_index(0, 1, 0), 1);

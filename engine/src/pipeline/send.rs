@@ -1,4 +1,4 @@
-//! Send stage: output heaps in the katgpucbf F-engine format (`wire-formats.md`).
+//! Send stage: output heaps in the katgpucbf F-engine format (docs/wire-formats.md).
 //!
 //! For output heap h of a frame and substream i: if every spectrum of the heap is valid, channels
 //! `[i c, (i+1) c)` of that heap (contiguous in the frame's output) go to substream i's destination

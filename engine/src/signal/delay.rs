@@ -1,4 +1,4 @@
-//! The delay model (`signal-path.md`, `ARCHITECTURE.md`): where each spectrum's window starts in the
+//! The delay model (docs/signal-path.md): where each spectrum's window starts in the
 //! span (coarse delay), its fine delay and fringe phase, and whether its window was fully received.
 //!
 //! Sign: a delay d *adds* delay, so the window of the spectrum with timestamp t0 is read from ADC

@@ -1,4 +1,4 @@
-//! The default per-channel gain (`ARCHITECTURE.md`): 2^(10 - sample_bits). With unit-energy weights
+//! The default gain per channel (docs/signal-path.md): 2^(10 - sample_bits). With unit-energy weights
 //! a white input of rms sigma gives channel values of complex rms sigma, so 10-bit noise at 5% of full
 //! scale (25.6 counts) gives output components of rms 18: four bits above zero, far from saturation.
 //! Narrower samples are scaled up and wider ones down to the same output level.

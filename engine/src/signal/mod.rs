@@ -1,5 +1,5 @@
-//! Signal maths shared by every backend, fixed in `shared/design/signal-path.md` and the
-//! conventions of `ARCHITECTURE.md`.
+//! Signal maths shared by every backend, fixed in docs/signal-path.md (formulas and
+//! conventions).
 //!
 //! - [`weights`]: PFB weights and the channel response they imply.
 //! - [`unpack`]: packed digitiser samples to numbers and back.

@@ -1,4 +1,4 @@
-//! 8-bit quantisation (`ARCHITECTURE.md`): round to nearest with ties to even (CUDA's `cvt.rni`),
+//! 8-bit quantisation (docs/signal-path.md): round to nearest with ties to even (CUDA's `cvt.rni`),
 //! clamp to [-127, 127]. A complex value counts as saturated when either part was clamped.
 //! NaN quantises to 0 and does not count as saturated.
 

@@ -1,5 +1,5 @@
 //! Packed digitiser samples: signed two's complement of 8, 10, 12 or 16 bits, back to back, most
-//! significant bit first (`ARCHITECTURE.md`). Same layout as `spead::samples`; this version returns
+//! significant bit first (docs/wire-formats.md). Same layout as `spead::samples`; this version returns
 //! errors instead of panicking and has a fast path per width.
 //!
 //! A *group* is the smallest run of samples that fills whole bytes (4 samples in 5 bytes at 10 bits,

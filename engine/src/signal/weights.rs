@@ -1,4 +1,4 @@
-//! PFB weights (`signal-path.md`: Hann x sinc, unit energy) and the channel response they imply.
+//! PFB weights (docs/signal-path.md: Hann x sinc, unit energy) and the channel response they imply.
 
 use super::{bail, Result};
 

@@ -496,7 +496,7 @@ fn report(
         )?;
     }
     // PCIe bound: 2 pols x bits/8 bytes in and 2 bytes out per sample per pol. The link is full
-    // duplex, so each direction is bounded by its own rate measured with both busy (ceilings.md:
+    // duplex, so each direction is bounded by its own rate with both busy (docs/performance.md:
     // R <= host-to-device / input bytes); the slower of the two decides.
     let in_per = POLS as f64 * opts.sample_bits as f64 / 8.0;
     let out_per = POLS as f64;
