@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{self, Backend, InputGeometry, OutputGeometry};
+use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
 use crate::config::{BackendKind, BenchArgs, ConfigError, EngineConfig, RunArgs};
 use crate::control::{self, ControlState};
 use crate::pipeline::Pipeline;
@@ -39,19 +39,19 @@ pub fn make_backend(
     let unavailable =
         |name: &str, e: backend::BackendError| format!("the {name} backend cannot run here: {e}.");
     let cpu = || -> Result<Box<dyn Backend>, String> {
-        Ok(Box::new(
+        Ok(Box::new(Synchronous::new(
             backend::cpu::CpuBackend::new(input, outputs).map_err(|e| unavailable("cpu", e))?,
-        ))
+        )))
     };
     let b: Box<dyn Backend> = match kind {
         BackendKind::Cpu => cpu()?,
-        BackendKind::Reference => Box::new(
+        BackendKind::Reference => Box::new(Synchronous::new(
             backend::reference::ReferenceBackend::new(input, outputs)
                 .map_err(|e| unavailable("reference", e))?,
-        ),
-        BackendKind::Null => Box::new(
+        )),
+        BackendKind::Null => Box::new(Synchronous::new(
             backend::null::NullBackend::new(input, outputs).map_err(|e| unavailable("null", e))?,
-        ),
+        )),
         BackendKind::Cuda => {
             let b = backend::cuda::CudaBackend::new(input, outputs, gpu)
                 .map_err(|e| unavailable("cuda", e))?;
@@ -199,7 +199,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
     if args.frames == 0 {
         return Err(EngineError::Bench("--frames must be at least 1.".into()));
     }
-    let mut b = make_backend(args.backend, input, &[output], args.gpu).map_err(EngineError::Start)?;
+    let mut b =
+        make_backend(args.backend, input, &[output], args.gpu).map_err(EngineError::Start)?;
     let r = crate::bench::run(b.as_mut(), args.frames)
         .map_err(|e| EngineError::Bench(format!("the benchmark failed: {e}.")))?;
     println!("{r}");

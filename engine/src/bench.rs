@@ -164,9 +164,14 @@ pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{cpu::CpuBackend, null::NullBackend};
+    use crate::backend::{cpu::CpuBackend, null::NullBackend, Synchronous};
 
-    fn geometry(channels: usize, taps: usize, s: usize, h: usize) -> (InputGeometry, [OutputGeometry; 1]) {
+    fn geometry(
+        channels: usize,
+        taps: usize,
+        s: usize,
+        h: usize,
+    ) -> (InputGeometry, [OutputGeometry; 1]) {
         let input = InputGeometry {
             sample_bits: 10,
             chunk_samples: s * h * 2 * channels,
@@ -185,13 +190,13 @@ mod tests {
     #[test]
     fn runs_and_reports() {
         let (input, outputs) = geometry(64, 4, 4, 2);
-        let mut b = NullBackend::new(input, &outputs).unwrap();
+        let mut b = Synchronous::new(NullBackend::new(input, &outputs).unwrap());
         let r = run(&mut b, 5).unwrap();
         assert_eq!(r.frames, 5);
         assert!(r.seconds > 0.0 && r.msamples_per_s() > 0.0);
         assert!(r.to_string().starts_with("null: 64 channels, 4 taps"));
         assert!(run(&mut b, 0).is_err());
-        let mut c = CpuBackend::new(input, &outputs).unwrap();
+        let mut c = Synchronous::new(CpuBackend::new(input, &outputs).unwrap());
         assert!(run(&mut c, 2).is_ok());
     }
 
@@ -202,7 +207,7 @@ mod tests {
     fn cpu_throughput() {
         for (channels, s, h) in [(4096, 256, 8), (32768, 256, 1)] {
             let (input, outputs) = geometry(channels, 16, s, h);
-            let mut b = CpuBackend::new(input, &outputs).unwrap();
+            let mut b = Synchronous::new(CpuBackend::new(input, &outputs).unwrap());
             let r = run(&mut b, 10).unwrap();
             println!("{r}");
         }

@@ -31,9 +31,9 @@ use serde_json::{json, Value};
 use crate::backend::POLS;
 use crate::config::EngineConfig;
 use crate::metrics;
-use crate::stats::Stats;
 use crate::pipeline::Command;
 use crate::signal::delay::DelayModel;
+use crate::stats::Stats;
 
 /// One polarisation's delay request (units as katgpucbf: s, s/s, rad, rad/s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

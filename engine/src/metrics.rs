@@ -125,12 +125,7 @@ pub fn render(stats: &Stats, backend: &str) -> String {
         "counter",
         "Complex output values with a part clamped to [-127, 127].",
         &(0..POLS)
-            .map(|p| {
-                (
-                    format!("pol=\"{p}\""),
-                    o.saturated[p].load(Relaxed) as f64,
-                )
-            })
+            .map(|p| (format!("pol=\"{p}\""), o.saturated[p].load(Relaxed) as f64))
             .collect::<Vec<_>>(),
     );
     family(

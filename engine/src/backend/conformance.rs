@@ -136,7 +136,11 @@ pub fn poison(frame: &mut Frame) {
 
 /// Asserts that every byte was written.
 pub fn assert_written(frame: &Frame) {
-    if let Some(i) = frame.outputs[0].heaps_i8().iter().position(|&v| v == i8::MIN) {
+    if let Some(i) = frame.outputs[0]
+        .heaps_i8()
+        .iter()
+        .position(|&v| v == i8::MIN)
+    {
         panic!("output byte {i} was not written");
     }
 }
@@ -284,7 +288,8 @@ pub fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
             frame.input.timestamp = t_first + (f * g.chunk_samples()) as u64;
             let s: Vec<i16> = (0..g.chunk_samples())
                 .map(|i| {
-                    tones((frame.input.timestamp + i as u64) as f64, advance, g.step()).round() as i16
+                    tones((frame.input.timestamp + i as u64) as f64, advance, g.step()).round()
+                        as i16
                 })
                 .collect();
             load_chunk(&mut frame, 10, [&s, &s]);

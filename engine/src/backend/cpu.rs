@@ -17,8 +17,8 @@ use rayon::prelude::*;
 use rustfft::{Fft, FftPlanner};
 
 use super::{
-    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Result,
-    SpectrumDelay, Synchronous, POLS,
+    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
+    Result, SpectrumDelay, POLS,
 };
 use crate::signal::{gain, quantise, unpack, weights};
 
@@ -93,7 +93,7 @@ struct Shared<'a> {
     delays: &'a [Vec<SpectrumDelay>; POLS],
 }
 
-/// The float32 CPU backend. Synchronous: the work happens in `submit`.
+/// The float32 CPU backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct CpuBackend {
     geometry: Channelisation,
     weights: Vec<f32>,
@@ -107,7 +107,6 @@ pub struct CpuBackend {
     workers: Vec<Worker>,
     /// Shared so that `process` can run on it while it borrows the rest of `self` mutably.
     pool: Arc<rayon::ThreadPool>,
-    done: Option<Frame>,
 }
 
 impl CpuBackend {
@@ -173,7 +172,6 @@ impl CpuBackend {
             staging: vec![[0; 2]; g.spectra_per_frame() * POLS * n],
             workers,
             pool,
-            done: None,
             geometry,
         })
     }
@@ -403,13 +401,10 @@ fn transpose(g: &Channelisation, staging: &[[i8; 2]], output: &mut [u8]) {
         });
 }
 
-impl Synchronous for CpuBackend {
+impl Process for CpuBackend {
     const NAME: &'static str = "cpu";
-    fn input_geometry(&self) -> &InputGeometry {
-        &self.geometry.input
-    }
-    fn output_geometries(&self) -> &[OutputGeometry] {
-        std::slice::from_ref(&self.geometry.output)
+    fn geometry(&self) -> &Channelisation {
+        &self.geometry
     }
     fn store_gains(&mut self, _output: usize, pol: usize, gains: &[Complex32]) {
         for (h, g) in self.half_gains[pol].iter_mut().zip(gains) {
@@ -419,9 +414,6 @@ impl Synchronous for CpuBackend {
     fn compute(&mut self, frame: &mut Frame) -> Result<()> {
         self.process(frame, None)
     }
-    fn finished(&mut self) -> &mut Option<Frame> {
-        &mut self.done
-    }
 }
 
 #[cfg(test)]
@@ -429,7 +421,7 @@ mod tests {
     use super::super::conformance::*;
     use super::super::reference::ReferenceBackend;
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, Synchronous};
 
     fn to64(v: &[Complex32]) -> impl Iterator<Item = Complex64> + '_ {
         v.iter().map(|c| Complex64::new(c.re as f64, c.im as f64))
@@ -448,8 +440,8 @@ mod tests {
     ) -> (f64, f64) {
         let margin = 1000;
         let g = geometry(channels, taps, bits, s, h, margin);
-        let mut cpu = CpuBackend::new(g.input, &[g.output]).unwrap();
-        let mut rb = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(seed);
         let gains = random_gains(&mut rng, &g);
         set_gains(&mut cpu, &gains);
@@ -479,7 +471,10 @@ mod tests {
             let (ones, total) = int8_differences(a.outputs[0].heaps_i8(), b.outputs[0].heaps_i8());
             for pol in 0..POLS {
                 // A value on the edge of saturating may fall either side.
-                let (x, y) = (a.outputs[0].saturated[pol] as i64, b.outputs[0].saturated[pol] as i64);
+                let (x, y) = (
+                    a.outputs[0].saturated[pol] as i64,
+                    b.outputs[0].saturated[pol] as i64,
+                );
                 assert!(
                     (x - y).abs() <= 1 + y / 1000,
                     "frame {f} pol {pol} saturated {x} vs {y}"
@@ -551,10 +546,13 @@ mod tests {
         random_delays(&mut rng, &long, margin, &mut long_frame);
         poison(&mut long_frame);
 
-        let mut cpu_long = CpuBackend::new(long.input, &[long.output]).unwrap();
-        let mut cpu_short = CpuBackend::with_threads(short.input, &[short.output], 1).unwrap();
-        let mut ref_long = ReferenceBackend::new(long.input, &[long.output]).unwrap();
-        let mut ref_short = ReferenceBackend::new(short.input, &[short.output]).unwrap();
+        let mut cpu_long = Synchronous::new(CpuBackend::new(long.input, &[long.output]).unwrap());
+        let mut cpu_short =
+            Synchronous::new(CpuBackend::with_threads(short.input, &[short.output], 1).unwrap());
+        let mut ref_long =
+            Synchronous::new(ReferenceBackend::new(long.input, &[long.output]).unwrap());
+        let mut ref_short =
+            Synchronous::new(ReferenceBackend::new(short.input, &[short.output]).unwrap());
         set_gains(&mut cpu_long, &gains);
         set_gains(&mut cpu_short, &gains);
         set_gains(&mut ref_long, &gains);
@@ -600,7 +598,10 @@ mod tests {
                             ref_part[e], ref_all[el],
                             "ref frame {f} spectrum {m} pol {pol} channel {k}"
                         );
-                        let (q, ql) = (frame.outputs[0].heaps_i8(), long_frame.outputs[0].heaps_i8());
+                        let (q, ql) = (
+                            frame.outputs[0].heaps_i8(),
+                            long_frame.outputs[0].heaps_i8(),
+                        );
                         assert_eq!([q[2 * e], q[2 * e + 1]], [ql[2 * el], ql[2 * el + 1]]);
                     }
                 }
@@ -609,7 +610,7 @@ mod tests {
     }
 
     fn cpu_processor(g: &Channelisation) -> Processor {
-        let mut cb = CpuBackend::new(g.input, &[g.output]).unwrap();
+        let mut cb = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
         Box::new(move |frame| to64(&cb.process_unquantised(frame).unwrap()).collect())
     }
 
@@ -629,8 +630,9 @@ mod tests {
         let g = geometry(128, 4, 12, 5, 3, margin);
         let mut rng = rng(5);
         let gains = random_gains(&mut rng, &g);
-        let mut one = CpuBackend::with_threads(g.input, &[g.output], 1).unwrap();
-        let mut three = CpuBackend::with_threads(g.input, &[g.output], 3).unwrap();
+        let mut one = Synchronous::new(CpuBackend::with_threads(g.input, &[g.output], 1).unwrap());
+        let mut three =
+            Synchronous::new(CpuBackend::with_threads(g.input, &[g.output], 3).unwrap());
         set_gains(&mut one, &gains);
         set_gains(&mut three, &gains);
         for _ in 0..3 {
@@ -654,7 +656,10 @@ mod tests {
             for (e, v) in values.iter().enumerate() {
                 let q = quantise::quantise_c32(*v).0;
                 assert_eq!(
-                    [a.outputs[0].heaps_i8()[2 * e], a.outputs[0].heaps_i8()[2 * e + 1]],
+                    [
+                        a.outputs[0].heaps_i8()[2 * e],
+                        a.outputs[0].heaps_i8()[2 * e + 1]
+                    ],
                     q,
                     "value {e}"
                 );

@@ -33,7 +33,7 @@ mod synchronous;
 
 pub use frame::{Frame, HostBuffer, InputFrame, OutputFrame, SpectrumDelay};
 pub use geometry::{Channelisation, InputGeometry, OutputGeometry};
-pub use synchronous::Synchronous;
+pub use synchronous::{Process, Synchronous};
 
 /// Errors a backend reports. Never a panic: an engine must be able to fall back or say why.
 #[derive(Debug, thiserror::Error)]

@@ -8,30 +8,26 @@
 use num_complex::Complex32;
 
 use super::{
-    single_output, Channelisation, Frame, InputGeometry, OutputGeometry, Result, Synchronous, POLS,
+    single_output, Channelisation, Frame, InputGeometry, OutputGeometry, Process, Result, POLS,
 };
 
+/// The null backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct NullBackend {
     geometry: Channelisation,
-    done: Option<Frame>,
 }
 
 impl NullBackend {
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         Ok(Self {
             geometry: single_output(input, outputs)?,
-            done: None,
         })
     }
 }
 
-impl Synchronous for NullBackend {
+impl Process for NullBackend {
     const NAME: &'static str = "null";
-    fn input_geometry(&self) -> &InputGeometry {
-        &self.geometry.input
-    }
-    fn output_geometries(&self) -> &[OutputGeometry] {
-        std::slice::from_ref(&self.geometry.output)
+    fn geometry(&self) -> &Channelisation {
+        &self.geometry
     }
     fn store_gains(&mut self, _output: usize, _pol: usize, _gains: &[Complex32]) {}
     fn compute(&mut self, frame: &mut Frame) -> Result<()> {
@@ -48,15 +44,12 @@ impl Synchronous for NullBackend {
         out.saturated = [0; POLS];
         Ok(())
     }
-    fn finished(&mut self) -> &mut Option<Frame> {
-        &mut self.done
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, Synchronous};
 
     #[test]
     fn pattern_per_heap() {
@@ -72,7 +65,7 @@ mod tests {
             bits: 8,
         };
         let g = Channelisation::new(input, output);
-        let mut b = NullBackend::new(input, &[output]).unwrap();
+        let mut b = Synchronous::new(NullBackend::new(input, &[output]).unwrap());
         assert!(NullBackend::new(input, &[output, output]).is_err());
         let mut f = b.alloc_frame().unwrap();
         f.outputs[0].heaps.fill(0xEE);

@@ -10,12 +10,12 @@ use num_complex::{Complex32, Complex64};
 use rustfft::{Fft, FftPlanner};
 
 use super::{
-    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Result,
-    SpectrumDelay, Synchronous, POLS,
+    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
+    Result, SpectrumDelay, POLS,
 };
 use crate::signal::{gain, quantise, unpack, weights};
 
-/// The float64 reference backend. Synchronous: the work happens in `submit`.
+/// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct ReferenceBackend {
     geometry: Channelisation,
     weights: Vec<f64>,
@@ -23,7 +23,6 @@ pub struct ReferenceBackend {
     gains: [Vec<Complex64>; POLS],
     /// Per polarisation: the span (overlap then chunk) as numbers.
     span: [Vec<f64>; POLS],
-    done: Option<Frame>,
 }
 
 impl ReferenceBackend {
@@ -35,7 +34,10 @@ impl ReferenceBackend {
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let fft = FftPlanner::new().plan_fft_forward(geometry.step());
         let g0 = Complex64::new(gain::default_gain(geometry.input.sample_bits) as f64, 0.0);
-        let gains = [vec![g0; geometry.output.channels], vec![g0; geometry.output.channels]];
+        let gains = [
+            vec![g0; geometry.output.channels],
+            vec![g0; geometry.output.channels],
+        ];
         let span = [
             vec![0.0; geometry.span_samples()],
             vec![0.0; geometry.span_samples()],
@@ -46,7 +48,6 @@ impl ReferenceBackend {
             fft,
             gains,
             span,
-            done: None,
         })
     }
 
@@ -135,13 +136,10 @@ impl ReferenceBackend {
     }
 }
 
-impl Synchronous for ReferenceBackend {
+impl Process for ReferenceBackend {
     const NAME: &'static str = "reference";
-    fn input_geometry(&self) -> &InputGeometry {
-        &self.geometry.input
-    }
-    fn output_geometries(&self) -> &[OutputGeometry] {
-        std::slice::from_ref(&self.geometry.output)
+    fn geometry(&self) -> &Channelisation {
+        &self.geometry
     }
     fn store_gains(&mut self, _output: usize, pol: usize, gains: &[Complex32]) {
         self.gains[pol] = gains
@@ -152,16 +150,13 @@ impl Synchronous for ReferenceBackend {
     fn compute(&mut self, frame: &mut Frame) -> Result<()> {
         self.process_unquantised(frame).map(|_| ())
     }
-    fn finished(&mut self) -> &mut Option<Frame> {
-        &mut self.done
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::conformance::*;
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, Synchronous};
     use rand::Rng;
 
     /// The formula of `signal-path.md` evaluated naively (O(n^2) DFT) from the whole sample
@@ -194,7 +189,7 @@ mod tests {
     fn matches_the_formula_across_frames() {
         let margin = 40;
         let g = geometry(16, 4, 10, 3, 2, margin);
-        let mut rb = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(1);
         let gains = random_gains(&mut rng, &g);
         set_gains(&mut rb, &gains);
@@ -249,7 +244,13 @@ mod tests {
                         );
                         let q = quantise::quantise_c64(got).0;
                         let e = g.output_index(m, pol, k);
-                        assert_eq!([frame.outputs[0].heaps_i8()[2 * e], frame.outputs[0].heaps_i8()[2 * e + 1]], q);
+                        assert_eq!(
+                            [
+                                frame.outputs[0].heaps_i8()[2 * e],
+                                frame.outputs[0].heaps_i8()[2 * e + 1]
+                            ],
+                            q
+                        );
                     }
                 }
             }
@@ -257,7 +258,7 @@ mod tests {
     }
 
     fn reference_processor(g: &Channelisation) -> Processor {
-        let mut rb = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         Box::new(move |frame| rb.process_unquantised(frame).unwrap())
     }
 
@@ -282,7 +283,7 @@ mod tests {
         assert_eq!(g.output_index(4, 1, 5), ((16 + 5) * 3 + 1) * 2 + 1);
         assert_eq!(2 * g.output_index(3, 0, 0), g.heap_bytes());
         // A tone in channel 5 of pol 1 only shows up where the layout says.
-        let mut rb = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut frame = rb.alloc_frame().unwrap();
         let pi = std::f64::consts::PI;
         let tone: Vec<i16> = (0..g.chunk_samples())
@@ -325,7 +326,7 @@ mod tests {
     #[test]
     fn protocol_errors_are_errors() {
         let g = geometry(16, 2, 8, 1, 1, 8);
-        let mut rb = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         assert!(rb.wait().unwrap().is_none());
         rb.submit(rb.alloc_frame().unwrap()).unwrap();
         assert!(rb.submit(rb.alloc_frame().unwrap()).is_err());

@@ -18,8 +18,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::{send_until_stop, Command, Meta, Work, TICK};
 use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
 use crate::config::EngineConfig;
-use crate::stats::{unix_ns, Stats};
 use crate::signal::delay::{fill_delays, spectrum_valid, DelayModel, FramePlan, Placement};
+use crate::stats::{unix_ns, Stats};
 
 /// Gaps (in chunks) longer than this are a restart, not lost data: not counted as missing heaps.
 const MAX_COUNTED_GAP: u64 = 1024;

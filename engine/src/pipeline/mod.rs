@@ -31,8 +31,8 @@ use num_complex::Complex32;
 
 use crate::backend::{Backend, Frame, HostBuffer, POLS};
 use crate::config::EngineConfig;
-use crate::stats::Stats;
 use crate::signal::delay::DelayModel;
+use crate::stats::Stats;
 
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
 /// threads).

@@ -78,21 +78,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The layout itself is `spead::samples`' to test (`ten_bit_layout_by_hand` there); here the
+    /// checked path round-trips the extremes.
     #[test]
-    fn ten_bit_layout_by_hand() {
-        // -1 = 11_1111_1111, 1 = 00_0000_0001, -512 = 10_0000_0000, 511 = 01_1111_1111
+    fn ten_bit_extremes_round_trip() {
         let mut out = [0u8; 5];
         pack(&[-1, 1, -512, 511], 10, &mut out).unwrap();
-        assert_eq!(
-            out,
-            [
-                0b1111_1111,
-                0b1100_0000,
-                0b0001_1000,
-                0b0000_0001,
-                0b1111_1111
-            ]
-        );
         let mut back = [0i16; 4];
         unpack_i16(&out, 10, 0, &mut back).unwrap();
         assert_eq!(back, [-1, 1, -512, 511]);

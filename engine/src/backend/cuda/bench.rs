@@ -294,7 +294,13 @@ fn end_to_end(
     let mut free = Vec::with_capacity(depth);
     for _ in 0..depth {
         let mut f = backend.alloc_frame()?;
-        for ((chunk, delays), src) in f.input.chunk.iter_mut().zip(&mut f.outputs[0].delays).zip(chunks) {
+        for ((chunk, delays), src) in f
+            .input
+            .chunk
+            .iter_mut()
+            .zip(&mut f.outputs[0].delays)
+            .zip(chunks)
+        {
             chunk.copy_from_slice(src);
             for (m, d) in delays.iter_mut().enumerate() {
                 d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;

@@ -47,9 +47,9 @@ impl Shapes {
     pub fn new(g: &Channelisation, cfg: &kernels::Config) -> Result<Self> {
         let m = g.spectra_per_frame();
         let threads_per_spectrum_run = 2 * g.output.channels; // column pairs x pols
-                                                       // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that
-                                                       // leaves fewer than 2^17 threads to fill the GPU.
-                                                       // A multiple of the FIR batch, so that runs split into whole batches.
+                                                              // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that
+                                                              // leaves fewer than 2^17 threads to fill the GPU.
+                                                              // A multiple of the FIR batch, so that runs split into whole batches.
         let batch = cfg.tuning.fir_batch;
         let mut per_thread = (8 * g.output.taps).div_ceil(batch) * batch;
         while per_thread > 1 && threads_per_spectrum_run * m.div_ceil(per_thread) < (1 << 17) {

@@ -23,7 +23,7 @@ use super::compile::{CompileTimes, Kernels};
 use super::device::{check, driver, memory_info, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
-use crate::backend::{BackendError, Frame, Channelisation, Result, POLS};
+use crate::backend::{BackendError, Channelisation, Frame, Result, POLS};
 use crate::signal::{gain, weights};
 
 /// Frames in flight: one being copied in, one computed, one copied out, and one more so that a late
@@ -105,7 +105,11 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(ctx: Arc<CudaContext>, geometry: Channelisation, tuning: kernels::Tuning) -> Result<Self> {
+    pub fn new(
+        ctx: Arc<CudaContext>,
+        geometry: Channelisation,
+        tuning: kernels::Tuning,
+    ) -> Result<Self> {
         let t_start = Instant::now();
         let g = geometry;
         let cfg = kernels::Config {
@@ -138,9 +142,14 @@ impl Pipeline {
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let w32: Vec<u8> = w64.iter().flat_map(|&w| (w as f32).to_ne_bytes()).collect();
         let weights = upload(&ctx, &w32, "uploading the PFB weights")?;
-        let twiddles = upload(&ctx, &twiddle_table(g.output.channels), "uploading the twiddles")?;
+        let twiddles = upload(
+            &ctx,
+            &twiddle_table(g.output.channels),
+            "uploading the twiddles",
+        )?;
         let fft_buf = DeviceBuffer::new(&ctx, POLS * m * g.output.channels * 8)?;
-        let span_stride = (g.span_samples() * g.input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
+        let span_stride =
+            (g.span_samples() * g.input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
         let layout = ParamLayout::new(&g);
         let mut slots = Vec::with_capacity(SLOTS);
         for _ in 0..SLOTS {
@@ -492,9 +501,11 @@ impl Pipeline {
         let g = &self.geometry;
         let pols = POLS as f64;
         let overlap = 2.0 * pols * self.overlap_bytes() as f64;
-        let fir = pols * (g.chunk_bytes() as f64 + (g.spectra_per_frame() * g.output.channels * 8) as f64);
+        let fir = pols
+            * (g.chunk_bytes() as f64 + (g.spectra_per_frame() * g.output.channels * 8) as f64);
         let fft = 2.0 * pols * (g.spectra_per_frame() * g.output.channels * 8) as f64;
-        let post = pols * (g.spectra_per_frame() * g.output.channels * 8) as f64 + g.output_bytes() as f64;
+        let post =
+            pols * (g.spectra_per_frame() * g.output.channels * 8) as f64 + g.output_bytes() as f64;
         [overlap, fir, fft, post]
     }
 
@@ -505,7 +516,13 @@ impl Pipeline {
         let g = self.geometry;
         let mut frame = Frame::new_host(&g.input, &[g.output]);
         let lag = (g.output.taps - 1) * g.step();
-        for ((chunk, delays), src) in frame.input.chunk.iter_mut().zip(&mut frame.outputs[0].delays).zip(chunks) {
+        for ((chunk, delays), src) in frame
+            .input
+            .chunk
+            .iter_mut()
+            .zip(&mut frame.outputs[0].delays)
+            .zip(chunks)
+        {
             chunk.copy_from_slice(src);
             for (m, d) in delays.iter_mut().enumerate() {
                 d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;

@@ -5,10 +5,10 @@ use num_complex::{Complex32, Complex64};
 use rayon::prelude::*;
 
 use super::*;
-use crate::backend::cpu::CpuBackend;
-use crate::backend::{SpectrumDelay, POLS};
 use crate::backend::conformance::*;
+use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
+use crate::backend::{SpectrumDelay, Synchronous, POLS};
 use crate::signal::{gain, unpack, weights};
 
 fn skip(why: &str) {
@@ -84,7 +84,11 @@ fn compare(
     cpu: &Frame,
     cpu_values: &[Complex32],
 ) -> Comparison {
-    let (go, ro, co) = (gpu.outputs[0].heaps_i8(), reference.outputs[0].heaps_i8(), cpu.outputs[0].heaps_i8());
+    let (go, ro, co) = (
+        gpu.outputs[0].heaps_i8(),
+        reference.outputs[0].heaps_i8(),
+        cpu.outputs[0].heaps_i8(),
+    );
     // Float noise: the CPU's worst distance from the float64 values, twice over (the GPU's float32
     // arithmetic differs in order, not in precision), and never under 1e-4.
     let cpu_err = ref_values
@@ -140,8 +144,8 @@ fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Compariso
     let margin = 100;
     let g = geometry(channels, taps, bits, 7, 5, margin);
     let mut gpu = cuda(&g)?;
-    let mut reference = ReferenceBackend::new(g.input, &[g.output]).unwrap();
-    let mut cpu = CpuBackend::new(g.input, &[g.output]).unwrap();
+    let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
+    let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
     let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64);
     let gains = random_gains(&mut rng, &g);
     let default = gain::default_gains(channels, bits);
@@ -298,7 +302,7 @@ fn frames_carry_the_overlap() {
         let g = geometry(channels, taps, 10, s, h, margin);
         let Some(mut gpu) = cuda(&g) else { return };
         assert!(gpu.max_in_flight() >= 3);
-        let mut reference = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(channels as u64 + 77);
         let gains = random_gains(&mut rng, &g);
         for (pol, gain) in gains.iter().enumerate() {
@@ -323,7 +327,8 @@ fn frames_carry_the_overlap() {
                 let done = gpu.wait().unwrap().unwrap();
                 let want = expected.pop_front().unwrap();
                 assert_written(&done);
-                let (o, v) = int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
+                let (o, v) =
+                    int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
                 assert_eq!(done.input.timestamp, want.input.timestamp);
                 ones += o;
                 values += v;

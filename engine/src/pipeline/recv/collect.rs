@@ -317,7 +317,15 @@ mod tests {
         let (tx, rx) = bounded(64);
         let (_ret_tx, ret_rx) = bounded(64);
         let bufs = (0..buffers).map(|_| HostBuffer::zeroed(16)).collect();
-        let c = Collector::new(0, lanes, 4, bufs, tx, ret_rx, Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)])));
+        let c = Collector::new(
+            0,
+            lanes,
+            4,
+            bufs,
+            tx,
+            ret_rx,
+            Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)])),
+        );
         (c, rx)
     }
 
