@@ -255,8 +255,8 @@ impl Compute {
             let o = &mut self.outputs[k];
             let g = o.g;
             let span_start = (g.chunk_samples() - g.input.overlap_samples) as u64;
-            for m in 0..g.spectra_per_frame() {
-                let valid = delays_ok
+            for (m, valid) in o.spectrum_valid.iter_mut().enumerate() {
+                *valid = delays_ok
                     && (0..POLS).all(|p| {
                         o.placements[p][m].in_span
                             && spectrum_valid(
@@ -267,7 +267,6 @@ impl Compute {
                                 g.window(),
                             )
                     });
-                o.spectrum_valid[m] = valid;
             }
             let s = g.output.spectra_per_heap;
             for (h, v) in meta.heap_valid[k].iter_mut().enumerate() {

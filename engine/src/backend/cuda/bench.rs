@@ -186,7 +186,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         )
         .map_err(io)?;
         for t in &opts.variants {
-            let mut backend = CudaBackend::with_tuning(g.clone(), opts.gpu_index, *t)?;
+            let mut backend = CudaBackend::with_tuning(g, opts.gpu_index, *t)?;
             let r = gpu_only(&mut backend, [&chunks[0], &chunks[1]], opts.iterations)?;
             writeln!(
                 out,

@@ -29,7 +29,7 @@ fn cuda(g: &Channelisation) -> Option<CudaBackend> {
 
 /// A host copy of `frame`'s inputs, for the CPU backends.
 fn host_copy(g: &Channelisation, frame: &Frame) -> Frame {
-    let mut f = host_frame(&g);
+    let mut f = host_frame(g);
     for pol in 0..POLS {
         f.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
         f.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
