@@ -91,10 +91,10 @@ impl ReferenceBackend {
             .collect())
     }
 
-    /// Processes `frame` as `submit` would (filling `output` and `saturated`, advancing the span)
-    /// and also returns the values before quantisation, in output order: element
-    /// [`Channelisation::output_index`]`(spectrum, pol, channel)` is what bytes `2 e` and `2 e + 1` of
-    /// the output quantise.
+    /// Processes `frame` as `submit` would (filling its output's `heaps` and `saturated`,
+    /// advancing the span) and also returns the values before quantisation, in output order:
+    /// element [`Channelisation::output_index`]`(spectrum, pol, channel)` is what bytes `2 e` and
+    /// `2 e + 1` of the heaps quantise.
     pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex64>> {
         let g = self.geometry;
         frame.check(&g.input, &[g.output])?;
