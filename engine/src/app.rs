@@ -4,57 +4,74 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{self, Backend, Geometry};
-use crate::config::{BackendKind, BenchArgs, EngineConfig, RunArgs};
+use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
+use crate::config::{BackendKind, BenchArgs, ConfigError, EngineConfig, RunArgs};
 use crate::control::{self, ControlState};
-use crate::metrics::Stats;
 use crate::pipeline::Pipeline;
+use crate::stats::Stats;
 
-/// Builds the backend of `kind` for `geometry`. `auto` takes CUDA when GPU `gpu` is usable and the
-/// CPU backend otherwise, and logs which.
+/// Why `fengine run` or `fengine bench` could not start or stopped with an error: one sentence
+/// for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The command line does not make a working engine.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Start-up failed: a socket, a backend, a thread, the control server.
+    #[error("{0}")]
+    Start(String),
+    /// A pipeline stage failed while running.
+    #[error("{0}")]
+    Stage(String),
+    /// The benchmark could not run.
+    #[error("{0}")]
+    Bench(String),
+}
+
+/// Builds the backend of `kind` for `input` and `outputs`. `auto` takes CUDA when GPU `gpu` is
+/// usable and the CPU backend otherwise, and logs which.
 pub fn make_backend(
     kind: BackendKind,
-    geometry: Geometry,
+    input: InputGeometry,
+    outputs: &[OutputGeometry],
     gpu: usize,
 ) -> Result<Box<dyn Backend>, String> {
     let unavailable =
         |name: &str, e: backend::BackendError| format!("the {name} backend cannot run here: {e}.");
+    let cpu = || -> Result<Box<dyn Backend>, String> {
+        Ok(Box::new(Synchronous::new(
+            backend::cpu::CpuBackend::new(input, outputs).map_err(|e| unavailable("cpu", e))?,
+        )))
+    };
     let b: Box<dyn Backend> = match kind {
-        BackendKind::Cpu => {
-            Box::new(backend::cpu::CpuBackend::new(geometry).map_err(|e| unavailable("cpu", e))?)
-        }
-        BackendKind::Reference => Box::new(
-            backend::reference::ReferenceBackend::new(geometry)
+        BackendKind::Cpu => cpu()?,
+        BackendKind::Reference => Box::new(Synchronous::new(
+            backend::reference::ReferenceBackend::new(input, outputs)
                 .map_err(|e| unavailable("reference", e))?,
-        ),
-        BackendKind::Null => {
-            Box::new(backend::null::NullBackend::new(geometry).map_err(|e| unavailable("null", e))?)
-        }
+        )),
+        BackendKind::Null => Box::new(Synchronous::new(
+            backend::null::NullBackend::new(input, outputs).map_err(|e| unavailable("null", e))?,
+        )),
         BackendKind::Cuda => {
-            let b = backend::cuda::CudaBackend::new(geometry, gpu)
+            let b = backend::cuda::CudaBackend::new(input, outputs, gpu)
                 .map_err(|e| unavailable("cuda", e))?;
             tracing::info!(gpu, device = %b.device_name(), "CUDA backend ready");
             Box::new(b)
         }
         BackendKind::Auto => match backend::cuda::probe(gpu) {
-            Ok(()) => match backend::cuda::CudaBackend::new(geometry.clone(), gpu) {
+            Ok(()) => match backend::cuda::CudaBackend::new(input, outputs, gpu) {
                 Ok(b) => {
                     tracing::info!(gpu, device = %b.device_name(), "backend auto: using CUDA");
                     Box::new(b)
                 }
                 Err(e) => {
                     tracing::warn!("backend auto: CUDA failed to start ({e}); using the CPU");
-                    Box::new(
-                        backend::cpu::CpuBackend::new(geometry)
-                            .map_err(|e| unavailable("cpu", e))?,
-                    )
+                    cpu()?
                 }
             },
             Err(e) => {
                 tracing::info!("backend auto: no usable GPU ({e}); using the CPU");
-                Box::new(
-                    backend::cpu::CpuBackend::new(geometry).map_err(|e| unavailable("cpu", e))?,
-                )
+                cpu()?
             }
         },
     };
@@ -62,31 +79,44 @@ pub fn make_backend(
 }
 
 /// `fengine run`: runs until SIGINT or SIGTERM (or a fatal error).
-pub fn run(args: &RunArgs) -> Result<(), String> {
+pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     let cfg = EngineConfig::from_args(args)?;
-    let g = &cfg.geometry;
+    let input = &cfg.input.geometry;
     tracing::info!(
-        channels = g.channels,
-        taps = g.taps,
-        sample_bits = g.sample_bits,
-        spectra_per_heap = g.spectra_per_heap,
-        heaps_per_frame = g.heaps_per_frame,
-        chunk_samples = g.chunk_samples(),
-        overlap_samples = g.overlap_samples,
-        lag_samples = cfg.lag,
+        sample_bits = input.sample_bits,
+        chunk_samples = input.chunk_samples,
+        overlap_samples = input.overlap_samples,
         max_delay_samples = cfg.max_delay_samples,
-        substreams = cfg.substreams(),
-        "configuration"
+        "configuration: input"
     );
-    let stats = Arc::new(Stats::new(cfg.substreams()));
+    for (k, o) in cfg.outputs.iter().enumerate() {
+        let g = cfg.channelisation(k);
+        tracing::info!(
+            output = %o.name,
+            channels = g.output.channels,
+            taps = g.output.taps,
+            spectra_per_heap = g.output.spectra_per_heap,
+            heaps_per_frame = g.heaps_per_frame(),
+            lag_samples = o.lag,
+            substreams = o.substreams(),
+            "configuration: output"
+        );
+    }
+    let stats = Arc::new(Stats::for_config(&cfg));
     let stop = Arc::new(AtomicBool::new(false));
-    let (kind, geometry, gpu) = (cfg.backend, cfg.geometry.clone(), cfg.gpu);
+    let (kind, input, outputs, gpu) = (
+        cfg.backend,
+        cfg.input.geometry,
+        cfg.output_geometries(),
+        cfg.gpu,
+    );
     let pipeline = Pipeline::start(
         &cfg,
-        Box::new(move || make_backend(kind, geometry, gpu)),
+        Box::new(move || make_backend(kind, input, &outputs, gpu)),
         stats.clone(),
         stop.clone(),
-    )?;
+    )
+    .map_err(EngineError::Start)?;
     let state = ControlState::new(
         cfg.clone(),
         stats.clone(),
@@ -99,7 +129,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
             let _ = pipeline.join();
-            return Err(e);
+            return Err(EngineError::Start(e));
         }
     };
     let result = pipeline.join();
@@ -107,7 +137,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let _ = control.join();
     log_totals(&stats);
     tracing::info!("stopped");
-    result
+    result.map_err(EngineError::Stage)
 }
 
 /// What came in and what went out over the run, so that a log alone says where data was lost.
@@ -131,31 +161,48 @@ fn log_totals(stats: &Stats) {
             "input totals"
         );
     }
-    tracing::info!(
-        heaps_sent = stats.total_sent(),
-        heaps_skipped = stats.total_skipped(),
-        "output totals"
-    );
+    for o in &stats.outputs {
+        tracing::info!(
+            output = %o.name,
+            heaps_sent = o.total_sent(),
+            heaps_skipped = o.total_skipped(),
+            "output totals"
+        );
+    }
 }
 
 /// `fengine bench`: the generic benchmark, and for CUDA also the CUDA backend's own report.
-pub fn bench(args: &BenchArgs) -> Result<(), String> {
-    let g = Geometry {
+pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
+    if args.spectra_per_heap == 0 || args.heaps_per_frame == 0 {
+        return Err(EngineError::Bench(
+            "spectra per heap and heaps per frame must be positive.".into(),
+        ));
+    }
+    let output = OutputGeometry {
         channels: args.channels,
         taps: args.taps,
-        sample_bits: args.sample_bits,
         spectra_per_heap: args.spectra_per_heap,
-        heaps_per_frame: args.heaps_per_frame,
+        bits: 8,
+    };
+    let input = InputGeometry {
+        sample_bits: args.sample_bits,
+        chunk_samples: args
+            .spectra_per_heap
+            .saturating_mul(args.heaps_per_frame)
+            .saturating_mul(2 * args.channels),
         // The FIR's history plus a little coarse delay.
         overlap_samples: args.taps.max(1) * 2 * args.channels,
     };
-    g.validate().map_err(crate::config::sentence)?;
+    backend::Channelisation::new(input, output)
+        .validate()
+        .map_err(|e| EngineError::Bench(crate::config::sentence(e)))?;
     if args.frames == 0 {
-        return Err("--frames must be at least 1.".into());
+        return Err(EngineError::Bench("--frames must be at least 1.".into()));
     }
-    let mut b = make_backend(args.backend, g.clone(), args.gpu)?;
+    let mut b =
+        make_backend(args.backend, input, &[output], args.gpu).map_err(EngineError::Start)?;
     let r = crate::bench::run(b.as_mut(), args.frames)
-        .map_err(|e| format!("the benchmark failed: {e}."))?;
+        .map_err(|e| EngineError::Bench(format!("the benchmark failed: {e}.")))?;
     println!("{r}");
     if b.name() == "cuda" {
         drop(b);
@@ -164,14 +211,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             taps: args.taps,
             sample_bits: args.sample_bits,
             spectra_per_heap: args.spectra_per_heap,
-            chunk_samples: g.chunk_samples(),
+            chunk_samples: input.chunk_samples,
             frames: args.frames,
             gpu_index: args.gpu,
             ..Default::default()
         };
         let mut out = std::io::stdout();
         backend::cuda::bench::run(&opts, &mut out)
-            .map_err(|e| format!("the CUDA benchmark failed: {e}."))?;
+            .map_err(|e| EngineError::Bench(format!("the CUDA benchmark failed: {e}.")))?;
     }
     Ok(())
 }

@@ -4,13 +4,17 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendError, Frame, Geometry, Result, SpectrumDelay, POLS};
+use crate::backend::{
+    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Result,
+    SpectrumDelay,
+};
 
 /// The outcome of [`run`].
 #[derive(Clone, Debug)]
 pub struct BenchResult {
     pub backend: &'static str,
-    pub geometry: Geometry,
+    /// The first output's view of the input (the one every backend has today).
+    pub geometry: Channelisation,
     /// Frames timed (after the warm-up).
     pub frames: usize,
     /// Wall-clock seconds for those frames.
@@ -41,11 +45,11 @@ impl fmt::Display for BenchResult {
             "{}: {} channels, {} taps, {}-bit, {} spectra x {} heaps per frame: \
              {:.1} Msample/s per polarisation (dual-pol), {:.2} ms per frame ({} frames)",
             self.backend,
-            g.channels,
-            g.taps,
-            g.sample_bits,
-            g.spectra_per_heap,
-            g.heaps_per_frame,
+            g.output.channels,
+            g.output.taps,
+            g.input.sample_bits,
+            g.output.spectra_per_heap,
+            g.heaps_per_frame(),
             self.msamples_per_s(),
             self.frame_time() * 1e3,
             self.frames
@@ -82,18 +86,22 @@ fn fill_random(buf: &mut [u8], state: &mut u64) {
     }
 }
 
-/// A frame of random samples with every window at its undelayed place plus a fixed fine delay and
-/// phase (so the rotation is exercised).
-fn prepare(g: &Geometry, frame: &mut Frame, seed: &mut u64) {
-    let base = g.overlap_samples - (g.taps - 1) * g.step();
-    for pol in 0..POLS {
-        fill_random(&mut frame.chunk[pol], seed);
-        for (m, d) in frame.delays[pol].iter_mut().enumerate() {
-            *d = SpectrumDelay {
-                offset: (base + m * g.step()) as u32,
-                fine: 0.25,
-                phase: 0.5,
-            };
+/// A frame of random samples with every output's windows at their undelayed places plus a fixed
+/// fine delay and phase (so the rotation is exercised).
+fn prepare(input: &InputGeometry, outputs: &[OutputGeometry], frame: &mut Frame, seed: &mut u64) {
+    for chunk in &mut frame.input.chunk {
+        fill_random(chunk, seed);
+    }
+    for (out, o) in frame.outputs.iter_mut().zip(outputs) {
+        let base = input.overlap_samples - (o.taps - 1) * o.step();
+        for delays in &mut out.delays {
+            for (m, d) in delays.iter_mut().enumerate() {
+                *d = SpectrumDelay {
+                    offset: (base + m * o.step()) as u32,
+                    fine: 0.25,
+                    phase: 0.5,
+                };
+            }
         }
     }
 }
@@ -106,13 +114,17 @@ pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
             "a benchmark needs at least one frame".into(),
         ));
     }
-    let g = backend.geometry().clone();
+    let (input, outputs) = (*backend.input(), backend.outputs().to_vec());
+    let Some(&first) = outputs.first() else {
+        return Err(BackendError::Misuse("a backend without outputs".into()));
+    };
+    let g = Channelisation::new(input, first);
     let depth = backend.max_in_flight().max(1);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut free = Vec::with_capacity(depth);
     for _ in 0..depth {
         let mut frame = backend.alloc_frame()?;
-        prepare(&g, &mut frame, &mut seed);
+        prepare(&input, &outputs, &mut frame, &mut seed);
         free.push(frame);
     }
     let mut timestamp = 0u64;
@@ -122,7 +134,7 @@ pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
         while done < count {
             while submitted < count {
                 let Some(mut frame) = free.pop() else { break };
-                frame.timestamp = timestamp;
+                frame.input.timestamp = timestamp;
                 timestamp += g.chunk_samples() as u64;
                 backend.submit(frame)?;
                 submitted += 1;
@@ -152,29 +164,39 @@ pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{cpu::CpuBackend, null::NullBackend};
+    use crate::backend::{cpu::CpuBackend, null::NullBackend, Synchronous};
 
-    fn geometry(channels: usize, taps: usize, s: usize, h: usize) -> Geometry {
-        Geometry {
-            channels,
-            taps,
+    fn geometry(
+        channels: usize,
+        taps: usize,
+        s: usize,
+        h: usize,
+    ) -> (InputGeometry, [OutputGeometry; 1]) {
+        let input = InputGeometry {
             sample_bits: 10,
-            spectra_per_heap: s,
-            heaps_per_frame: h,
+            chunk_samples: s * h * 2 * channels,
             // Room for coarse delays of 2n either way beyond the taps.
             overlap_samples: (taps + 1) * 2 * channels,
-        }
+        };
+        let output = OutputGeometry {
+            channels,
+            taps,
+            spectra_per_heap: s,
+            bits: 8,
+        };
+        (input, [output])
     }
 
     #[test]
     fn runs_and_reports() {
-        let mut b = NullBackend::new(geometry(64, 4, 4, 2)).unwrap();
+        let (input, outputs) = geometry(64, 4, 4, 2);
+        let mut b = Synchronous::new(NullBackend::new(input, &outputs).unwrap());
         let r = run(&mut b, 5).unwrap();
         assert_eq!(r.frames, 5);
         assert!(r.seconds > 0.0 && r.msamples_per_s() > 0.0);
         assert!(r.to_string().starts_with("null: 64 channels, 4 taps"));
         assert!(run(&mut b, 0).is_err());
-        let mut c = CpuBackend::new(geometry(64, 4, 4, 2)).unwrap();
+        let mut c = Synchronous::new(CpuBackend::new(input, &outputs).unwrap());
         assert!(run(&mut c, 2).is_ok());
     }
 
@@ -184,7 +206,8 @@ mod tests {
     #[ignore = "a benchmark: run in release"]
     fn cpu_throughput() {
         for (channels, s, h) in [(4096, 256, 8), (32768, 256, 1)] {
-            let mut b = CpuBackend::new(geometry(channels, 16, s, h)).unwrap();
+            let (input, outputs) = geometry(channels, 16, s, h);
+            let mut b = Synchronous::new(CpuBackend::new(input, &outputs).unwrap());
             let r = run(&mut b, 10).unwrap();
             println!("{r}");
         }

@@ -1,6 +1,7 @@
 //! The command line (`fengine run`, `fengine bench`) and the engine configuration derived from it:
-//! the backend [`Geometry`], the lag and overlap that `--max-delay` implies, and the checks that
-//! turn a bad combination into one sentence.
+//! the input and its outputs ([`InputSpec`], [`OutputSpec`]: today's flags describe one output,
+//! [`WIDEBAND`]), the lag and overlap that `--max-delay` implies, and the checks that turn a bad
+//! combination into one sentence ([`ConfigError`]).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
@@ -8,8 +9,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use spead::transport::Endpoint;
 
-use crate::backend::{Geometry, POLS};
+use crate::backend::{Channelisation, InputGeometry, OutputGeometry, POLS};
 use crate::signal::delay::FramePlan;
+pub use fgpu_api::engine::{OutputKind, WIDEBAND};
 
 /// Bytes of the 8-byte SPEAD header and 8 item pointers that every packet carries.
 pub const PACKET_HEADER_BYTES: usize = 72;
@@ -235,39 +237,71 @@ pub struct BenchArgs {
     pub gpu: usize,
 }
 
-/// Everything the pipeline needs, checked and derived from [`RunArgs`].
+/// Everything the pipeline needs, checked and derived from [`RunArgs`]: the engine's one input,
+/// its outputs (in order; today's command line makes exactly one, [`WIDEBAND`]), and what the
+/// engine as a whole runs with.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    pub geometry: Geometry,
-    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
-    pub lag: usize,
+    pub input: InputSpec,
+    pub outputs: Vec<OutputSpec>,
     /// Largest coarse delay magnitude in samples that keeps every window inside the span.
     pub max_delay_samples: u64,
     pub max_delay: f64,
     pub fs: f64,
     pub sync_time: Option<f64>,
-    pub heap_samples: usize,
-    /// Packed bytes of one digitiser heap.
-    pub heap_bytes: usize,
-    pub sources: [Vec<SocketAddrV4>; POLS],
-    pub dests: Vec<SocketAddrV4>,
     pub interface: Option<Ipv4Addr>,
     pub feng_id: u64,
     pub array_size: u64,
     pub packet_payload: usize,
-    pub gain: f32,
     pub ttl: u32,
     pub send_rate_factor: f64,
     /// How far ahead of its pace output may leave.
     pub send_burst: Duration,
-    /// Send threads (at least 1, at most one per substream).
-    pub send_threads: usize,
-    /// Receive threads per polarisation (at least 1, at most one per source address).
-    pub recv_threads: usize,
     pub socket_buffer: usize,
     pub backend: BackendKind,
     pub gpu: usize,
     pub control: SocketAddr,
+}
+
+/// The engine's input: both polarisations of one digitiser.
+#[derive(Clone, Debug)]
+pub struct InputSpec {
+    pub geometry: InputGeometry,
+    /// Samples per digitiser heap.
+    pub heap_samples: usize,
+    /// Packed bytes of one digitiser heap.
+    pub heap_bytes: usize,
+    pub sources: [Vec<SocketAddrV4>; POLS],
+    /// Receive threads per polarisation (at least 1, at most one per source address).
+    pub recv_threads: usize,
+}
+
+/// One output stream of the engine: what it computes and where it goes.
+#[derive(Clone, Debug)]
+pub struct OutputSpec {
+    /// Keys the output in stats, control and `/status` ([`WIDEBAND`] for today's one output).
+    pub name: String,
+    pub kind: OutputKind,
+    pub geometry: OutputGeometry,
+    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
+    pub lag: usize,
+    /// Substream destinations: substream i carries channels [i c, (i+1) c), c = channels / N.
+    pub dests: Vec<SocketAddrV4>,
+    /// Initial complex gain (real) for every channel of both polarisations.
+    pub gain: f32,
+    /// Send threads (at least 1, at most one per substream).
+    pub send_threads: usize,
+}
+
+/// Why a command line does not make a working engine: one sentence for the user.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl From<String> for ConfigError {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
 }
 
 /// Output bytes/s given to each send thread when `--send-threads` is 0.
@@ -283,15 +317,11 @@ fn round_up(x: usize, m: usize) -> usize {
 
 impl EngineConfig {
     /// Checks the arguments and derives the geometry. Errors are one sentence for the user.
-    pub fn from_args(a: &RunArgs) -> Result<Self, String> {
-        let g0 = Geometry {
-            channels: a.channels,
-            taps: a.taps,
-            sample_bits: a.sample_bits,
-            spectra_per_heap: a.spectra_per_heap,
-            heaps_per_frame: a.heaps_per_frame,
-            overlap_samples: 0,
-        };
+    pub fn from_args(a: &RunArgs) -> Result<Self, ConfigError> {
+        Ok(Self::check(a)?)
+    }
+
+    fn check(a: &RunArgs) -> Result<Self, String> {
         if !(a.adc_sample_rate.is_finite() && a.adc_sample_rate >= 1.0) {
             return Err(format!(
                 "--adc-sample-rate {} is not a positive rate in Hz.",
@@ -313,18 +343,32 @@ impl EngineConfig {
             ));
         }
         let max_delay_samples = max_delay_samples as u64;
+        let output = OutputGeometry {
+            channels: a.channels,
+            taps: a.taps,
+            spectra_per_heap: a.spectra_per_heap,
+            bits: 8,
+        };
         // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md):
         // lag >= (T-1) 2n + D and overlap >= lag + D.
         let step = 2 * a.channels.max(1);
         let d = max_delay_samples as usize;
         let lag = round_up(a.taps.saturating_sub(1) * step + d, step);
         let overlap = round_up(lag + d, 8);
-        let geometry = Geometry {
+        if a.spectra_per_heap == 0 || a.heaps_per_frame == 0 {
+            return Err("spectra per heap and heaps per frame must be positive.".into());
+        }
+        let input = InputGeometry {
+            sample_bits: a.sample_bits,
+            chunk_samples: a
+                .spectra_per_heap
+                .saturating_mul(a.heaps_per_frame)
+                .saturating_mul(step),
             overlap_samples: overlap,
-            ..g0
         };
+        let geometry = Channelisation::new(input, output);
         geometry.validate().map_err(sentence)?;
-        let chunk = geometry.chunk_samples();
+        let chunk = input.chunk_samples;
         if a.heap_samples == 0 || !a.heap_samples.is_multiple_of(8) {
             return Err(format!(
                 "--heap-samples {} must be a positive multiple of 8.",
@@ -427,20 +471,42 @@ impl EngineConfig {
         };
         plan.validate(&geometry)
             .map_err(|e| sentence(e.to_string()))?;
-        Ok(Self {
+        let wideband = OutputSpec {
+            name: WIDEBAND.to_string(),
+            kind: OutputKind::Wideband,
+            geometry: output,
+            lag,
+            dests: a.dst.addrs.clone(),
             gain: a
                 .gain
                 .unwrap_or_else(|| crate::signal::gain::default_gain(a.sample_bits)),
-            geometry,
-            lag,
+            send_threads: match a.send_threads {
+                // One kernel-UDP sender thread moves about 3 GB/s with GSO (docs/performance.md).
+                0 => (2.0 * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize,
+                n => n,
+            }
+            .clamp(1, a.dst.addrs.len()),
+        };
+        Ok(Self {
+            input: InputSpec {
+                geometry: input,
+                heap_samples: a.heap_samples,
+                heap_bytes,
+                sources: [a.src_pol0.addrs.clone(), a.src_pol1.addrs.clone()],
+                recv_threads: match a.recv_threads {
+                    0 => {
+                        let bytes = a.adc_sample_rate * a.sample_bits as f64 / 8.0;
+                        (bytes / RECV_BYTES_PER_THREAD).ceil() as usize
+                    }
+                    n => n,
+                }
+                .clamp(1, fewest_sources),
+            },
+            outputs: vec![wideband],
             max_delay_samples,
             max_delay: a.max_delay,
             fs: a.adc_sample_rate,
             sync_time: a.sync_time,
-            heap_samples: a.heap_samples,
-            heap_bytes,
-            sources: [a.src_pol0.addrs.clone(), a.src_pol1.addrs.clone()],
-            dests: a.dst.addrs.clone(),
             interface: a.interface,
             feng_id: a.feng_id,
             array_size: a.array_size,
@@ -448,20 +514,6 @@ impl EngineConfig {
             ttl: a.ttl,
             send_rate_factor: a.send_rate_factor,
             send_burst: Duration::from_secs_f64(a.send_burst * 1e-6),
-            send_threads: match a.send_threads {
-                // One kernel-UDP sender thread moves about 3 GB/s with GSO (docs/performance.md).
-                0 => (2.0 * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize,
-                n => n,
-            }
-            .clamp(1, a.dst.addrs.len()),
-            recv_threads: match a.recv_threads {
-                0 => {
-                    let bytes = a.adc_sample_rate * a.sample_bits as f64 / 8.0;
-                    (bytes / RECV_BYTES_PER_THREAD).ceil() as usize
-                }
-                n => n,
-            }
-            .clamp(1, fewest_sources),
             socket_buffer: a.socket_buffer,
             backend: a.backend,
             gpu: a.gpu,
@@ -469,18 +521,36 @@ impl EngineConfig {
         })
     }
 
-    pub fn plan(&self) -> FramePlan {
+    /// Output `k`'s view of the input.
+    pub fn channelisation(&self, k: usize) -> Channelisation {
+        Channelisation::new(self.input.geometry, self.outputs[k].geometry)
+    }
+
+    /// Every output's geometry, in order: what backends are built for.
+    pub fn output_geometries(&self) -> Vec<OutputGeometry> {
+        self.outputs.iter().map(|o| o.geometry).collect()
+    }
+
+    /// Where output `k`'s spectra sit relative to the ADC stream.
+    pub fn plan(&self, k: usize) -> FramePlan {
         FramePlan {
-            lag: self.lag,
+            lag: self.outputs[k].lag,
             fs: self.fs,
         }
     }
 
     /// Digitiser heaps per chunk (slots of the chunk assembler).
     pub fn heaps_per_chunk(&self) -> usize {
-        self.geometry.chunk_samples() / self.heap_samples
+        self.input.geometry.chunk_samples / self.input.heap_samples
     }
 
+    /// Wall-clock duration of one chunk.
+    pub fn chunk_seconds(&self) -> f64 {
+        self.input.geometry.chunk_samples as f64 / self.fs
+    }
+}
+
+impl OutputSpec {
     pub fn substreams(&self) -> usize {
         self.dests.len()
     }
@@ -492,12 +562,7 @@ impl EngineConfig {
 
     /// Samples between consecutive output heaps of one substream (S x 2n).
     pub fn heap_timestamp_step(&self) -> u64 {
-        (self.geometry.spectra_per_heap * self.geometry.step()) as u64
-    }
-
-    /// Wall-clock duration of one chunk.
-    pub fn chunk_seconds(&self) -> f64 {
-        self.geometry.chunk_samples() as f64 / self.fs
+        self.geometry.heap_samples() as u64
     }
 }
 
@@ -511,34 +576,44 @@ pub fn sentence(s: impl Into<String>) -> String {
     }
 }
 
+/// The run arguments of `fengine` with test addresses and `extra` flags: for the tests of every
+/// module that needs a configuration.
+#[cfg(test)]
+pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+    let mut v = vec![
+        "fengine",
+        "--src-pol0",
+        "127.0.0.1:7148",
+        "--src-pol1",
+        "127.0.0.1:7149",
+        "--dst",
+        "127.0.0.1:7150",
+    ];
+    v.extend_from_slice(extra);
+    let cli = Cli::try_parse_from(v)?;
+    Ok(cli.run.expect("run arguments"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
-        let mut v = vec![
-            "fengine",
-            "--src-pol0",
-            "127.0.0.1:7148",
-            "--src-pol1",
-            "127.0.0.1:7149",
-            "--dst",
-            "127.0.0.1:7150",
-        ];
-        v.extend_from_slice(extra);
-        let cli = Cli::try_parse_from(v)?;
-        Ok(cli.run.expect("run arguments"))
-    }
+    use test_args as args;
 
     #[test]
     fn defaults_make_a_valid_config() {
         let c = EngineConfig::from_args(&args(&[]).unwrap()).unwrap();
-        let g = &c.geometry;
-        assert_eq!(g.channels, 4096);
-        assert!(c.lag.is_multiple_of(g.step()) && c.lag >= (g.taps - 1) * g.step());
-        assert!(g.overlap_samples >= c.lag + c.max_delay_samples as usize);
-        assert_eq!(g.overlap_samples % 8, 0);
-        assert_eq!(c.gain, 1.0);
+        let [out] = &c.outputs[..] else {
+            panic!("one output: {:?}", c.outputs)
+        };
+        assert_eq!(out.name, WIDEBAND);
+        let (g, lag) = (c.channelisation(0), out.lag);
+        assert_eq!(g.output.channels, 4096);
+        assert_eq!(g.heaps_per_frame(), 4);
+        assert!(lag.is_multiple_of(g.step()) && lag >= (g.output.taps - 1) * g.step());
+        assert!(g.input.overlap_samples >= lag + c.max_delay_samples as usize);
+        assert_eq!(g.input.overlap_samples % 8, 0);
+        assert_eq!(out.gain, 1.0);
     }
 
     #[test]
@@ -559,8 +634,8 @@ mod tests {
         let c = EngineConfig::from_args(&a).unwrap();
         assert_eq!(c.max_delay_samples, 1000);
         // (T-1) 2n + D = 6144 + 1000 -> 8192; overlap = 9192.
-        assert_eq!(c.lag, 8192);
-        assert_eq!(c.geometry.overlap_samples, 9192);
+        assert_eq!(c.outputs[0].lag, 8192);
+        assert_eq!(c.input.geometry.overlap_samples, 9192);
         assert_eq!(c.heaps_per_chunk(), 64 * 4 * 2048 / 4096);
     }
 
@@ -577,7 +652,9 @@ mod tests {
             (vec!["--feng-id", "3"], "array-size"),
             (vec!["--max-delay=-1"], "max-delay"),
         ] {
-            let e = EngineConfig::from_args(&args(&extra).unwrap()).unwrap_err();
+            let e = EngineConfig::from_args(&args(&extra).unwrap())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want), "{e:?} should mention {want:?}");
             assert!(e.ends_with('.'), "{e:?}");
         }

@@ -30,9 +30,10 @@ use serde_json::{json, Value};
 
 use crate::backend::POLS;
 use crate::config::EngineConfig;
-use crate::metrics::{self, Stats};
+use crate::metrics;
 use crate::pipeline::Command;
 use crate::signal::delay::DelayModel;
+use crate::stats::Stats;
 
 /// One polarisation's delay request (units as katgpucbf: s, s/s, rad, rad/s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -102,7 +103,8 @@ impl ControlState {
         commands: Sender<Command>,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        let gains = vec![Complex32::new(cfg.gain, 0.0); cfg.geometry.channels];
+        let wideband = &cfg.outputs[0];
+        let gains = vec![Complex32::new(wideband.gain, 0.0); wideband.geometry.channels];
         Self {
             loaded: Mutex::new(Loaded {
                 delays: Default::default(),
@@ -272,8 +274,9 @@ async fn status(State(s): State<Shared>) -> Response {
 
 fn status_json(s: &ControlState) -> Value {
     let cfg = &s.cfg;
-    let g = &cfg.geometry;
+    let (out, g) = (&cfg.outputs[0], cfg.channelisation(0));
     let st = &s.stats;
+    let ost = &st.outputs[0];
     let input: Vec<Value> = (0..POLS)
         .map(|p| {
             let ps = &st.pols[p];
@@ -326,34 +329,34 @@ fn status_json(s: &ControlState) -> Value {
         "sync_time": cfg.sync_time,
         "max_delay_s": cfg.max_delay,
         "geometry": {
-            "channels": g.channels,
-            "taps": g.taps,
-            "sample_bits": g.sample_bits,
-            "spectra_per_heap": g.spectra_per_heap,
-            "heaps_per_frame": g.heaps_per_frame,
+            "channels": g.output.channels,
+            "taps": g.output.taps,
+            "sample_bits": g.input.sample_bits,
+            "spectra_per_heap": g.output.spectra_per_heap,
+            "heaps_per_frame": g.heaps_per_frame(),
             "chunk_samples": g.chunk_samples(),
-            "overlap_samples": g.overlap_samples,
-            "lag_samples": cfg.lag,
-            "heap_samples": cfg.heap_samples,
-            "substreams": cfg.substreams(),
-            "channels_per_substream": cfg.substream_channels(),
+            "overlap_samples": g.input.overlap_samples,
+            "lag_samples": out.lag,
+            "heap_samples": cfg.input.heap_samples,
+            "substreams": out.substreams(),
+            "channels_per_substream": out.substream_channels(),
         },
-        "destinations": cfg.dests.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        "destinations": out.dests.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
         "input": input,
         "output": {
             "heaps_sent": st.total_sent(),
             "heaps_skipped": st.total_skipped(),
-            "heaps_sent_per_substream": per_sub(&st.heaps_sent),
-            "heaps_skipped_per_substream": per_sub(&st.heaps_skipped),
-            "packets": st.packets_sent.load(Relaxed),
-            "bytes": st.bytes_sent.load(Relaxed),
-            "send_errors": st.send_errors.load(Relaxed),
-            "last_timestamp": st.last_output_timestamp.load(Relaxed),
+            "heaps_sent_per_substream": per_sub(&ost.heaps_sent),
+            "heaps_skipped_per_substream": per_sub(&ost.heaps_skipped),
+            "packets": ost.packets_sent.load(Relaxed),
+            "bytes": ost.bytes_sent.load(Relaxed),
+            "send_errors": ost.send_errors.load(Relaxed),
+            "last_timestamp": ost.last_output_timestamp.load(Relaxed),
         },
         "control": {
             "rejected_requests": st.control_rejected.load(Relaxed),
         },
-        "saturated": (0..POLS).map(|p| st.saturated[p].load(Relaxed)).collect::<Vec<_>>(),
+        "saturated": (0..POLS).map(|p| ost.saturated[p].load(Relaxed)).collect::<Vec<_>>(),
         "frames": {
             "computed": st.frames_computed.load(Relaxed),
             "empty": st.frames_empty.load(Relaxed),
@@ -583,7 +586,7 @@ fn apply_gains(s: &ControlState, body: &[u8]) -> Result<Value, (StatusCode, Stri
     if obj.is_empty() {
         return Err(bad("give pol0, pol1 or both".into()));
     }
-    let channels = s.cfg.geometry.channels;
+    let channels = s.cfg.outputs[0].geometry.channels;
     let mut parsed: [Option<Vec<Complex32>>; POLS] = [None, None];
     for (pol, key) in ["pol0", "pol1"].iter().enumerate() {
         if let Some(g) = obj.get(*key) {
@@ -601,6 +604,7 @@ fn apply_gains(s: &ControlState, body: &[u8]) -> Result<Value, (StatusCode, Stri
         send(
             &s.commands,
             Command::Gains {
+                output: 0,
                 pol,
                 gains: g.clone(),
             },
@@ -663,7 +667,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(8);
         let st = ControlState::new(
             cfg,
-            Arc::new(Stats::new(1)),
+            Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)])),
             "null",
             tx,
             Arc::new(AtomicBool::new(false)),
@@ -745,7 +749,7 @@ mod tests {
         apply_gains(&s, br#"{"pol0": 0.5, "pol1": [1, -1]}"#).unwrap();
         let cmds: Vec<Command> = rx.try_iter().collect();
         assert!(
-            matches!(&cmds[1], Command::Gains { pol: 1, gains } if gains.len() == 16 && gains[3] == Complex32::new(1.0, -1.0))
+            matches!(&cmds[1], Command::Gains { pol: 1, gains, .. } if gains.len() == 16 && gains[3] == Complex32::new(1.0, -1.0))
         );
         let per: Vec<[f32; 2]> = (0..16).map(|k| [k as f32, 0.0]).collect();
         let body = serde_json::to_vec(&json!({ "pol0": per })).unwrap();

@@ -13,3 +13,4 @@ pub mod config;
 pub mod control;
 pub mod metrics;
 pub mod pipeline;
+pub mod stats;

@@ -15,15 +15,17 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let result = match (&cli.command, &cli.run) {
-        (Some(Command::Bench(b)), _) => fengine::app::bench(b),
-        (Some(Command::Run(r)), _) | (None, Some(r)) => fengine::app::run(r),
-        (None, None) => Err("give the run options (see fengine --help) or a subcommand.".into()),
+    let result: anyhow::Result<()> = match (&cli.command, &cli.run) {
+        (Some(Command::Bench(b)), _) => fengine::app::bench(b).map_err(Into::into),
+        (Some(Command::Run(r)), _) | (None, Some(r)) => fengine::app::run(r).map_err(Into::into),
+        (None, None) => Err(anyhow::anyhow!(
+            "give the run options (see fengine --help) or a subcommand."
+        )),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{e:#}");
             std::process::ExitCode::FAILURE
         }
     }

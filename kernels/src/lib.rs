@@ -59,6 +59,11 @@ pub struct Config {
     pub tuning: Tuning,
 }
 
+/// A configuration the kernels cannot run, with a sentence saying why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 impl Config {
     /// Points of each cuFFT transform.
     pub fn fft_len(&self) -> usize {
@@ -71,7 +76,11 @@ impl Config {
     }
 
     /// Checks what the kernels assume, with a sentence saying what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map_err(ConfigError)
+    }
+
+    fn check(&self) -> Result<(), String> {
         if !self.channels.is_power_of_two() || self.channels < 16 {
             return Err(format!(
                 "the kernels need a power of two of at least 16 channels, not {}",
@@ -81,7 +90,7 @@ impl Config {
         if self.taps == 0 {
             return Err("the kernels need at least one tap".into());
         }
-        if ![8, 10, 12, 16].contains(&self.sample_bits) {
+        if !spead::samples::SAMPLE_BITS.contains(&self.sample_bits) {
             return Err(format!(
                 "the kernels read 8, 10, 12 or 16-bit samples, not {}",
                 self.sample_bits

@@ -12,6 +12,10 @@
 pub const MIN_BITS: u32 = 2;
 pub const MAX_BITS: u32 = 16;
 
+/// The widths digitisers send and the engine accepts, each with a fast path here (dsim can
+/// generate any width from [`MIN_BITS`] to [`MAX_BITS`]).
+pub const SAMPLE_BITS: [u32; 4] = [8, 10, 12, 16];
+
 /// Why a sample width is unusable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("sample width {0} bits is not between 2 and 16")]
@@ -133,76 +137,85 @@ pub fn unpack(packed: &[u8], bits: u32, first: usize, out: &mut [i16]) {
     unpack_into(packed, bits, first, out);
 }
 
-/// As [`unpack`], into `f32` (what float backends and FFT checks want).
+/// As [`unpack`], into `f32` (what float backends and FFT checks want; exact: every sample fits
+/// in 24 bits).
 pub fn unpack_f32(packed: &[u8], bits: u32, first: usize, out: &mut [f32]) {
     unpack_into(packed, bits, first, out);
 }
 
-/// Samples per group that ends on a byte boundary, for the widths with a fast path.
-fn group(bits: u32) -> Option<usize> {
-    match bits {
-        8 | 16 => Some(1),
-        10 => Some(4),
-        12 => Some(2),
-        _ => None,
+/// As [`unpack`], into `f64` (the float64 reference).
+pub fn unpack_f64(packed: &[u8], bits: u32, first: usize, out: &mut [f64]) {
+    unpack_into(packed, bits, first, out);
+}
+
+/// Sample `i`, sign-extended, for the head and tail of a fast unpack (the caller has checked the
+/// bounds): a sample of at most 16 bits starting at most 7 bits into a byte lies within 3 bytes.
+#[inline]
+fn one(packed: &[u8], bits: u32, i: usize) -> i16 {
+    let bit = i * bits as usize;
+    let byte = bit / 8;
+    let mut w = 0u32;
+    for k in 0..3 {
+        w = (w << 8) | *packed.get(byte + k).unwrap_or(&0) as u32;
     }
+    let w = (w << 8) << (bit % 8);
+    ((w as i32) >> (32 - bits)) as i16
 }
 
 fn unpack_into<T: From<i16> + Copy>(packed: &[u8], bits: u32, first: usize, out: &mut [T]) {
     assert_bits(bits);
-    let end = first + out.len();
+    let end = first.checked_add(out.len());
     assert!(
-        packed_len(end, bits) <= packed.len(),
-        "samples {first}..{end} run past {} packed bytes",
+        end.is_some_and(|end| packed_len(end, bits) <= packed.len()),
+        "samples {first}..{first}+{} run past {} packed bytes",
+        out.len(),
         packed.len()
     );
-    let Some(g) = group(bits) else {
-        for (k, o) in out.iter_mut().enumerate() {
-            *o = sample(packed, bits, first + k).into();
-        }
-        return;
-    };
-    // Generic up to the first group boundary, fast over whole groups, generic for the tail.
-    let head = (first.next_multiple_of(g) - first).min(out.len());
-    for (k, o) in out[..head].iter_mut().enumerate() {
-        *o = sample(packed, bits, first + k).into();
-    }
-    let start = first + head;
-    let body = (out.len() - head) / g * g;
-    let bytes = &packed[start * bits as usize / 8..];
-    let dst = &mut out[head..head + body];
     match bits {
-        8 => {
-            for (o, &b) in dst.iter_mut().zip(bytes) {
-                *o = (b as i8 as i16).into();
+        8 => unpack_groups::<T, 8, 1, 1>(packed, first, out),
+        10 => unpack_groups::<T, 10, 4, 5>(packed, first, out),
+        12 => unpack_groups::<T, 12, 2, 3>(packed, first, out),
+        16 => unpack_groups::<T, 16, 1, 2>(packed, first, out),
+        _ => {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = sample(packed, bits, first + k).into();
             }
         }
-        16 => {
-            for (o, b) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = i16::from_be_bytes([b[0], b[1]]).into();
-            }
-        }
-        10 => {
-            for (o, b) in dst.chunks_exact_mut(4).zip(bytes.chunks_exact(5)) {
-                // The 40 bits at the top of a u64, so an arithmetic shift sign-extends each field.
-                let w = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], 0, 0, 0]) as i64;
-                o[0] = ((w >> 54) as i16).into();
-                o[1] = (((w << 10) >> 54) as i16).into();
-                o[2] = (((w << 20) >> 54) as i16).into();
-                o[3] = (((w << 30) >> 54) as i16).into();
-            }
-        }
-        12 => {
-            for (o, b) in dst.chunks_exact_mut(2).zip(bytes.chunks_exact(3)) {
-                let w = u32::from_be_bytes([b[0], b[1], b[2], 0]) as i32;
-                o[0] = ((w >> 20) as i16).into();
-                o[1] = (((w << 12) >> 20) as i16).into();
-            }
-        }
-        _ => unreachable!("group() covers exactly these widths"),
     }
-    for (k, o) in out[head + body..].iter_mut().enumerate() {
-        *o = sample(packed, bits, start + body + k).into();
+}
+
+/// The fast path: groups of `G` samples in `B` bytes (the smallest run that fills whole bytes:
+/// 4 samples in 5 bytes at 10 bits, 2 in 3 at 12), with a misaligned head and a short tail read
+/// one sample at a time. Monomorphised per width so that the shifts are constants.
+#[inline(always)]
+fn unpack_groups<T: From<i16> + Copy, const BITS: u32, const G: usize, const B: usize>(
+    packed: &[u8],
+    first: usize,
+    out: &mut [T],
+) {
+    let len = out.len();
+    let head = ((G - first % G) % G).min(len);
+    for (k, o) in out[..head].iter_mut().enumerate() {
+        *o = one(packed, BITS, first + k).into();
+    }
+    let groups = (len - head) / G;
+    let start = (first + head) * BITS as usize / 8; // a group boundary is a byte boundary
+    let body = &packed[start..start + groups * B];
+    let (middle, tail) = out[head..].split_at_mut(groups * G);
+    for (bytes, o) in body.chunks_exact(B).zip(middle.chunks_exact_mut(G)) {
+        // Top-align the group in a word; each sample is then the top BITS bits after a shift.
+        let mut w = 0u64;
+        for &b in bytes {
+            w = (w << 8) | b as u64;
+        }
+        w <<= 64 - 8 * B;
+        for (j, o) in o.iter_mut().enumerate() {
+            *o = ((((w << (BITS as usize * j)) as i64) >> (64 - BITS)) as i16).into();
+        }
+    }
+    let done = head + groups * G;
+    for (k, o) in tail.iter_mut().enumerate() {
+        *o = one(packed, BITS, first + done + k).into();
     }
 }
 
@@ -285,6 +298,9 @@ mod tests {
                     let mut f = vec![0f32; len];
                     unpack_f32(&packed, bits, first, &mut f);
                     assert!(f.iter().zip(&back).all(|(&a, &b)| a == b as f32));
+                    let mut d = vec![0f64; len];
+                    unpack_f64(&packed, bits, first, &mut d);
+                    assert!(d.iter().zip(&back).all(|(&a, &b)| a == b as f64));
                 }
             }
             assert_eq!(sample(&packed, bits, 300), s[300]);

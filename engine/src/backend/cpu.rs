@@ -10,15 +10,16 @@
 //! and finally the staging buffer is transposed into the heap layout, in parallel by channel block.
 //! FFT plans, spans, staging and per-worker scratch are allocated once, in `new`.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use num_complex::{Complex32, Complex64};
 use rayon::prelude::*;
 use rustfft::{Fft, FftPlanner};
 
-use super::reference::check_gains;
-use super::{Backend, BackendError, Frame, Geometry, Result, SpectrumDelay, POLS};
+use super::{
+    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
+    Result, SpectrumDelay, POLS,
+};
 use crate::signal::{gain, quantise, unpack, weights};
 
 /// Filter outputs per block of the FIR.
@@ -82,7 +83,7 @@ struct Worker {
 
 /// Everything a task reads (shared by all workers).
 struct Shared<'a> {
-    g: &'a Geometry,
+    g: &'a Channelisation,
     weights: &'a [f32],
     twiddle: &'a [Complex32],
     fft: &'a dyn Fft<f32>,
@@ -92,9 +93,9 @@ struct Shared<'a> {
     delays: &'a [Vec<SpectrumDelay>; POLS],
 }
 
-/// The float32 CPU backend. Synchronous: the work happens in `submit`.
+/// The float32 CPU backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct CpuBackend {
-    geometry: Geometry,
+    geometry: Channelisation,
     weights: Vec<f32>,
     /// e^(-i pi k / n), k = 0..n-1.
     twiddle: Vec<Complex32>,
@@ -106,21 +107,25 @@ pub struct CpuBackend {
     workers: Vec<Worker>,
     /// Shared so that `process` can run on it while it borrows the rest of `self` mutably.
     pool: Arc<rayon::ThreadPool>,
-    done: VecDeque<Frame>,
 }
 
 impl CpuBackend {
-    /// A CPU backend with a thread per core.
-    pub fn new(geometry: Geometry) -> Result<Self> {
+    /// A CPU backend for one output of `input`, with a thread per core.
+    pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_threads(geometry, cores)
+        Self::with_threads(input, outputs, cores)
     }
 
     /// A CPU backend on its own pool of `threads` threads. They run at a lower priority than the
     /// engine's other threads (nice [`WORKER_NICE`]): on a busy host the receivers must never wait
     /// behind bulk compute, which has frames of buffering to catch up in, while a receiver that
     /// waits loses datagrams.
-    pub fn with_threads(geometry: Geometry, threads: usize) -> Result<Self> {
+    pub fn with_threads(
+        input: InputGeometry,
+        outputs: &[OutputGeometry],
+        threads: usize,
+    ) -> Result<Self> {
+        let geometry = single_output(input, outputs)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("fengine-cpu-{i}"))
@@ -132,11 +137,10 @@ impl CpuBackend {
         Self::build(geometry, Arc::new(pool))
     }
 
-    fn build(geometry: Geometry, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
-        geometry.validate().map_err(BackendError::Unsupported)?;
+    fn build(geometry: Channelisation, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
         let g = &geometry;
-        let n = g.channels;
-        let weights = weights::default_weights(n, g.taps)
+        let n = g.output.channels;
+        let weights = weights::default_weights(n, g.output.taps)
             .map_err(|e| BackendError::Unsupported(e.to_string()))?
             .iter()
             .map(|&w| w as f32)
@@ -158,7 +162,7 @@ impl CpuBackend {
                 saturated: [0; POLS],
             })
             .collect();
-        let half = Complex32::new(gain::default_gain(g.sample_bits) / 2.0, 0.0);
+        let half = Complex32::new(gain::default_gain(g.input.sample_bits) / 2.0, 0.0);
         Ok(Self {
             weights,
             twiddle,
@@ -168,19 +172,19 @@ impl CpuBackend {
             staging: vec![[0; 2]; g.spectra_per_frame() * POLS * n],
             workers,
             pool,
-            done: VecDeque::new(),
             geometry,
         })
     }
 
     /// Processes `frame` as `submit` would, and also returns the values before quantisation in
-    /// output order (element [`Geometry::output_index`]`(spectrum, pol, channel)`), for tests.
+    /// output order (element [`Channelisation::output_index`]`(spectrum, pol, channel)`), for tests.
     pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex32>> {
-        let g = self.geometry.clone();
+        let g = self.geometry;
+        frame.check(&g.input, &[g.output])?;
         let mut staged = vec![Complex32::new(f32::NAN, f32::NAN); self.staging.len()];
         self.process(frame, Some(&mut staged))?;
         let mut values = vec![Complex32::new(f32::NAN, f32::NAN); staged.len()];
-        for (i, spectrum) in staged.chunks_exact(g.channels).enumerate() {
+        for (i, spectrum) in staged.chunks_exact(g.output.channels).enumerate() {
             for (k, &v) in spectrum.iter().enumerate() {
                 values[g.output_index(i / POLS, i % POLS, k)] = v;
             }
@@ -188,8 +192,8 @@ impl CpuBackend {
         Ok(values)
     }
 
+    /// Computes a frame already checked against the geometry.
     fn process(&mut self, frame: &mut Frame, unquantised: Option<&mut [Complex32]>) -> Result<()> {
-        frame.check(&self.geometry)?;
         let this = &mut *self;
         let pool = Arc::clone(&this.pool);
         let run = || -> Result<()> {
@@ -201,9 +205,9 @@ impl CpuBackend {
                 fft: this.fft.as_ref(),
                 span: &this.span,
                 half_gains: &this.half_gains,
-                delays: &frame.delays,
+                delays: &frame.outputs[0].delays,
             };
-            let n = this.geometry.channels;
+            let n = this.geometry.output.channels;
             let tasks = this.geometry.spectra_per_frame() * POLS;
             let per = tasks.div_ceil(this.workers.len());
             let staging = this.staging.par_chunks_mut(per * n);
@@ -219,21 +223,20 @@ impl CpuBackend {
                         run_tasks(&shared, worker, w * per, out, Some(unq))
                     }),
             }
-            transpose(&this.geometry, &this.staging, &mut frame.output);
+            transpose(&this.geometry, &this.staging, &mut frame.outputs[0].heaps);
             Ok(())
         };
         pool.install(run)?;
-        frame.saturated = [0; POLS];
+        frame.outputs[0].saturated = [0; POLS];
         for w in &mut self.workers {
             for pol in 0..POLS {
-                frame.saturated[pol] += std::mem::take(&mut w.saturated[pol]);
+                frame.outputs[0].saturated[pol] += std::mem::take(&mut w.saturated[pol]);
             }
         }
         Ok(())
     }
 }
 
-/// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them.
 /// Lowers the calling thread's priority to [`WORKER_NICE`]; where that is refused, the thread
 /// simply keeps its priority.
 fn lower_priority() {
@@ -245,18 +248,19 @@ fn lower_priority() {
     }
 }
 
-fn unpack_spans(g: &Geometry, span: &mut [Vec<f32>; POLS], frame: &Frame) -> Result<()> {
+/// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them.
+fn unpack_spans(g: &Channelisation, span: &mut [Vec<f32>; POLS], frame: &Frame) -> Result<()> {
     // HostBuffer is Send but not Sync: share the bytes, not the buffers.
-    let chunks: [&[u8]; POLS] = [&frame.chunk[0], &frame.chunk[1]];
+    let chunks: [&[u8]; POLS] = [&frame.input.chunk[0], &frame.input.chunk[1]];
     span.par_iter_mut()
         .zip(chunks)
         .try_for_each(|(span, chunk)| {
             span.copy_within(g.chunk_samples().., 0);
-            span[g.overlap_samples..]
+            span[g.input.overlap_samples..]
                 .par_chunks_mut(UNPACK_PIECE)
                 .enumerate()
                 .try_for_each(|(i, piece)| {
-                    unpack::unpack_f32(chunk, g.sample_bits, i * UNPACK_PIECE, piece)
+                    unpack::unpack_f32(chunk, g.input.sample_bits, i * UNPACK_PIECE, piece)
                         .map_err(|e| BackendError::Misuse(e.to_string()))
                 })
         })
@@ -300,7 +304,7 @@ fn run_tasks_body(
     out: &mut [[i8; 2]],
     mut unq: Option<&mut [Complex32]>,
 ) {
-    let n = s.g.channels;
+    let n = s.g.output.channels;
     for (i, out) in out.chunks_exact_mut(n).enumerate() {
         let task = first + i;
         let (m, pol) = (task / POLS, task % POLS);
@@ -332,7 +336,7 @@ fn fir(s: &Shared, offset: usize, pol: usize, z: &mut [Complex32]) {
     for (b, acc) in g.chunks_mut(FIR_BLOCK).enumerate() {
         let t0 = b * FIR_BLOCK;
         let len = acc.len();
-        for j in 0..s.g.taps {
+        for j in 0..s.g.output.taps {
             let x = &window[t0 + step * j..][..len];
             let w = &s.weights[t0 + step * j..][..len];
             // Index loops over slices of one length: vectorised in release, quick in debug.
@@ -373,8 +377,8 @@ fn untangle(s: &Shared, pol: usize, z: &[Complex32], rot: &Rotation, y: &mut [Co
 }
 
 /// Staging `[spectrum][pol][channel]` to output `[heap][channel][spectrum in heap][pol][re, im]`.
-fn transpose(g: &Geometry, staging: &[[i8; 2]], output: &mut [u8]) {
-    let (n, s) = (g.channels, g.spectra_per_heap);
+fn transpose(g: &Channelisation, staging: &[[i8; 2]], output: &mut [u8]) {
+    let (n, s) = (g.output.channels, g.output.spectra_per_heap);
     // Blocks of whole channels (a power of two dividing n) of about TRANSPOSE_BYTES of output.
     let target = (TRANSPOSE_BYTES / (s * POLS * 2)).max(16);
     let block = (1usize << target.ilog2()).min(n);
@@ -397,46 +401,27 @@ fn transpose(g: &Geometry, staging: &[[i8; 2]], output: &mut [u8]) {
         });
 }
 
-impl Backend for CpuBackend {
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-    fn geometry(&self) -> &Geometry {
+impl Process for CpuBackend {
+    const NAME: &'static str = "cpu";
+    fn geometry(&self) -> &Channelisation {
         &self.geometry
     }
-    fn alloc_frame(&self) -> Result<Frame> {
-        Ok(Frame::new_host(&self.geometry))
-    }
-    fn set_gains(&mut self, pol: usize, gains: &[Complex32]) -> Result<()> {
-        check_gains(&self.geometry, pol, gains)?;
+    fn store_gains(&mut self, _output: usize, pol: usize, gains: &[Complex32]) {
         for (h, g) in self.half_gains[pol].iter_mut().zip(gains) {
             *h = g * 0.5; // exact: a power of two
         }
-        Ok(())
     }
-    fn submit(&mut self, mut frame: Frame) -> Result<()> {
-        if self.done.len() >= self.max_in_flight() {
-            return Err(BackendError::Misuse(
-                "submit with a frame already in flight: wait first".into(),
-            ));
-        }
-        self.process(&mut frame, None)?;
-        self.done.push_back(frame);
-        Ok(())
-    }
-    fn wait(&mut self) -> Result<Option<Frame>> {
-        Ok(self.done.pop_front())
-    }
-    fn max_in_flight(&self) -> usize {
-        1
+    fn compute(&mut self, frame: &mut Frame) -> Result<()> {
+        self.process(frame, None)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::reference::testing::*;
+    use super::super::conformance::*;
     use super::super::reference::ReferenceBackend;
     use super::*;
+    use crate::backend::{Backend, Synchronous};
 
     fn to64(v: &[Complex32]) -> impl Iterator<Item = Complex64> + '_ {
         v.iter().map(|c| Complex64::new(c.re as f64, c.im as f64))
@@ -455,8 +440,8 @@ mod tests {
     ) -> (f64, f64) {
         let margin = 1000;
         let g = geometry(channels, taps, bits, s, h, margin);
-        let mut cpu = CpuBackend::new(g.clone()).unwrap();
-        let mut rb = ReferenceBackend::new(g.clone()).unwrap();
+        let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(seed);
         let gains = random_gains(&mut rng, &g);
         set_gains(&mut cpu, &gains);
@@ -483,10 +468,13 @@ mod tests {
                 "unwritten value"
             );
             let rel = relative_error(to64(&got), &want);
-            let (ones, total) = int8_differences(a.output_i8(), b.output_i8());
+            let (ones, total) = int8_differences(a.outputs[0].heaps_i8(), b.outputs[0].heaps_i8());
             for pol in 0..POLS {
                 // A value on the edge of saturating may fall either side.
-                let (x, y) = (a.saturated[pol] as i64, b.saturated[pol] as i64);
+                let (x, y) = (
+                    a.outputs[0].saturated[pol] as i64,
+                    b.outputs[0].saturated[pol] as i64,
+                );
                 assert!(
                     (x - y).abs() <= 1 + y / 1000,
                     "frame {f} pol {pol} saturated {x} vs {y}"
@@ -544,10 +532,8 @@ mod tests {
         // Frames of H heaps, twice, against one frame of 2H heaps over the same samples.
         let margin = 200;
         let short = geometry(256, 8, 10, 3, 2, margin);
-        let long = Geometry {
-            heaps_per_frame: 4,
-            ..short.clone()
-        };
+        let mut long = short;
+        long.input.chunk_samples *= 2;
         let mut rng = rng(77);
         let gains = random_gains(&mut rng, &short);
         let chunk = short.chunk_samples();
@@ -555,40 +541,43 @@ mod tests {
             noise(&mut rng, 10, 2 * chunk),
             noise(&mut rng, 10, 2 * chunk),
         ];
-        let mut long_frame = Frame::new_host(&long);
+        let mut long_frame = host_frame(&long);
         load_chunk(&mut long_frame, 10, [&x[0], &x[1]]);
         random_delays(&mut rng, &long, margin, &mut long_frame);
         poison(&mut long_frame);
 
-        let mut cpu_long = CpuBackend::new(long.clone()).unwrap();
-        let mut cpu_short = CpuBackend::with_threads(short.clone(), 1).unwrap();
-        let mut ref_long = ReferenceBackend::new(long.clone()).unwrap();
-        let mut ref_short = ReferenceBackend::new(short.clone()).unwrap();
+        let mut cpu_long = Synchronous::new(CpuBackend::new(long.input, &[long.output]).unwrap());
+        let mut cpu_short =
+            Synchronous::new(CpuBackend::with_threads(short.input, &[short.output], 1).unwrap());
+        let mut ref_long =
+            Synchronous::new(ReferenceBackend::new(long.input, &[long.output]).unwrap());
+        let mut ref_short =
+            Synchronous::new(ReferenceBackend::new(short.input, &[short.output]).unwrap());
         set_gains(&mut cpu_long, &gains);
         set_gains(&mut cpu_short, &gains);
         set_gains(&mut ref_long, &gains);
         set_gains(&mut ref_short, &gains);
-        let mut ref_long_frame = Frame::new_host(&long);
+        let mut ref_long_frame = host_frame(&long);
         copy_input(&long_frame, &mut ref_long_frame);
         let cpu_all = cpu_long.process_unquantised(&mut long_frame).unwrap();
         let ref_all = ref_long.process_unquantised(&mut ref_long_frame).unwrap();
 
         let spectra = short.spectra_per_frame();
         for f in 0..2 {
-            let mut frame = Frame::new_host(&short);
+            let mut frame = host_frame(&short);
             let range = f * chunk..(f + 1) * chunk;
             load_chunk(&mut frame, 10, [&x[0][range.clone()], &x[1][range]]);
             for pol in 0..POLS {
                 for m in 0..spectra {
                     // The same window: the long span is `chunk` samples longer.
-                    let d = long_frame.delays[pol][f * spectra + m];
-                    frame.delays[pol][m] = SpectrumDelay {
+                    let d = long_frame.outputs[0].delays[pol][f * spectra + m];
+                    frame.outputs[0].delays[pol][m] = SpectrumDelay {
                         offset: d.offset - (chunk * f) as u32,
                         ..d
                     };
                 }
             }
-            let mut ref_frame = Frame::new_host(&short);
+            let mut ref_frame = host_frame(&short);
             copy_input(&frame, &mut ref_frame);
             poison(&mut frame);
             let cpu_part = cpu_short.process_unquantised(&mut frame).unwrap();
@@ -596,7 +585,7 @@ mod tests {
             assert_written(&frame);
             for pol in 0..POLS {
                 for m in 0..spectra {
-                    for k in 0..short.channels {
+                    for k in 0..short.output.channels {
                         let (e, el) = (
                             short.output_index(m, pol, k),
                             long.output_index(f * spectra + m, pol, k),
@@ -609,7 +598,10 @@ mod tests {
                             ref_part[e], ref_all[el],
                             "ref frame {f} spectrum {m} pol {pol} channel {k}"
                         );
-                        let (q, ql) = (frame.output_i8(), long_frame.output_i8());
+                        let (q, ql) = (
+                            frame.outputs[0].heaps_i8(),
+                            long_frame.outputs[0].heaps_i8(),
+                        );
                         assert_eq!([q[2 * e], q[2 * e + 1]], [ql[2 * el], ql[2 * el + 1]]);
                     }
                 }
@@ -617,8 +609,8 @@ mod tests {
         }
     }
 
-    fn cpu_processor(g: &Geometry) -> Processor {
-        let mut cb = CpuBackend::new(g.clone()).unwrap();
+    fn cpu_processor(g: &Channelisation) -> Processor {
+        let mut cb = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
         Box::new(move |frame| to64(&cb.process_unquantised(frame).unwrap()).collect())
     }
 
@@ -638,8 +630,9 @@ mod tests {
         let g = geometry(128, 4, 12, 5, 3, margin);
         let mut rng = rng(5);
         let gains = random_gains(&mut rng, &g);
-        let mut one = CpuBackend::with_threads(g.clone(), 1).unwrap();
-        let mut three = CpuBackend::with_threads(g.clone(), 3).unwrap();
+        let mut one = Synchronous::new(CpuBackend::with_threads(g.input, &[g.output], 1).unwrap());
+        let mut three =
+            Synchronous::new(CpuBackend::with_threads(g.input, &[g.output], 3).unwrap());
         set_gains(&mut one, &gains);
         set_gains(&mut three, &gains);
         for _ in 0..3 {
@@ -658,12 +651,15 @@ mod tests {
             three.submit(b).unwrap();
             let b = three.wait().unwrap().unwrap();
             assert_written(&b);
-            assert_eq!(a.output_i8(), b.output_i8());
-            assert_eq!(a.saturated, b.saturated);
+            assert_eq!(a.outputs[0].heaps_i8(), b.outputs[0].heaps_i8());
+            assert_eq!(a.outputs[0].saturated, b.outputs[0].saturated);
             for (e, v) in values.iter().enumerate() {
                 let q = quantise::quantise_c32(*v).0;
                 assert_eq!(
-                    [a.output_i8()[2 * e], a.output_i8()[2 * e + 1]],
+                    [
+                        a.outputs[0].heaps_i8()[2 * e],
+                        a.outputs[0].heaps_i8()[2 * e + 1]
+                    ],
                     q,
                     "value {e}"
                 );

@@ -5,92 +5,77 @@
 //! written: filling every byte would be a memset of the whole output stream, a host core at a few
 //! Gsample/s, where the GPU backend's output arrives by DMA at no core's cost.
 
-use std::collections::VecDeque;
-
 use num_complex::Complex32;
 
-use super::reference::check_gains;
-use super::{Backend, BackendError, Frame, Geometry, Result};
+use super::{
+    single_output, Channelisation, Frame, InputGeometry, OutputGeometry, Process, Result, POLS,
+};
 
+/// The null backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct NullBackend {
-    geometry: Geometry,
-    done: VecDeque<Frame>,
+    geometry: Channelisation,
 }
 
 impl NullBackend {
-    pub fn new(geometry: Geometry) -> Result<Self> {
-        geometry.validate().map_err(BackendError::Unsupported)?;
+    pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         Ok(Self {
-            geometry,
-            done: VecDeque::new(),
+            geometry: single_output(input, outputs)?,
         })
     }
 }
 
-impl Backend for NullBackend {
-    fn name(&self) -> &'static str {
-        "null"
-    }
-    fn geometry(&self) -> &Geometry {
+impl Process for NullBackend {
+    const NAME: &'static str = "null";
+    fn geometry(&self) -> &Channelisation {
         &self.geometry
     }
-    fn alloc_frame(&self) -> Result<Frame> {
-        Ok(Frame::new_host(&self.geometry))
-    }
-    fn set_gains(&mut self, pol: usize, gains: &[Complex32]) -> Result<()> {
-        check_gains(&self.geometry, pol, gains)
-    }
-    fn submit(&mut self, mut frame: Frame) -> Result<()> {
-        if self.done.len() >= self.max_in_flight() {
-            return Err(BackendError::Misuse(
-                "submit with a frame already in flight: wait first".into(),
-            ));
-        }
-        frame.check(&self.geometry)?;
+    fn store_gains(&mut self, _output: usize, _pol: usize, _gains: &[Complex32]) {}
+    fn compute(&mut self, frame: &mut Frame) -> Result<()> {
         let g = &self.geometry;
-        let first = frame.timestamp / (g.step() * g.spectra_per_heap) as u64;
-        let block = g.heap_bytes() / g.channels;
-        for (h, heap) in frame.output.chunks_exact_mut(g.heap_bytes()).enumerate() {
+        let first = frame.input.timestamp / g.output.heap_samples() as u64;
+        let block = g.heap_bytes() / g.output.channels;
+        let out = &mut frame.outputs[0];
+        for (h, heap) in out.heaps.chunks_exact_mut(g.heap_bytes()).enumerate() {
             let marker = first.wrapping_add(h as u64) as u8;
             for channel in heap.chunks_exact_mut(block) {
                 channel[0] = marker;
             }
         }
-        frame.saturated = [0; 2];
-        self.done.push_back(frame);
+        out.saturated = [0; POLS];
         Ok(())
-    }
-    fn wait(&mut self) -> Result<Option<Frame>> {
-        Ok(self.done.pop_front())
-    }
-    fn max_in_flight(&self) -> usize {
-        1
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{Backend, Synchronous};
 
     #[test]
     fn pattern_per_heap() {
-        let g = Geometry {
-            channels: 16,
-            taps: 4,
+        let input = InputGeometry {
             sample_bits: 10,
-            spectra_per_heap: 2,
-            heaps_per_frame: 3,
+            chunk_samples: 3 * 2 * 32,
             overlap_samples: 96,
         };
-        let mut b = NullBackend::new(g.clone()).unwrap();
+        let output = OutputGeometry {
+            channels: 16,
+            taps: 4,
+            spectra_per_heap: 2,
+            bits: 8,
+        };
+        let g = Channelisation::new(input, output);
+        let mut b = Synchronous::new(NullBackend::new(input, &[output]).unwrap());
+        assert!(NullBackend::new(input, &[output, output]).is_err());
         let mut f = b.alloc_frame().unwrap();
-        f.output.fill(0xEE);
-        f.timestamp = 5 * 64;
+        f.outputs[0].heaps.fill(0xEE);
+        f.input.timestamp = 5 * 64;
         b.submit(f).unwrap();
         assert!(b.submit(b.alloc_frame().unwrap()).is_err());
         let f = b.wait().unwrap().unwrap();
-        let block = g.heap_bytes() / g.channels;
-        for (h, heap) in f.output.chunks(g.heap_bytes()).enumerate() {
+        let block = g.heap_bytes() / g.output.channels;
+        assert_eq!(g.heaps_per_frame(), 3);
+        for (h, heap) in f.outputs[0].heaps.chunks(g.heap_bytes()).enumerate() {
             for (c, channel) in heap.chunks(block).enumerate() {
                 assert_eq!(channel[0], 5 + h as u8, "heap {h} channel {c}");
                 assert!(
@@ -99,7 +84,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(f.saturated, [0, 0]);
+        assert_eq!(f.outputs[0].saturated, [0, 0]);
         assert!(b.wait().unwrap().is_none());
     }
 }

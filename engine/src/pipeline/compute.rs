@@ -16,10 +16,10 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{send_until_stop, Command, Meta, Work, TICK};
-use crate::backend::{Backend, SpectrumDelay, POLS};
+use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
 use crate::config::EngineConfig;
-use crate::metrics::{unix_ns, Stats};
 use crate::signal::delay::{fill_delays, spectrum_valid, DelayModel, FramePlan, Placement};
+use crate::stats::{unix_ns, Stats};
 
 /// Gaps (in chunks) longer than this are a restart, not lost data: not counted as missing heaps.
 const MAX_COUNTED_GAP: u64 = 1024;
@@ -57,17 +57,42 @@ enum InFlight {
     Skipped(Work),
 }
 
-pub struct Compute {
-    backend: Box<dyn Backend>,
-    cfg: EngineConfig,
+/// What the compute stage keeps for one output: where its spectra sit, and scratch for their
+/// placements and validity.
+struct OutputPlan {
+    g: Channelisation,
     plan: FramePlan,
-    models: [Models; POLS],
     placements: [Vec<Placement>; POLS],
     alt_delays: [Vec<SpectrumDelay>; POLS],
     alt_placements: [Vec<Placement>; POLS],
+    spectrum_valid: Vec<bool>,
+}
+
+impl OutputPlan {
+    fn new(g: Channelisation, plan: FramePlan) -> Self {
+        let spectra = g.spectra_per_frame();
+        Self {
+            g,
+            plan,
+            placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
+            alt_delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); spectra]),
+            alt_placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
+            spectrum_valid: vec![false; spectra],
+        }
+    }
+}
+
+pub struct Compute {
+    backend: Box<dyn Backend>,
+    /// Digitiser heaps per chunk, and samples per digitiser heap.
+    slots: usize,
+    heap_samples: usize,
+    /// Per output, in the configuration's order.
+    outputs: Vec<OutputPlan>,
+    /// Delay models act on the input: every output follows them.
+    models: [Models; POLS],
     /// Presence of the previous computed chunk then this one, per polarisation.
     span_present: [Vec<bool>; POLS],
-    spectrum_valid: Vec<bool>,
     last_computed: Option<u64>,
     last_present: [Vec<bool>; POLS],
     last_seen: Option<u64>,
@@ -85,19 +110,16 @@ impl Compute {
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        let g = &cfg.geometry;
-        let spectra = g.spectra_per_frame();
         let slots = cfg.heaps_per_chunk();
         Self {
             backend,
-            plan: cfg.plan(),
-            cfg: cfg.clone(),
+            slots,
+            heap_samples: cfg.input.heap_samples,
+            outputs: (0..cfg.outputs.len())
+                .map(|k| OutputPlan::new(cfg.channelisation(k), cfg.plan(k)))
+                .collect(),
             models: Default::default(),
-            placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
-            alt_delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); spectra]),
-            alt_placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
             span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
-            spectrum_valid: vec![false; spectra],
             last_computed: None,
             last_present: std::array::from_fn(|_| vec![false; slots]),
             last_seen: None,
@@ -151,9 +173,9 @@ impl Compute {
 
     fn command(&mut self, c: Command) {
         match c {
-            Command::Gains { pol, gains } => {
-                if let Err(e) = self.backend.set_gains(pol, &gains) {
-                    tracing::warn!(pol, "gains not applied: {e}");
+            Command::Gains { output, pol, gains } => {
+                if let Err(e) = self.backend.set_gains(output, pol, &gains) {
+                    tracing::warn!(output, pol, "gains not applied: {e}");
                 }
             }
             Command::Delay {
@@ -170,10 +192,7 @@ impl Compute {
 
     /// Fills the frame's delays and the meta's validity. Returns whether to compute the frame.
     fn prepare(&mut self, work: &mut Work) -> bool {
-        // A few integers: cloned so that `self` stays free for the calls below.
-        let g = &self.cfg.geometry.clone();
-        let slots = self.cfg.heaps_per_chunk();
-        let heaps = g.heaps_per_frame;
+        let slots = self.slots;
         let id = work.meta.id;
         let Work { frame, meta } = work;
 
@@ -186,8 +205,11 @@ impl Compute {
                         .heaps_missing
                         .fetch_add(gap * slots as u64, Relaxed);
                 }
-                for s in &self.stats.heaps_skipped {
-                    s.fetch_add(gap * heaps as u64, Relaxed);
+                for (o, plan) in self.stats.outputs.iter().zip(&self.outputs) {
+                    let heaps = plan.g.heaps_per_frame() as u64;
+                    for s in &o.heaps_skipped {
+                        s.fetch_add(gap * heaps, Relaxed);
+                    }
                 }
             }
         }
@@ -200,7 +222,21 @@ impl Compute {
         }
 
         let any_input = meta.present.iter().any(|p| p.iter().any(|&x| x));
-        let delays_ok = any_input && self.fill(frame.timestamp, &mut frame.delays);
+        let timestamp = frame.input.timestamp;
+        // Models due by the earliest spectrum of any output take over; later ones switch within
+        // each output's frame in `fill`.
+        if any_input {
+            let first = self
+                .outputs
+                .iter()
+                .map(|o| o.plan.spectrum_timestamp(&o.g, timestamp, 0))
+                .min();
+            if let Some(first) = first {
+                for m in &mut self.models {
+                    m.promote(first);
+                }
+            }
+        }
 
         // The span: the previous computed chunk's flags (if it is the previous chunk), then ours.
         let prev_ok = id.checked_sub(1).is_some() && self.last_computed == id.checked_sub(1);
@@ -213,25 +249,29 @@ impl Compute {
             }
             tail.copy_from_slice(&meta.present[p]);
         }
-        let chunk = g.chunk_samples();
-        let span_start = (chunk - g.overlap_samples) as u64;
-        let window = g.window();
-        for m in 0..g.spectra_per_frame() {
-            self.spectrum_valid[m] = delays_ok
-                && (0..POLS).all(|p| {
-                    self.placements[p][m].in_span
-                        && spectrum_valid(
-                            &self.span_present[p],
-                            self.cfg.heap_samples,
-                            span_start,
-                            frame.delays[p][m].offset,
-                            window,
-                        )
-                });
-        }
-        for (h, v) in meta.heap_valid.iter_mut().enumerate() {
-            let s = g.spectra_per_heap;
-            *v = self.spectrum_valid[h * s..(h + 1) * s].iter().all(|&x| x);
+        for k in 0..self.outputs.len() {
+            let delays = &mut frame.outputs[k].delays;
+            let delays_ok = any_input && self.fill(k, timestamp, delays);
+            let o = &mut self.outputs[k];
+            let g = o.g;
+            let span_start = (g.chunk_samples() - g.input.overlap_samples) as u64;
+            for (m, valid) in o.spectrum_valid.iter_mut().enumerate() {
+                *valid = delays_ok
+                    && (0..POLS).all(|p| {
+                        o.placements[p][m].in_span
+                            && spectrum_valid(
+                                &self.span_present[p],
+                                self.heap_samples,
+                                span_start,
+                                delays[p][m].offset,
+                                g.window(),
+                            )
+                    });
+            }
+            let s = g.output.spectra_per_heap;
+            for (h, v) in meta.heap_valid[k].iter_mut().enumerate() {
+                *v = o.spectrum_valid[h * s..(h + 1) * s].iter().all(|&x| x);
+            }
         }
         if any_input {
             self.last_computed = Some(id);
@@ -242,27 +282,15 @@ impl Compute {
         any_input
     }
 
-    /// Evaluates the delay models for every spectrum of the frame starting at `timestamp`. A model
-    /// loaded for a time inside the frame takes over from that spectrum on (a second model due in
-    /// the same frame waits for the next frame).
-    fn fill(&mut self, timestamp: u64, delays: &mut [Vec<SpectrumDelay>; POLS]) -> bool {
-        let g = &self.cfg.geometry;
-        let first = self.plan.spectrum_timestamp(g, timestamp, 0);
-        let last = self
-            .plan
-            .spectrum_timestamp(g, timestamp, g.spectra_per_frame() - 1);
-        for m in &mut self.models {
-            m.promote(first);
-        }
+    /// Evaluates the delay models for every spectrum of output `k` in the frame starting at
+    /// `timestamp`. A model loaded for a time inside the frame takes over from that spectrum on (a
+    /// second model due in the same frame waits for the next frame).
+    fn fill(&mut self, k: usize, timestamp: u64, delays: &mut [Vec<SpectrumDelay>; POLS]) -> bool {
+        let o = &mut self.outputs[k];
+        let (g, plan) = (&o.g, &o.plan);
+        let last = plan.spectrum_timestamp(g, timestamp, g.spectra_per_frame() - 1);
         let current = [self.models[0].current, self.models[1].current];
-        let result = fill_delays(
-            g,
-            &self.plan,
-            timestamp,
-            &current,
-            delays,
-            &mut self.placements,
-        );
+        let result = fill_delays(g, plan, timestamp, &current, delays, &mut o.placements);
         let mut outside = match result {
             Ok(n) => n,
             Err(e) => return self.delay_error(e.to_string()),
@@ -278,11 +306,11 @@ impl Compute {
             let models = std::array::from_fn(|p| next[p].map_or(current[p], |(_, m)| m));
             let alt = fill_delays(
                 g,
-                &self.plan,
+                plan,
                 timestamp,
                 &models,
-                &mut self.alt_delays,
-                &mut self.alt_placements,
+                &mut o.alt_delays,
+                &mut o.alt_placements,
             );
             if let Err(e) = alt {
                 return self.delay_error(e.to_string());
@@ -291,13 +319,13 @@ impl Compute {
             for p in 0..POLS {
                 let Some((from, _)) = next[p] else { continue };
                 let switched = (0..g.spectra_per_frame())
-                    .find(|&m| self.plan.spectrum_timestamp(g, timestamp, m) >= from as i128)
+                    .find(|&m| plan.spectrum_timestamp(g, timestamp, m) >= from as i128)
                     .unwrap_or(g.spectra_per_frame());
-                delays[p][switched..].copy_from_slice(&self.alt_delays[p][switched..]);
-                self.placements[p][switched..].copy_from_slice(&self.alt_placements[p][switched..]);
+                delays[p][switched..].copy_from_slice(&o.alt_delays[p][switched..]);
+                o.placements[p][switched..].copy_from_slice(&o.alt_placements[p][switched..]);
             }
             for p in 0..POLS {
-                outside += self.placements[p].iter().filter(|x| !x.in_span).count();
+                outside += o.placements[p].iter().filter(|x| !x.in_span).count();
             }
         }
         if outside > 0 {
@@ -360,13 +388,15 @@ impl Compute {
                     self.stats.chunk_time.record(t.elapsed());
                 }
                 meta.computed = true;
-                for p in 0..POLS {
-                    self.stats.saturated[p].fetch_add(frame.saturated[p], Relaxed);
+                for (stats, out) in self.stats.outputs.iter().zip(&frame.outputs) {
+                    for p in 0..POLS {
+                        stats.saturated[p].fetch_add(out.saturated[p], Relaxed);
+                    }
                 }
                 self.stats.frames_computed.fetch_add(1, Relaxed);
                 self.stats
                     .last_frame_timestamp
-                    .store(frame.timestamp, Relaxed);
+                    .store(frame.input.timestamp, Relaxed);
                 self.stats.last_frame_unix_ns.store(unix_ns(), Relaxed);
                 Work { frame, meta }
             }

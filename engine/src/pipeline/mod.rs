@@ -13,7 +13,8 @@
 //! - [`pair`]: matches the two polarisations' chunks by chunk id and swaps their buffers into a free
 //!   frame, handing the frame's spent buffers back to the receivers.
 //! - [`compute`]: delay model, validity, and the backend (up to `max_in_flight` frames in flight).
-//! - [`send`]: output heaps whose spectra are all valid, as SPEAD packets through GSO.
+//! - [`send`]: each output's heaps whose spectra are all valid, as SPEAD packets through GSO, to
+//!   that output's destinations.
 
 pub mod compute;
 pub mod pair;
@@ -30,8 +31,8 @@ use num_complex::Complex32;
 
 use crate::backend::{Backend, Frame, HostBuffer, POLS};
 use crate::config::EngineConfig;
-use crate::metrics::Stats;
 use crate::signal::delay::DelayModel;
+use crate::stats::Stats;
 
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
 /// threads).
@@ -48,7 +49,7 @@ const SLACK_BYTES: usize = 256 << 20;
 /// Chunks of one polarisation the pairing stage holds while waiting for the other: enough for
 /// [`SLACK`] (within [`SLACK_BYTES`]), and at least [`MAX_PENDING`].
 pub fn max_pending(cfg: &EngineConfig) -> usize {
-    let chunk_bytes = (cfg.heaps_per_chunk() * cfg.heap_bytes).max(1);
+    let chunk_bytes = (cfg.heaps_per_chunk() * cfg.input.heap_bytes).max(1);
     let by_time = (SLACK.as_secs_f64() / cfg.chunk_seconds()).ceil();
     let by_memory = (SLACK_BYTES / chunk_bytes) as f64;
     (by_time.min(by_memory) as usize).max(MAX_PENDING)
@@ -69,19 +70,24 @@ pub struct Meta {
     pub id: u64,
     /// Per polarisation, per digitiser heap of the chunk: received whole.
     pub present: [Vec<bool>; POLS],
-    /// Per output heap of the frame: every spectrum in it is valid (both polarisations).
-    pub heap_valid: Vec<bool>,
+    /// Per output, per output heap of the frame: every spectrum in it is valid (both
+    /// polarisations).
+    pub heap_valid: Vec<Vec<bool>>,
     /// The backend computed this frame (otherwise `output` is stale and nothing is sent).
     pub computed: bool,
     pub submitted_at: Option<Instant>,
 }
 
 impl Meta {
-    fn new(slots: usize, heaps: usize) -> Self {
+    /// Bookkeeping sized for the input and outputs of `cfg`.
+    pub fn new(cfg: &EngineConfig) -> Self {
+        let slots = cfg.heaps_per_chunk();
         Self {
             id: 0,
             present: [vec![false; slots], vec![false; slots]],
-            heap_valid: vec![false; heaps],
+            heap_valid: (0..cfg.outputs.len())
+                .map(|k| vec![false; cfg.channelisation(k).heaps_per_frame()])
+                .collect(),
             computed: false,
             submitted_at: None,
         }
@@ -91,11 +97,14 @@ impl Meta {
 /// Requests from the control server to the compute thread (which owns the backend).
 #[derive(Clone, Debug)]
 pub enum Command {
+    /// Gains of one polarisation of output `output` (its index in the configuration).
     Gains {
+        output: usize,
         pol: usize,
         gains: Vec<Complex32>,
     },
     /// Use `model` for spectra with timestamps from `apply_from` on (0: from the next frame).
+    /// Delays act on the input: every output follows them.
     Delay {
         pol: usize,
         apply_from: u64,
@@ -133,7 +142,7 @@ impl Pipeline {
         stop: Arc<AtomicBool>,
     ) -> Result<Self, String> {
         let receivers = [recv::bind(cfg, 0, &stats)?, recv::bind(cfg, 1, &stats)?];
-        let outputs = send::outputs(cfg)?;
+        let transmitters = send::transmitters(cfg)?;
 
         let (commands_tx, commands_rx) = bounded::<Command>(64);
         let (ready_tx, ready_rx) = bounded::<Result<Ready, String>>(1);
@@ -190,9 +199,8 @@ impl Pipeline {
         let spare_per_pol = ready.spare[0].len();
         let buffers_per_pol = frames + spare_per_pol;
         let (free_tx, free_rx) = bounded::<Work>(frames);
-        let slots = cfg.heaps_per_chunk();
         for frame in ready.frames {
-            let meta = Meta::new(slots, cfg.geometry.heaps_per_frame);
+            let meta = Meta::new(cfg);
             // Cannot fail: the queue holds exactly `frames` items.
             let _ = free_tx.try_send(Work { frame, meta });
         }
@@ -245,7 +253,14 @@ impl Pipeline {
         let out_stop = stop.clone();
         let out_cfg = cfg.clone();
         match spawn("fengine-send", move || {
-            send::run(outputs, &out_cfg, to_send_rx, free_tx, out_stats, out_stop)
+            send::run(
+                transmitters,
+                &out_cfg,
+                to_send_rx,
+                free_tx,
+                out_stats,
+                out_stop,
+            )
         }) {
             Ok(t) => threads.push(("send", t)),
             Err(e) => return abort(&stop, threads, e),
@@ -326,15 +341,16 @@ fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Res
 /// Frames for the pipeline and spare chunk buffers for the receivers, all from the backend (pinned
 /// memory for CUDA), and the initial gains.
 fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, String> {
-    let g = backend.geometry().clone();
-    if g != cfg.geometry {
+    if *backend.input() != cfg.input.geometry || backend.outputs() != cfg.output_geometries() {
         return Err("the backend was built for another geometry.".into());
     }
-    let gains = vec![Complex32::new(cfg.gain, 0.0); g.channels];
-    for pol in 0..POLS {
-        backend
-            .set_gains(pol, &gains)
-            .map_err(|e| format!("cannot set the initial gains: {e}."))?;
+    for (k, output) in cfg.outputs.iter().enumerate() {
+        let gains = vec![Complex32::new(output.gain, 0.0); output.geometry.channels];
+        for pol in 0..POLS {
+            backend
+                .set_gains(k, pol, &gains)
+                .map_err(|e| format!("cannot set the initial gains: {e}."))?;
+        }
     }
     let max_in_flight = backend.max_in_flight().max(1);
     // In flight in the backend, one being prepared, two in each queue, one sending, one pairing.
@@ -350,12 +366,12 @@ fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, Stri
     }
     // The receivers hold their window, one chunk being opened, and what the pairing stage holds;
     // several lanes of one polarisation may be a chunk or two apart.
-    let lag = if cfg.recv_threads > 1 { 2 } else { 0 };
+    let lag = if cfg.input.recv_threads > 1 { 2 } else { 0 };
     let spares = RECV_WINDOW + max_pending(cfg) + 3 + lag;
     let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
     for _ in 0..spares {
         let f = alloc(backend)?;
-        let [a, b] = f.chunk;
+        let [a, b] = f.input.chunk;
         spare[0].push(a);
         spare[1].push(b);
     }
@@ -368,7 +384,7 @@ fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, Stri
 }
 
 /// A queue-depth gauge reading `r`.
-fn depth<T: Send + 'static>(r: &Receiver<T>) -> crate::metrics::DepthFn {
+fn depth<T: Send + 'static>(r: &Receiver<T>) -> crate::stats::DepthFn {
     let r = r.clone();
     Box::new(move || r.len())
 }

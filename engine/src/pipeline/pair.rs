@@ -23,7 +23,7 @@ use super::recv::RecvMsg;
 use super::{max_pending, recv_until_stop, send_until_stop, Work, SLACK, TICK};
 use crate::backend::{HostBuffer, POLS};
 use crate::config::EngineConfig;
-use crate::metrics::Stats;
+use crate::stats::Stats;
 
 enum Entry {
     Chunk {
@@ -66,7 +66,7 @@ impl Pair {
     pub fn new(cfg: &EngineConfig, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> Self {
         let chunk = Duration::from_secs_f64(cfg.chunk_seconds().min(60.0));
         Self {
-            chunk_samples: cfg.geometry.chunk_samples() as u64,
+            chunk_samples: cfg.input.geometry.chunk_samples as u64,
             timeout: (chunk * 3).max(SLACK),
             max_pending: max_pending(cfg),
             pending: [VecDeque::new(), VecDeque::new()],
@@ -239,7 +239,7 @@ impl Pair {
             let present = &mut work.meta.present[pol];
             match c {
                 Some(mut chunk) => {
-                    std::mem::swap(&mut work.frame.chunk[pol], &mut chunk.data);
+                    std::mem::swap(&mut work.frame.input.chunk[pol], &mut chunk.data);
                     if present.len() == chunk.present.len() {
                         present.copy_from_slice(&chunk.present);
                     } else {
@@ -256,7 +256,7 @@ impl Pair {
         }
         work.meta.id = id;
         work.meta.computed = false;
-        work.frame.timestamp = id.saturating_mul(self.chunk_samples);
+        work.frame.input.timestamp = id.saturating_mul(self.chunk_samples);
         send_until_stop(&ctx.to_compute, work, &self.stop)
     }
 }
@@ -272,20 +272,12 @@ mod tests {
     use super::*;
     use crate::backend::Frame;
     use crate::pipeline::Meta;
-    use clap::Parser;
     use crossbeam_channel::bounded;
     use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, Placement};
     use spead::{HeapItem, HeapWriter, Limits, RejectCounters};
 
     fn config() -> EngineConfig {
-        let cli = crate::config::Cli::try_parse_from([
-            "fengine",
-            "--src-pol0",
-            "127.0.0.1:1",
-            "--src-pol1",
-            "127.0.0.1:2",
-            "--dst",
-            "127.0.0.1:3",
+        let args = crate::config::test_args(&[
             "--channels",
             "16",
             "--taps",
@@ -302,7 +294,7 @@ mod tests {
             "0",
         ])
         .unwrap();
-        EngineConfig::from_args(&cli.run.unwrap()).unwrap()
+        EngineConfig::from_args(&args).unwrap()
     }
 
     /// Chunks with the given ids (each with its first heap present), made by a real assembler.
@@ -311,21 +303,21 @@ mod tests {
         let mut asm = ChunkAssembler::new(
             ChunkConfig {
                 slots,
-                slot_bytes: cfg.heap_bytes,
-                packet_payload: cfg.heap_bytes,
+                slot_bytes: cfg.input.heap_bytes,
+                packet_payload: cfg.input.heap_bytes,
                 window: 1,
                 max_jump: u64::MAX / 2,
             },
             Arc::new(RejectCounters::new()),
         );
         for _ in ids {
-            let _ = asm.give(HostBuffer::zeroed(cfg.geometry.chunk_bytes()));
+            let _ = asm.give(HostBuffer::zeroed(cfg.input.geometry.chunk_bytes()));
         }
-        let payload = vec![0u8; cfg.heap_bytes];
+        let payload = vec![0u8; cfg.input.heap_bytes];
         let mut out = Vec::new();
         for &id in ids {
             let items = [HeapItem::addressed(0x3300, &payload)];
-            HeapWriter::new(cfg.heap_bytes).write(id, &items, |d| {
+            HeapWriter::new(cfg.input.heap_bytes).write(id, &items, |d| {
                 let _ = asm.add_datagram(
                     d,
                     &Limits::default(),
@@ -356,12 +348,12 @@ mod tests {
 
     fn rig() -> Rig {
         let cfg = config();
-        let stats = Arc::new(Stats::new(1));
+        let stats = Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)]));
         let (free_tx, free) = bounded(16);
         for _ in 0..16 {
             let work = Work {
-                frame: Frame::new_host(&cfg.geometry),
-                meta: Meta::new(cfg.heaps_per_chunk(), cfg.geometry.heaps_per_frame),
+                frame: Frame::new_host(&cfg.input.geometry, &cfg.output_geometries()),
+                meta: Meta::new(&cfg),
             };
             free_tx.send(work).unwrap();
         }
@@ -418,7 +410,7 @@ mod tests {
                 (8, true, true)
             ]
         );
-        let f = r.cfg.geometry.chunk_samples() as u64;
+        let f = r.cfg.input.geometry.chunk_samples as u64;
         assert_eq!(r.pair.chunk_samples, f);
     }
 

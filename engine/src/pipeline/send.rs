@@ -1,6 +1,7 @@
-//! Send stage: output heaps in the katgpucbf F-engine format (docs/wire-formats.md).
+//! Send stage: each output's heaps in the katgpucbf F-engine format (`docs/wire-formats.md`), to
+//! that output's destinations.
 //!
-//! For output heap h of a frame and substream i: if every spectrum of the heap is valid, channels
+//! For output heap h of a frame and substream i of an output: if every spectrum of the heap is valid, channels
 //! `[i c, (i+1) c)` of that heap (contiguous in the frame's output) go to substream i's destination
 //! as packets of at most `packet_payload` bytes of payload, each with the 8 item pointers (heap
 //! counter, size, offset, payload length, timestamp, F-engine id, frequency, feng_raw at 0).
@@ -27,7 +28,7 @@ use spead::{items, Descriptor, HeapItem, HeapWriter};
 use super::{recv_until_stop, Work};
 use crate::backend::POLS;
 use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
-use crate::metrics::Stats;
+use crate::stats::{OutputStats, Stats};
 
 const DESCRIPTOR_PERIOD: Duration = Duration::from_secs(1);
 /// Heap counters keep the substream above this bit.
@@ -36,12 +37,16 @@ const COUNTER_MASK: u64 = (1 << SUBSTREAM_SHIFT) - 1;
 /// Descriptor heaps use this bit of the counter, so they never collide with data heaps.
 const DESCRIPTOR_BIT: u64 = 1 << 39;
 
-/// One send thread's socket, its share of the substreams and everything precomputed for them.
-pub struct Output {
+/// One send thread's socket, its share of one output's substreams and everything precomputed for
+/// them.
+pub struct Transmitter {
+    /// The output it sends for (index into the configuration's outputs).
+    output: usize,
     sender: transport::Sender,
-    /// Destinations of every substream (indexed by substream; this output sends to `subs`).
+    /// Destinations of every substream of the output (indexed by substream; this transmitter
+    /// sends to `subs`).
     dests: Vec<SocketAddr>,
-    /// The substreams this output sends.
+    /// The substreams this transmitter sends.
     subs: Range<usize>,
     /// Pre-encoded descriptor packets per substream of `subs` (the heap counter is patched each time).
     descriptors: Vec<Vec<Vec<u8>>>,
@@ -65,21 +70,28 @@ pub fn heap_counter(
     ((substream as u64) << SUBSTREAM_SHIFT) | (k & COUNTER_MASK)
 }
 
-/// The outputs of `cfg.send_threads` send threads: substreams split into contiguous shares.
-pub fn outputs(cfg: &EngineConfig) -> Result<Vec<Output>, String> {
-    let (n, threads) = (
-        cfg.substreams(),
-        cfg.send_threads.clamp(1, cfg.substreams()),
-    );
-    (0..threads)
-        .map(|k| Output::new(cfg, k * n / threads..(k + 1) * n / threads))
-        .collect()
+/// The transmitters of every output: each output's substreams split into contiguous shares, one
+/// per send thread of that output.
+pub fn transmitters(cfg: &EngineConfig) -> Result<Vec<Transmitter>, String> {
+    let mut all = Vec::new();
+    for (k, spec) in cfg.outputs.iter().enumerate() {
+        let n = spec.substreams();
+        let threads = spec.send_threads.clamp(1, n);
+        for t in 0..threads {
+            all.push(Transmitter::new(
+                cfg,
+                k,
+                t * n / threads..(t + 1) * n / threads,
+            )?);
+        }
+    }
+    Ok(all)
 }
 
-/// Sends every frame from `rx` through `outputs`, one thread each (this thread hands each frame to
-/// all of them), and returns each frame to `free` once every output is done with it.
+/// Sends every frame from `rx` through `transmitters`, one thread each (this thread hands each
+/// frame to all of them), and returns each frame to `free` once every transmitter is done with it.
 pub fn run(
-    outputs: Vec<Output>,
+    transmitters: Vec<Transmitter>,
     cfg: &EngineConfig,
     rx: Receiver<Work>,
     free: Sender<Work>,
@@ -93,7 +105,7 @@ pub fn run(
     };
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
-        for (k, out) in outputs.into_iter().enumerate() {
+        for (k, out) in transmitters.into_iter().enumerate() {
             let (tx, wrx) = crossbeam_channel::bounded::<Arc<Work>>(2);
             let (stats, stop, release) = (&stats, &stop, &release);
             let spawned = std::thread::Builder::new()
@@ -122,8 +134,10 @@ pub fn run(
     })
 }
 
-impl Output {
-    pub fn new(cfg: &EngineConfig, subs: Range<usize>) -> Result<Self, String> {
+impl Transmitter {
+    /// A transmitter of substreams `subs` of output `output`.
+    pub fn new(cfg: &EngineConfig, output: usize, subs: Range<usize>) -> Result<Self, String> {
+        let spec = &cfg.outputs[output];
         let socket = UdpSocket::sender(&SocketConfig {
             buffer_bytes: cfg.socket_buffer,
             interface: cfg.interface,
@@ -132,8 +146,8 @@ impl Output {
             gro: false,
         })
         .map_err(|e| format!("cannot open the output socket: {e}."))?;
-        let c = cfg.substream_channels() as u64;
-        let s = cfg.geometry.spectra_per_heap as u64;
+        let c = spec.substream_channels() as u64;
+        let s = spec.geometry.spectra_per_heap as u64;
         let descriptors = subs
             .clone()
             .map(|_| {
@@ -171,11 +185,12 @@ impl Output {
                 packets
             })
             .collect();
-        let heap_payload = cfg.substream_channels() * cfg.geometry.spectra_per_heap * POLS * 2;
+        let heap_payload = spec.substream_channels() * spec.geometry.spectra_per_heap * POLS * 2;
         let packets = heap_payload.div_ceil(cfg.packet_payload);
         Ok(Self {
+            output,
             sender: transport::Sender::new(socket),
-            dests: cfg.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
+            dests: spec.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
             subs,
             descriptors,
             headers: vec![0u8; packets * PACKET_HEADER_BYTES],
@@ -183,7 +198,7 @@ impl Output {
         })
     }
 
-    /// One send thread: this output's substreams of every frame from `rx`, each frame then
+    /// One send thread: this transmitter's substreams of every frame from `rx`, each frame then
     /// handed to `release`.
     fn run(
         mut self,
@@ -193,15 +208,19 @@ impl Output {
         stats: &Stats,
         stop: &AtomicBool,
     ) {
-        let g = &cfg.geometry;
-        let heap_step = cfg.heap_timestamp_step();
-        let sub_bytes = cfg.substream_channels() * g.spectra_per_heap * POLS * 2;
+        let k = self.output;
+        let (spec, g, plan) = (&cfg.outputs[k], cfg.channelisation(k), cfg.plan(k));
+        let Some(out_stats) = stats.outputs.get(k) else {
+            return;
+        };
+        let heap_step = spec.heap_timestamp_step();
+        let sub_bytes = spec.substream_channels() * g.output.spectra_per_heap * POLS * 2;
         let heap_bytes = g.heap_bytes();
         let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
         // Output is 2 bytes per sample per polarisation... (n channels x 2 pols x 2 bytes per 2n
         // samples) = 2 fs bytes/s, plus headers.
-        // This output's share of it.
-        let share = self.subs.len() as f64 / cfg.substreams() as f64;
+        // This transmitter's share of it.
+        let share = self.subs.len() as f64 / spec.substreams() as f64;
         let rate = share
             * cfg.send_rate_factor
             * 2.0
@@ -219,22 +238,24 @@ impl Output {
                 Some(t) => t.elapsed() >= DESCRIPTOR_PERIOD,
             };
             if due {
-                self.send_descriptors(cfg, descriptor_seq, stats, &mut errors);
+                self.send_descriptors(cfg, descriptor_seq, out_stats, &mut errors);
                 descriptor_seq += 1;
                 last_descriptors = Some(Instant::now());
             }
             let meta = &work.meta;
-            let output = &work.frame.output;
-            for h in 0..g.heaps_per_frame {
-                let t =
-                    cfg.plan()
-                        .spectrum_timestamp(g, work.frame.timestamp, h * g.spectra_per_heap);
+            let output = &work.frame.outputs[k].heaps;
+            for h in 0..g.heaps_per_frame() {
+                let t = plan.spectrum_timestamp(
+                    &g,
+                    work.frame.input.timestamp,
+                    h * g.output.spectra_per_heap,
+                );
                 let valid = meta.computed
-                    && meta.heap_valid[h]
+                    && meta.heap_valid[k][h]
                     && t >= 0
                     && output.len() >= heap_bytes * (h + 1);
                 if !valid {
-                    for s in &stats.heaps_skipped[self.subs.clone()] {
+                    for s in &out_stats.heaps_skipped[self.subs.clone()] {
                         s.fetch_add(1, Relaxed);
                     }
                     continue;
@@ -244,7 +265,7 @@ impl Output {
                     let start = h * heap_bytes + i * sub_bytes;
                     let data = &output[start..start + sub_bytes];
                     let cnt = heap_counter(i, t, heap_step, cfg.array_size, cfg.feng_id);
-                    let frequency = (i * cfg.substream_channels()) as u64;
+                    let frequency = (i * spec.substream_channels()) as u64;
                     self.write_headers(cnt, t, cfg.feng_id, frequency, data, cfg.packet_payload);
                     // Pace per GSO-sized part so that a heap is not one long burst.
                     let per_part = (65_000 / segment).max(1);
@@ -279,19 +300,21 @@ impl Output {
                         }
                     }
                     if sent_ok {
-                        stats.heaps_sent[i].fetch_add(1, Relaxed);
-                        stats.last_output_timestamp.fetch_max(t, Relaxed);
+                        out_stats.heaps_sent[i].fetch_add(1, Relaxed);
+                        out_stats.last_output_timestamp.fetch_max(t, Relaxed);
                     } else {
-                        stats.send_errors.fetch_add(1, Relaxed);
+                        out_stats.send_errors.fetch_add(1, Relaxed);
                     }
                 }
             }
             let totals = self.sender.stats();
             let (packets, bytes) = self.reported;
-            stats
+            out_stats
                 .packets_sent
                 .fetch_add(totals.datagrams - packets, Relaxed);
-            stats.bytes_sent.fetch_add(totals.bytes - bytes, Relaxed);
+            out_stats
+                .bytes_sent
+                .fetch_add(totals.bytes - bytes, Relaxed);
             self.reported = (totals.datagrams, totals.bytes);
             if !release(work) {
                 break;
@@ -331,7 +354,13 @@ impl Output {
         }
     }
 
-    fn send_descriptors(&mut self, cfg: &EngineConfig, seq: u64, stats: &Stats, errors: &mut u64) {
+    fn send_descriptors(
+        &mut self,
+        cfg: &EngineConfig,
+        seq: u64,
+        stats: &OutputStats,
+        errors: &mut u64,
+    ) {
         for (i, packets) in self.subs.clone().zip(self.descriptors.iter_mut()) {
             let k = seq.wrapping_mul(cfg.array_size).wrapping_add(cfg.feng_id);
             let cnt = ((i as u64) << SUBSTREAM_SHIFT) | DESCRIPTOR_BIT | (k & (DESCRIPTOR_BIT - 1));

@@ -6,7 +6,7 @@
 //! cancelled by loading the engine with d = tau.
 
 use super::{bail, Result};
-use crate::backend::{Geometry, SpectrumDelay, POLS};
+use crate::backend::{Channelisation, SpectrumDelay, POLS};
 
 /// One polarisation's delay model, as loaded by the control interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -98,7 +98,7 @@ pub struct FramePlan {
 }
 
 impl FramePlan {
-    pub fn validate(&self, g: &Geometry) -> Result<()> {
+    pub fn validate(&self, g: &Channelisation) -> Result<()> {
         let step = g.step();
         if !self.lag.is_multiple_of(step) {
             bail!(
@@ -106,12 +106,12 @@ impl FramePlan {
                 self.lag
             );
         }
-        if self.lag < g.window() - step || self.lag > g.overlap_samples {
+        if self.lag < g.window() - step || self.lag > g.input.overlap_samples {
             bail!(
                 "lag ({} samples) must be from (taps-1)*2n = {} to the overlap ({}) so that an undelayed window lies in the span",
                 self.lag,
                 g.window() - step,
-                g.overlap_samples
+                g.input.overlap_samples
             );
         }
         if !(self.fs.is_finite() && self.fs > 0.0) {
@@ -122,7 +122,7 @@ impl FramePlan {
 
     /// Timestamp (ADC sample of the first window sample before delay) of spectrum `m` of the frame
     /// whose chunk starts at `timestamp`. Negative only before the stream has run for `lag` samples.
-    pub fn spectrum_timestamp(&self, g: &Geometry, timestamp: u64, m: usize) -> i128 {
+    pub fn spectrum_timestamp(&self, g: &Channelisation, timestamp: u64, m: usize) -> i128 {
         timestamp as i128 - self.lag as i128 + (m * g.step()) as i128
     }
 }
@@ -131,7 +131,7 @@ impl FramePlan {
 /// `timestamp`, and `placements[pol][m]` with the coarse delay and whether it fitted in the span.
 /// Returns how many (spectrum, pol) pairs did not fit (their offsets are clamped to the span).
 pub fn fill_delays(
-    g: &Geometry,
+    g: &Channelisation,
     plan: &FramePlan,
     timestamp: u64,
     models: &[DelayModel; POLS],
@@ -155,7 +155,7 @@ pub fn fill_delays(
     for pol in 0..POLS {
         for m in 0..spectra {
             let at = models[pol].at(plan.spectrum_timestamp(g, timestamp, m), plan.fs)?;
-            let nominal = (g.overlap_samples - plan.lag + m * g.step()) as i128;
+            let nominal = (g.input.overlap_samples - plan.lag + m * g.step()) as i128;
             let offset = nominal - at.coarse as i128;
             let in_span = (0..=max_offset).contains(&offset);
             outside += usize::from(!in_span);
@@ -200,16 +200,22 @@ pub fn spectrum_valid(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{InputGeometry, OutputGeometry};
 
-    fn geometry() -> Geometry {
-        Geometry {
-            channels: 16,
-            taps: 4,
-            sample_bits: 10,
-            spectra_per_heap: 2,
-            heaps_per_frame: 2,
-            overlap_samples: 3 * 32 + 64,
-        }
+    fn geometry() -> Channelisation {
+        Channelisation::new(
+            InputGeometry {
+                sample_bits: 10,
+                chunk_samples: 2 * 2 * 32,
+                overlap_samples: 3 * 32 + 64,
+            },
+            OutputGeometry {
+                channels: 16,
+                taps: 4,
+                spectra_per_heap: 2,
+                bits: 8,
+            },
+        )
     }
 
     #[test]
@@ -285,7 +291,7 @@ mod tests {
         let outside = fill_delays(&g, &plan, 6400, &models, &mut delays, &mut placed).unwrap();
         assert_eq!(outside, 0);
         for m in 0..spectra {
-            let nominal = g.overlap_samples - plan.lag + m * 32;
+            let nominal = g.input.overlap_samples - plan.lag + m * 32;
             assert_eq!(delays[0][m].offset as usize, nominal - 20);
             assert!((delays[0][m].fine - 0.25).abs() < 1e-6);
             assert_eq!(delays[1][m].offset as usize, nominal + 8);
@@ -300,7 +306,7 @@ mod tests {
             );
             // The window of an undelayed spectrum starts at its timestamp.
             let t0 = plan.spectrum_timestamp(&g, 6400, m);
-            let span_start = 6400 - g.overlap_samples as i128;
+            let span_start = 6400 - g.input.overlap_samples as i128;
             assert_eq!(span_start + nominal as i128, t0);
         }
     }

@@ -10,7 +10,9 @@ use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::pipeline::StageMarks;
 use super::{CudaBackend, Tuning};
-use crate::backend::{Backend, BackendError, Geometry, Result, POLS};
+use crate::backend::{
+    Backend, BackendError, Channelisation, InputGeometry, OutputGeometry, Result, POLS,
+};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -82,17 +84,23 @@ pub struct Ceilings {
     pub both: (f64, f64),
 }
 
-fn geometry(opts: &BenchOptions, channels: usize) -> Geometry {
+fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
     let heap_samples = opts.spectra_per_heap * 2 * channels;
-    Geometry {
-        channels,
-        taps: opts.taps,
-        sample_bits: opts.sample_bits,
-        spectra_per_heap: opts.spectra_per_heap,
-        heaps_per_frame: (opts.chunk_samples / heap_samples).max(1),
-        // Room for the FIR's history and 2048 samples of coarse delay either way.
-        overlap_samples: (opts.taps - 1) * 2 * channels + 4096,
-    }
+    let heaps_per_frame = (opts.chunk_samples / heap_samples).max(1);
+    Channelisation::new(
+        InputGeometry {
+            sample_bits: opts.sample_bits,
+            chunk_samples: heaps_per_frame * heap_samples,
+            // Room for the FIR's history and 2048 samples of coarse delay either way.
+            overlap_samples: (opts.taps - 1) * 2 * channels + 4096,
+        },
+        OutputGeometry {
+            channels,
+            taps: opts.taps,
+            spectra_per_heap: opts.spectra_per_heap,
+            bits: 8,
+        },
+    )
 }
 
 /// Pseudo-random packed bytes (splitmix64; every bit pattern is a valid sample): never zeros,
@@ -138,7 +146,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
     for (i, &channels) in opts.channels.iter().enumerate() {
         let g = geometry(opts, channels);
         let t0 = Instant::now();
-        let mut backend = CudaBackend::new(g.clone(), opts.gpu_index)?;
+        let mut backend = CudaBackend::new(g.input, &[g.output], opts.gpu_index)?;
         let startup_ms = t0.elapsed().as_secs_f64() * 1e3;
         if i == 0 {
             writeln!(out, "device: {}", backend.device_name()).map_err(io)?;
@@ -168,7 +176,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         writeln!(
             out,
             "\n(d) launch shapes at {} channels (µs per frame)",
-            g.channels
+            g.output.channels
         )
         .map_err(io)?;
         writeln!(
@@ -178,7 +186,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         )
         .map_err(io)?;
         for t in &opts.variants {
-            let mut backend = CudaBackend::with_tuning(g.clone(), opts.gpu_index, *t)?;
+            let mut backend = CudaBackend::with_tuning(g, opts.gpu_index, *t)?;
             let r = gpu_only(&mut backend, [&chunks[0], &chunks[1]], opts.iterations)?;
             writeln!(
                 out,
@@ -215,7 +223,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
             let g = geometry(&o, o.variant_channels);
             let chunks: [Vec<u8>; POLS] =
                 std::array::from_fn(|_| random_bytes(&mut rng, g.chunk_bytes()));
-            let mut backend = CudaBackend::new(g.clone(), o.gpu_index)?;
+            let mut backend = CudaBackend::new(g.input, &[g.output], o.gpu_index)?;
             let (gsps, _) = end_to_end(&mut backend, [&chunks[0], &chunks[1]], o.frames)?;
             let mib = (2 * g.chunk_bytes() + g.output_bytes()) as f64 / (1 << 20) as f64;
             writeln!(
@@ -264,7 +272,7 @@ fn gpu_only(
     let stage_bytes = p.stage_bytes();
     let samples = p.geometry.chunk_samples() as f64;
     Ok(BenchRow {
-        channels: p.geometry.channels,
+        channels: p.geometry.output.channels,
         stage_us,
         stage_bytes,
         gpu_gsps: samples / stage_us[4] * 1e-3,
@@ -280,16 +288,22 @@ fn end_to_end(
     chunks: [&[u8]; POLS],
     frames: usize,
 ) -> Result<(f64, [f64; 3])> {
-    let g = backend.geometry().clone();
+    let g = backend.channelisation();
     let depth = backend.max_in_flight();
-    let lag = (g.taps - 1) * g.step();
+    let lag = (g.output.taps - 1) * g.step();
     let mut free = Vec::with_capacity(depth);
     for _ in 0..depth {
         let mut f = backend.alloc_frame()?;
-        for ((chunk, delays), src) in f.chunk.iter_mut().zip(&mut f.delays).zip(chunks) {
+        for ((chunk, delays), src) in f
+            .input
+            .chunk
+            .iter_mut()
+            .zip(&mut f.outputs[0].delays)
+            .zip(chunks)
+        {
             chunk.copy_from_slice(src);
             for (m, d) in delays.iter_mut().enumerate() {
-                d.offset = (g.overlap_samples - lag + m * g.step()) as u32;
+                d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
             }
         }
         free.push(f);

@@ -28,7 +28,8 @@ pub struct CompileTimes {
 impl Kernels {
     /// Compiles `cfg`'s module for the context's GPU and loads it.
     pub fn build(ctx: &Arc<CudaContext>, cfg: &kernels::Config) -> Result<(Self, CompileTimes)> {
-        cfg.validate().map_err(BackendError::Unsupported)?;
+        cfg.validate()
+            .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let (major, minor) = ctx
             .compute_capability()
             .map_err(driver("reading the compute capability"))?;

@@ -3,7 +3,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::{BackendError, Geometry, Result, POLS};
+use crate::backend::{BackendError, Channelisation, Result, POLS};
 
 /// Where each per-frame parameter lives in a slot's parameter block (byte offsets, 256-aligned).
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +20,7 @@ pub(crate) struct ParamLayout {
 }
 
 impl ParamLayout {
-    pub fn new(g: &Geometry) -> Self {
+    pub fn new(g: &Channelisation) -> Self {
         let align = |x: usize| x.div_ceil(256) * 256;
         let m = g.spectra_per_frame();
         let rotation = align(4 * POLS * m);
@@ -30,7 +30,7 @@ impl ParamLayout {
             rotation,
             gains,
             per_frame: gains,
-            total: gains + 8 * POLS * g.channels,
+            total: gains + 8 * POLS * g.output.channels,
         }
     }
 }
@@ -44,14 +44,14 @@ pub(crate) struct Shapes {
 }
 
 impl Shapes {
-    pub fn new(g: &Geometry, cfg: &kernels::Config) -> Result<Self> {
+    pub fn new(g: &Channelisation, cfg: &kernels::Config) -> Result<Self> {
         let m = g.spectra_per_frame();
-        let threads_per_spectrum_run = 2 * g.channels; // column pairs x pols
-                                                       // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that
-                                                       // leaves fewer than 2^17 threads to fill the GPU.
-                                                       // A multiple of the FIR batch, so that runs split into whole batches.
+        let threads_per_spectrum_run = 2 * g.output.channels; // column pairs x pols
+                                                              // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that
+                                                              // leaves fewer than 2^17 threads to fill the GPU.
+                                                              // A multiple of the FIR batch, so that runs split into whole batches.
         let batch = cfg.tuning.fir_batch;
-        let mut per_thread = (8 * g.taps).div_ceil(batch) * batch;
+        let mut per_thread = (8 * g.output.taps).div_ceil(batch) * batch;
         while per_thread > 1 && threads_per_spectrum_run * m.div_ceil(per_thread) < (1 << 17) {
             per_thread /= 2;
         }
@@ -59,14 +59,14 @@ impl Shapes {
         let block = cfg.fir_block();
         let fir = LaunchConfig {
             grid_dim: (
-                (g.channels / block) as u32,
+                (g.output.channels / block) as u32,
                 m.div_ceil(per_thread) as u32,
                 POLS as u32,
             ),
             block_dim: (block as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let pairs = g.channels / 8;
+        let pairs = g.output.channels / 8;
         let postproc = LaunchConfig {
             grid_dim: (
                 pairs.div_ceil(kernels::POSTPROC_TILE) as u32,
@@ -112,6 +112,7 @@ pub(crate) fn twiddle_table(n: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{InputGeometry, OutputGeometry};
 
     fn pair(t: &[u8], i: usize) -> (f32, f32) {
         let f = |o: usize| f32::from_ne_bytes(t[o..o + 4].try_into().unwrap());
@@ -141,33 +142,43 @@ mod tests {
 
     #[test]
     fn shapes_split_runs_into_whole_batches_and_fit_the_grid() {
-        let g = Geometry {
-            channels: 32768,
-            taps: 16,
-            sample_bits: 10,
-            spectra_per_heap: 256,
-            heaps_per_frame: 4,
-            overlap_samples: 15 * 65536,
-        };
+        let g = Channelisation::new(
+            InputGeometry {
+                sample_bits: 10,
+                chunk_samples: 4 * 256 * 65536,
+                overlap_samples: 15 * 65536,
+            },
+            OutputGeometry {
+                channels: 32768,
+                taps: 16,
+                spectra_per_heap: 256,
+                bits: 8,
+            },
+        );
         let cfg = kernels::Config {
-            channels: g.channels,
-            taps: g.taps,
-            sample_bits: g.sample_bits,
-            spectra_per_heap: g.spectra_per_heap,
+            channels: g.output.channels,
+            taps: g.output.taps,
+            sample_bits: g.input.sample_bits,
+            spectra_per_heap: g.output.spectra_per_heap,
             tuning: kernels::Tuning::default(),
         };
         let s = Shapes::new(&g, &cfg).unwrap();
         assert_eq!(s.fir_spectra_per_thread as usize % cfg.tuning.fir_batch, 0);
         assert_eq!(s.fir.grid_dim, (256, 1024 / s.fir_spectra_per_thread, 2));
         assert_eq!(s.postproc.grid_dim, (128, 32, 1));
-        let huge = Geometry {
-            channels: 16,
-            spectra_per_heap: 1 << 22,
-            heaps_per_frame: 1,
-            overlap_samples: 0,
-            taps: 1,
-            ..g
-        };
+        let huge = Channelisation::new(
+            InputGeometry {
+                chunk_samples: (1 << 22) * 32,
+                overlap_samples: 0,
+                ..g.input
+            },
+            OutputGeometry {
+                channels: 16,
+                spectra_per_heap: 1 << 22,
+                taps: 1,
+                ..g.output
+            },
+        );
         let cfg = kernels::Config {
             channels: 16,
             taps: 1,
@@ -180,7 +191,7 @@ mod tests {
         ));
         let l = ParamLayout::new(&g);
         assert!(l.offsets < l.rotation && l.rotation < l.gains && l.gains < l.total);
-        assert_eq!(l.total - l.gains, 8 * POLS * g.channels);
+        assert_eq!(l.total - l.gains, 8 * POLS * g.output.channels);
         assert_eq!(l.rotation % 256, 0);
         assert_eq!(l.gains % 256, 0);
     }

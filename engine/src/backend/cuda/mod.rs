@@ -24,8 +24,10 @@ use std::collections::VecDeque;
 
 use num_complex::Complex32;
 
-use super::reference::check_gains;
-use super::{Backend, BackendError, Frame, Geometry, HostBuffer, Result, SpectrumDelay, POLS};
+use super::{
+    check_gains, single_output, Backend, BackendError, Channelisation, Frame, HostBuffer,
+    InputFrame, InputGeometry, OutputFrame, OutputGeometry, Result,
+};
 use device::PinnedAlloc;
 use pipeline::{Pipeline, IN_FLIGHT};
 
@@ -48,12 +50,14 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// Compiles the kernels for GPU `gpu_index`, plans the FFT and allocates every buffer, once.
-    pub fn new(geometry: Geometry, gpu_index: usize) -> Result<Self> {
-        Self::with_tuning(geometry, gpu_index, Tuning::default())
+    /// One output, as every backend today.
+    pub fn new(input: InputGeometry, outputs: &[OutputGeometry], gpu_index: usize) -> Result<Self> {
+        Self::with_tuning(single_output(input, outputs)?, gpu_index, Tuning::default())
     }
 
-    /// As [`Self::new`], with launch shapes other than the defaults (for the benchmark).
-    pub fn with_tuning(geometry: Geometry, gpu_index: usize, tuning: Tuning) -> Result<Self> {
+    /// As [`Self::new`] for one output's channelisation, with launch shapes other than the
+    /// defaults (for the benchmark).
+    pub fn with_tuning(geometry: Channelisation, gpu_index: usize, tuning: Tuning) -> Result<Self> {
         geometry.validate().map_err(BackendError::Unsupported)?;
         probe(gpu_index)?;
         let ctx = device::context(gpu_index)?;
@@ -62,6 +66,11 @@ impl CudaBackend {
             pipeline,
             in_flight: VecDeque::with_capacity(IN_FLIGHT),
         })
+    }
+
+    /// The one output's channelisation it computes.
+    pub fn channelisation(&self) -> Channelisation {
+        self.pipeline.geometry
     }
 
     /// What start-up cost: compile, plan and allocation times, device memory.
@@ -89,23 +98,27 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
-    fn geometry(&self) -> &Geometry {
-        &self.pipeline.geometry
+    fn input(&self) -> &InputGeometry {
+        &self.pipeline.geometry.input
+    }
+
+    fn outputs(&self) -> &[OutputGeometry] {
+        std::slice::from_ref(&self.pipeline.geometry.output)
     }
 
     fn alloc_frame(&self) -> Result<Frame> {
         let g = &self.pipeline.geometry;
         Ok(Frame {
-            timestamp: 0,
-            chunk: [self.pinned(g.chunk_bytes())?, self.pinned(g.chunk_bytes())?],
-            delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); g.spectra_per_frame()]),
-            output: self.pinned(g.output_bytes())?,
-            saturated: [0; POLS],
+            input: InputFrame {
+                timestamp: 0,
+                chunk: [self.pinned(g.chunk_bytes())?, self.pinned(g.chunk_bytes())?],
+            },
+            outputs: vec![OutputFrame::new(g, self.pinned(g.output_bytes())?)],
         })
     }
 
-    fn set_gains(&mut self, pol: usize, gains: &[Complex32]) -> Result<()> {
-        check_gains(&self.pipeline.geometry, pol, gains)?;
+    fn set_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) -> Result<()> {
+        check_gains(self.outputs(), output, pol, gains)?;
         self.pipeline.set_gains(pol, gains);
         Ok(())
     }
@@ -118,7 +131,7 @@ impl Backend for CudaBackend {
                 "{IN_FLIGHT} frames already in flight: wait first"
             )));
         }
-        frame.check(&self.pipeline.geometry)?;
+        frame.check(self.input(), self.outputs())?;
         let slot = self.pipeline.enqueue(&mut frame)?;
         self.in_flight.push_back((slot, frame));
         Ok(())
@@ -128,7 +141,7 @@ impl Backend for CudaBackend {
         let Some((slot, mut frame)) = self.in_flight.pop_front() else {
             return Ok(None);
         };
-        frame.saturated = self.pipeline.finish(slot)?;
+        frame.outputs[0].saturated = self.pipeline.finish(slot)?;
         Ok(Some(frame))
     }
 

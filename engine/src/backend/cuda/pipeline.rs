@@ -23,7 +23,7 @@ use super::compile::{CompileTimes, Kernels};
 use super::device::{check, driver, memory_info, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
-use crate::backend::{BackendError, Frame, Geometry, Result, POLS};
+use crate::backend::{BackendError, Channelisation, Frame, Result, POLS};
 use crate::signal::{gain, weights};
 
 /// Frames in flight: one being copied in, one computed, one copied out, and one more so that a late
@@ -79,7 +79,7 @@ impl StageMarks {
 }
 
 pub(crate) struct Pipeline {
-    pub geometry: Geometry,
+    pub geometry: Channelisation,
     pub ctx: Arc<CudaContext>,
     pub h2d: Arc<CudaStream>,
     pub compute: Arc<CudaStream>,
@@ -105,14 +105,18 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(ctx: Arc<CudaContext>, geometry: Geometry, tuning: kernels::Tuning) -> Result<Self> {
+    pub fn new(
+        ctx: Arc<CudaContext>,
+        geometry: Channelisation,
+        tuning: kernels::Tuning,
+    ) -> Result<Self> {
         let t_start = Instant::now();
         let g = geometry;
         let cfg = kernels::Config {
-            channels: g.channels,
-            taps: g.taps,
-            sample_bits: g.sample_bits,
-            spectra_per_heap: g.spectra_per_heap,
+            channels: g.output.channels,
+            taps: g.output.taps,
+            sample_bits: g.input.sample_bits,
+            spectra_per_heap: g.output.spectra_per_heap,
             tuning,
         };
         let shapes = Shapes::new(&g, &cfg)?;
@@ -134,13 +138,18 @@ impl Pipeline {
         let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
 
         let t_alloc = Instant::now();
-        let w64 = weights::default_weights(g.channels, g.taps)
+        let w64 = weights::default_weights(g.output.channels, g.output.taps)
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let w32: Vec<u8> = w64.iter().flat_map(|&w| (w as f32).to_ne_bytes()).collect();
         let weights = upload(&ctx, &w32, "uploading the PFB weights")?;
-        let twiddles = upload(&ctx, &twiddle_table(g.channels), "uploading the twiddles")?;
-        let fft_buf = DeviceBuffer::new(&ctx, POLS * m * g.channels * 8)?;
-        let span_stride = (g.span_samples() * g.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
+        let twiddles = upload(
+            &ctx,
+            &twiddle_table(g.output.channels),
+            "uploading the twiddles",
+        )?;
+        let fft_buf = DeviceBuffer::new(&ctx, POLS * m * g.output.channels * 8)?;
+        let span_stride =
+            (g.span_samples() * g.input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
         let layout = ParamLayout::new(&g);
         let mut slots = Vec::with_capacity(SLOTS);
         for _ in 0..SLOTS {
@@ -179,8 +188,8 @@ impl Pipeline {
             postproc_registers: super::compile::registers(&kernels.postproc),
         };
         let gains = [
-            gain::default_gains(g.channels, g.sample_bits),
-            gain::default_gains(g.channels, g.sample_bits),
+            gain::default_gains(g.output.channels, g.input.sample_bits),
+            gain::default_gains(g.output.channels, g.input.sample_bits),
         ];
         Ok(Self {
             shapes,
@@ -217,11 +226,11 @@ impl Pipeline {
     }
 
     fn span_bytes(&self) -> usize {
-        self.geometry.span_samples() * self.geometry.sample_bits as usize / 8
+        self.geometry.span_samples() * self.geometry.input.sample_bits as usize / 8
     }
 
     fn overlap_bytes(&self) -> usize {
-        self.geometry.overlap_samples * self.geometry.sample_bits as usize / 8
+        self.geometry.input.overlap_samples * self.geometry.input.sample_bits as usize / 8
     }
 
     /// Enqueues all of `frame`'s work (copy in, compute, copy out) as the next frame of the
@@ -235,7 +244,7 @@ impl Pipeline {
         self.stage_params(slot, frame);
         self.copy_in(slot, frame)?;
         self.enqueue_compute(slot, false, None)?;
-        self.copy_out(slot, frame.output.as_mut_ptr())?;
+        self.copy_out(slot, frame.outputs[0].heaps.as_mut_ptr())?;
         self.seq += 1;
         Ok(slot)
     }
@@ -261,7 +270,7 @@ impl Pipeline {
         let stale = self.slots[slot].gains_version != self.gains_version;
         let st = self.slots[slot].staging.as_mut_slice();
         for pol in 0..POLS {
-            let d = &frame.delays[pol];
+            let d = &frame.outputs[0].delays[pol];
             let offs = &mut st[l.offsets + 4 * pol * m..l.offsets + 4 * (pol + 1) * m];
             for (b, s) in offs.chunks_exact_mut(4).zip(d) {
                 b.copy_from_slice(&s.offset.to_ne_bytes());
@@ -312,7 +321,7 @@ impl Pipeline {
                 unsafe {
                     sys::cuMemcpyHtoDAsync_v2(
                         s.span.at(pol * stride + overlap),
-                        frame.chunk[pol].as_ptr() as *const _,
+                        frame.input.chunk[pol].as_ptr() as *const _,
                         chunk,
                         h2d,
                     )
@@ -492,9 +501,11 @@ impl Pipeline {
         let g = &self.geometry;
         let pols = POLS as f64;
         let overlap = 2.0 * pols * self.overlap_bytes() as f64;
-        let fir = pols * (g.chunk_bytes() as f64 + (g.spectra_per_frame() * g.channels * 8) as f64);
-        let fft = 2.0 * pols * (g.spectra_per_frame() * g.channels * 8) as f64;
-        let post = pols * (g.spectra_per_frame() * g.channels * 8) as f64 + g.output_bytes() as f64;
+        let fir = pols
+            * (g.chunk_bytes() as f64 + (g.spectra_per_frame() * g.output.channels * 8) as f64);
+        let fft = 2.0 * pols * (g.spectra_per_frame() * g.output.channels * 8) as f64;
+        let post =
+            pols * (g.spectra_per_frame() * g.output.channels * 8) as f64 + g.output_bytes() as f64;
         [overlap, fir, fft, post]
     }
 
@@ -502,13 +513,19 @@ impl Pipeline {
     /// (offset overlap - (T-1) 2n + m 2n, no fine delay) in every slot, for compute-only timing.
     pub fn load_for_bench(&mut self, chunks: [&[u8]; POLS]) -> Result<()> {
         self.bind()?;
-        let g = self.geometry.clone();
-        let mut frame = Frame::new_host(&g);
-        let lag = (g.taps - 1) * g.step();
-        for ((chunk, delays), src) in frame.chunk.iter_mut().zip(&mut frame.delays).zip(chunks) {
+        let g = self.geometry;
+        let mut frame = Frame::new_host(&g.input, &[g.output]);
+        let lag = (g.output.taps - 1) * g.step();
+        for ((chunk, delays), src) in frame
+            .input
+            .chunk
+            .iter_mut()
+            .zip(&mut frame.outputs[0].delays)
+            .zip(chunks)
+        {
             chunk.copy_from_slice(src);
             for (m, d) in delays.iter_mut().enumerate() {
-                d.offset = (g.overlap_samples - lag + m * g.step()) as u32;
+                d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
             }
         }
         for slot in 0..SLOTS {

@@ -5,9 +5,10 @@ use num_complex::{Complex32, Complex64};
 use rayon::prelude::*;
 
 use super::*;
+use crate::backend::conformance::*;
 use crate::backend::cpu::CpuBackend;
-use crate::backend::reference::testing::*;
 use crate::backend::reference::ReferenceBackend;
+use crate::backend::{SpectrumDelay, Synchronous, POLS};
 use crate::signal::{gain, unpack, weights};
 
 fn skip(why: &str) {
@@ -15,8 +16,8 @@ fn skip(why: &str) {
 }
 
 /// A CUDA backend, or None (after saying so) where this host has no CUDA.
-fn cuda(g: &Geometry) -> Option<CudaBackend> {
-    match CudaBackend::new(g.clone(), 0) {
+fn cuda(g: &Channelisation) -> Option<CudaBackend> {
+    match CudaBackend::new(g.input, &[g.output], 0) {
         Ok(b) => Some(b),
         Err(BackendError::Unavailable(why)) => {
             skip(&why);
@@ -27,20 +28,20 @@ fn cuda(g: &Geometry) -> Option<CudaBackend> {
 }
 
 /// A host copy of `frame`'s inputs, for the CPU backends.
-fn host_copy(g: &Geometry, frame: &Frame) -> Frame {
-    let mut f = Frame::new_host(g);
+fn host_copy(g: &Channelisation, frame: &Frame) -> Frame {
+    let mut f = host_frame(g);
     for pol in 0..POLS {
-        f.chunk[pol].copy_from_slice(&frame.chunk[pol]);
-        f.delays[pol].clone_from(&frame.delays[pol]);
+        f.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
+        f.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
     }
-    f.timestamp = frame.timestamp;
+    f.input.timestamp = frame.input.timestamp;
     f
 }
 
 /// Nominal delays: window of spectrum m at `margin + m 2n`, no fine delay or phase.
-fn nominal_delays(g: &Geometry, margin: usize, frame: &mut Frame) {
+fn nominal_delays(g: &Channelisation, margin: usize, frame: &mut Frame) {
     for pol in 0..POLS {
-        for (m, d) in frame.delays[pol].iter_mut().enumerate() {
+        for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
             *d = SpectrumDelay {
                 offset: (margin + m * g.step()) as u32,
                 fine: 0.0,
@@ -83,7 +84,11 @@ fn compare(
     cpu: &Frame,
     cpu_values: &[Complex32],
 ) -> Comparison {
-    let (go, ro, co) = (gpu.output_i8(), reference.output_i8(), cpu.output_i8());
+    let (go, ro, co) = (
+        gpu.outputs[0].heaps_i8(),
+        reference.outputs[0].heaps_i8(),
+        cpu.outputs[0].heaps_i8(),
+    );
     // Float noise: the CPU's worst distance from the float64 values, twice over (the GPU's float32
     // arithmetic differs in order, not in precision), and never under 1e-4.
     let cpu_err = ref_values
@@ -121,10 +126,10 @@ fn compare(
         }
         sat_boundary[e % POLS] += u64::from(near_clamp);
     }
-    for ((g, r), b) in gpu
+    for ((g, r), b) in gpu.outputs[0]
         .saturated
         .iter()
-        .zip(&reference.saturated)
+        .zip(&reference.outputs[0].saturated)
         .zip(sat_boundary)
     {
         c.saturation_gap += g.abs_diff(*r);
@@ -139,8 +144,8 @@ fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Compariso
     let margin = 100;
     let g = geometry(channels, taps, bits, 7, 5, margin);
     let mut gpu = cuda(&g)?;
-    let mut reference = ReferenceBackend::new(g.clone()).unwrap();
-    let mut cpu = CpuBackend::new(g.clone()).unwrap();
+    let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
+    let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
     let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64);
     let gains = random_gains(&mut rng, &g);
     let default = gain::default_gains(channels, bits);
@@ -148,9 +153,9 @@ fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Compariso
     for f in 0..2 {
         for (pol, random) in gains.iter().enumerate() {
             let gain = if f == 0 { random } else { &default };
-            gpu.set_gains(pol, gain).unwrap();
-            reference.set_gains(pol, gain).unwrap();
-            cpu.set_gains(pol, gain).unwrap();
+            gpu.set_gains(0, pol, gain).unwrap();
+            reference.set_gains(0, pol, gain).unwrap();
+            cpu.set_gains(0, pol, gain).unwrap();
         }
         let mut frame = gpu.alloc_frame().unwrap();
         let s0 = noise(&mut rng, bits, g.chunk_samples());
@@ -177,7 +182,7 @@ fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Compariso
 #[test]
 fn unavailable_is_an_error_not_a_panic() {
     let g = geometry(1024, 4, 10, 4, 1, 0);
-    match CudaBackend::new(g, 0) {
+    match CudaBackend::new(g.input, &[g.output], 0) {
         Ok(b) => println!("CUDA present: {}", b.device_name()),
         Err(BackendError::Unavailable(why)) => {
             assert!(!cuda_available());
@@ -189,7 +194,7 @@ fn unavailable_is_an_error_not_a_panic() {
     // A GPU that does not exist is unavailable, not a panic.
     let g = geometry(1024, 4, 10, 4, 1, 0);
     assert!(matches!(
-        CudaBackend::new(g, 4096),
+        CudaBackend::new(g.input, &[g.output], 4096),
         Err(BackendError::Unavailable(_))
     ));
 }
@@ -297,12 +302,12 @@ fn frames_carry_the_overlap() {
         let g = geometry(channels, taps, 10, s, h, margin);
         let Some(mut gpu) = cuda(&g) else { return };
         assert!(gpu.max_in_flight() >= 3);
-        let mut reference = ReferenceBackend::new(g.clone()).unwrap();
+        let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(channels as u64 + 77);
         let gains = random_gains(&mut rng, &g);
         for (pol, gain) in gains.iter().enumerate() {
-            gpu.set_gains(pol, gain).unwrap();
-            reference.set_gains(pol, gain).unwrap();
+            gpu.set_gains(0, pol, gain).unwrap();
+            reference.set_gains(0, pol, gain).unwrap();
         }
         let frames = 9;
         let mut expected = std::collections::VecDeque::new();
@@ -312,7 +317,7 @@ fn frames_carry_the_overlap() {
             let s0 = noise(&mut rng, 10, g.chunk_samples());
             let s1 = noise(&mut rng, 10, g.chunk_samples());
             load_chunk(&mut frame, 10, [&s0, &s1]);
-            frame.timestamp = (f * g.chunk_samples()) as u64;
+            frame.input.timestamp = (f * g.chunk_samples()) as u64;
             random_delays(&mut rng, &g, margin, &mut frame);
             let mut rf = host_copy(&g, &frame);
             reference.process_unquantised(&mut rf).unwrap();
@@ -322,8 +327,9 @@ fn frames_carry_the_overlap() {
                 let done = gpu.wait().unwrap().unwrap();
                 let want = expected.pop_front().unwrap();
                 assert_written(&done);
-                let (o, v) = int8_differences(done.output_i8(), want.output_i8());
-                assert_eq!(done.timestamp, want.timestamp);
+                let (o, v) =
+                    int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
+                assert_eq!(done.input.timestamp, want.input.timestamp);
                 ones += o;
                 values += v;
                 waited += 1;
@@ -333,13 +339,13 @@ fn frames_carry_the_overlap() {
         while let Some(done) = gpu.wait().unwrap() {
             let want = expected.pop_front().unwrap();
             assert_written(&done);
-            let (o, v) = int8_differences(done.output_i8(), want.output_i8());
+            let (o, v) = int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
             ones += o;
             values += v;
             waited += 1;
         }
         assert_eq!(waited, frames);
-        println!("{channels} ch, chunk {} / overlap {} samples: {frames} frames, {ones} of {values} off by one", g.chunk_samples(), g.overlap_samples);
+        println!("{channels} ch, chunk {} / overlap {} samples: {frames} frames, {ones} of {values} off by one", g.chunk_samples(), g.input.overlap_samples);
         assert!((ones as f64) < 1e-3 * values as f64);
     }
 }
@@ -350,7 +356,7 @@ fn misuse_is_an_error() {
     let Some(mut gpu) = cuda(&g) else { return };
     assert!(gpu.wait().unwrap().is_none());
     let mut f = gpu.alloc_frame().unwrap();
-    f.delays[1][0].offset = g.max_offset() as u32 + 1;
+    f.outputs[0].delays[1][0].offset = g.max_offset() as u32 + 1;
     assert!(matches!(gpu.submit(f), Err(BackendError::Misuse(_))));
     for _ in 0..gpu.max_in_flight() {
         gpu.submit(gpu.alloc_frame().unwrap()).unwrap();
@@ -359,10 +365,10 @@ fn misuse_is_an_error() {
         gpu.submit(gpu.alloc_frame().unwrap()),
         Err(BackendError::Misuse(_))
     ));
-    assert!(gpu.set_gains(0, &[Complex32::new(1.0, 0.0); 3]).is_err());
+    assert!(gpu.set_gains(0, 0, &[Complex32::new(1.0, 0.0); 3]).is_err());
     while gpu.wait().unwrap().is_some() {}
     // Ordinary (unpinned) host frames work too.
-    let mut f = Frame::new_host(&g);
+    let mut f = host_frame(&g);
     nominal_delays(&g, 8, &mut f);
     poison(&mut f);
     gpu.submit(f).unwrap();
@@ -378,14 +384,8 @@ fn misuse_is_an_error() {
 fn dithered_tone_has_no_spurs() {
     let (channels, taps, tone) = (1024usize, 16usize, 192usize);
     let (s, h, frames) = (256, 32, 4); // 32768 spectra
-    let g = Geometry {
-        channels,
-        taps,
-        sample_bits: 10,
-        spectra_per_heap: s,
-        heaps_per_frame: h,
-        overlap_samples: (taps - 1) * 2 * channels,
-    };
+    let mut g = geometry(channels, taps, 10, s, h, 0);
+    g.input.overlap_samples = (taps - 1) * 2 * channels;
     let Some(mut gpu) = cuda(&g) else { return };
     let w = weights::default_weights(channels, taps).unwrap();
     let amp = 500.0f64; // of 511
@@ -401,7 +401,7 @@ fn dithered_tone_has_no_spurs() {
         .map(|&nr| Complex32::new(if nr { g_low } else { g_high } as f32, 0.0))
         .collect();
     for pol in 0..POLS {
-        gpu.set_gains(pol, &gains).unwrap();
+        gpu.set_gains(0, pol, &gains).unwrap();
     }
     let mut rng = rng(2023);
     let step = g.step();
@@ -419,10 +419,10 @@ fn dithered_tone_has_no_spurs() {
                     .round()
                     .clamp(-512.0, 511.0) as i16;
             }
-            unpack::pack(&samples, 10, &mut frame.chunk[pol]).unwrap();
+            unpack::pack(&samples, 10, &mut frame.input.chunk[pol]).unwrap();
             // Window m starts m 2n into the span; frame 0's first T-1 windows reach into the
             // silent overlap and are left out below.
-            for (m, d) in frame.delays[pol].iter_mut().enumerate() {
+            for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
                 *d = SpectrumDelay {
                     offset: (m * step) as u32,
                     fine: 0.0,
@@ -432,7 +432,7 @@ fn dithered_tone_has_no_spurs() {
         }
         gpu.submit(frame).unwrap();
         let frame = gpu.wait().unwrap().unwrap();
-        let out = frame.output_i8();
+        let out = frame.outputs[0].heaps_i8();
         let first = if f == 0 { taps - 1 } else { 0 };
         for m in first..g.spectra_per_frame() {
             for pol in 0..POLS {

@@ -26,7 +26,7 @@ use spead::Reject;
 
 use super::RecvMsg;
 use crate::backend::HostBuffer;
-use crate::metrics::Stats;
+use crate::stats::Stats;
 
 /// A lane's handle on a shared chunk: it writes payloads and never reads.
 ///
@@ -317,7 +317,15 @@ mod tests {
         let (tx, rx) = bounded(64);
         let (_ret_tx, ret_rx) = bounded(64);
         let bufs = (0..buffers).map(|_| HostBuffer::zeroed(16)).collect();
-        let c = Collector::new(0, lanes, 4, bufs, tx, ret_rx, Arc::new(Stats::new(1)));
+        let c = Collector::new(
+            0,
+            lanes,
+            4,
+            bufs,
+            tx,
+            ret_rx,
+            Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)])),
+        );
         (c, rx)
     }
 
@@ -425,7 +433,7 @@ mod tests {
             vec![HostBuffer::zeroed(16)],
             tx,
             ret_rx,
-            Arc::new(Stats::new(1)),
+            Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)])),
         );
         c.open(0, 0).unwrap();
         assert_eq!(c.open(0, 1).err(), Some(Reject::NoBuffer));

@@ -34,7 +34,7 @@ pub use place::CONFIRM;
 use super::RECV_WINDOW;
 use crate::backend::HostBuffer;
 use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
-use crate::metrics::Stats;
+use crate::stats::Stats;
 
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
 /// copied in is likely still in the core's cache when the lane copies it into chunk memory.
@@ -63,7 +63,7 @@ pub enum RecvMsg {
     Resync { pol: usize, to: u64 },
 }
 
-/// Opens the sockets of polarisation `pol`, dealt out to `cfg.recv_threads` lanes, and records
+/// Opens the sockets of polarisation `pol`, dealt out to `cfg.input.recv_threads` lanes, and records
 /// where they are bound.
 pub fn bind(
     cfg: &EngineConfig,
@@ -77,8 +77,8 @@ pub fn bind(
         gso: false,
         gro: true,
     };
-    let addrs = &cfg.sources[pol];
-    let lanes = cfg.recv_threads.clamp(1, addrs.len().max(1));
+    let addrs = &cfg.input.sources[pol];
+    let lanes = cfg.input.recv_threads.clamp(1, addrs.len().max(1));
     let mut out: Vec<Vec<transport::Receiver>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     let open = |what: &str, r: std::io::Result<UdpSocket>| {
@@ -189,26 +189,26 @@ impl Lane {
     ) -> Self {
         let chunk_cfg = ChunkConfig {
             slots: cfg.heaps_per_chunk(),
-            slot_bytes: cfg.heap_bytes,
-            packet_payload: cfg.heap_bytes,
+            slot_bytes: cfg.input.heap_bytes,
+            packet_payload: cfg.input.heap_bytes,
             window: RECV_WINDOW,
             // Restarts are recognised by the placer and made explicit, never guessed here.
             max_jump: u64::MAX,
         };
-        let chunk_samples = cfg.geometry.chunk_samples() as u64;
+        let chunk_samples = cfg.input.geometry.chunk_samples as u64;
         Self {
             pol,
             lane,
             lanes: lanes as u64,
-            addresses: cfg.sources[pol].len().max(1) as u64,
-            heap_samples: cfg.heap_samples as u64,
+            addresses: cfg.input.sources[pol].len().max(1) as u64,
+            heap_samples: cfg.input.heap_samples as u64,
             sockets,
             asm: ChunkAssembler::new(chunk_cfg, stats.pols[pol].rejects.clone()),
-            placer: Placer::new(chunk_samples, cfg.heap_samples as u64, cfg.fs),
+            placer: Placer::new(chunk_samples, cfg.input.heap_samples as u64, cfg.fs),
             // Heaps of another size are let through decoding so that the assembler counts them as
             // the wrong size rather than too large.
             limits: Limits {
-                max_packet: (cfg.heap_bytes + PACKET_HEADER_BYTES + 1024).max(9200),
+                max_packet: (cfg.input.heap_bytes + PACKET_HEADER_BYTES + 1024).max(9200),
                 max_heap: Limits::default().max_heap,
             },
             gen_now: lock(collector).gen_now(),

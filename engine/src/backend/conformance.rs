@@ -1,0 +1,342 @@
+//! What every backend must do, as checks shared by the backends' tests: random streams, delays and
+//! gains, comparisons against the float64 reference, and the tone and delay checks each backend
+//! runs through a [`Processor`]. Kept apart from the reference backend itself, as RustFFT keeps
+//! its `test_utils` apart from its algorithms.
+
+use num_complex::{Complex32, Complex64};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use spead::samples::range as sample_range;
+
+use super::{Backend, Channelisation, Frame, InputGeometry, OutputGeometry, SpectrumDelay, POLS};
+use crate::signal::delay::{fill_delays, DelayModel, FramePlan, Placement};
+use crate::signal::unpack::pack;
+use crate::signal::weights;
+
+/// A geometry with room for coarse delays of up to `margin` samples either way (a multiple of
+/// 4): overlap (T-1) 2n + 2 margin, nominal offset of spectrum m = margin + m 2n.
+pub fn geometry(
+    channels: usize,
+    taps: usize,
+    bits: u32,
+    s: usize,
+    h: usize,
+    margin: usize,
+) -> Channelisation {
+    Channelisation::new(
+        InputGeometry {
+            sample_bits: bits,
+            chunk_samples: s * h * 2 * channels,
+            overlap_samples: (taps - 1) * 2 * channels + 2 * margin,
+        },
+        OutputGeometry {
+            channels,
+            taps,
+            spectra_per_heap: s,
+            bits: 8,
+        },
+    )
+}
+
+/// A frame in ordinary memory for the one output of `g`.
+pub fn host_frame(g: &Channelisation) -> Frame {
+    Frame::new_host(&g.input, &[g.output])
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// Near-Gaussian noise (a sum of four uniforms: cheap in debug builds) of rms 10% of full
+/// scale, never all zero.
+pub fn noise(rng: &mut StdRng, bits: u32, len: usize) -> Vec<i16> {
+    let (lo, _) = sample_range(bits);
+    // Each byte is uniform on [0, 256): variance 256^2 / 12; four of them: 256^2 / 3.
+    let scale = 0.1 * -(lo as f64) / (256.0 / 3f64.sqrt());
+    let mut x: u64 = rng.random::<u64>() | 1;
+    let v: Vec<i16> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let b = x.to_le_bytes();
+            let sum = b[0] as i32 + b[1] as i32 + b[2] as i32 + b[3] as i32 - 510;
+            (sum as f64 * scale).round() as i16
+        })
+        .collect();
+    assert!(v.iter().any(|&x| x != 0));
+    v
+}
+
+/// Packs `samples` (one chunk per polarisation) into the frame.
+pub fn load_chunk(frame: &mut Frame, bits: u32, samples: [&[i16]; POLS]) {
+    for (chunk, samples) in frame.input.chunk.iter_mut().zip(samples) {
+        pack(samples, bits, chunk).unwrap();
+    }
+}
+
+/// Sets both polarisations' gains.
+pub fn set_gains(backend: &mut dyn Backend, gains: &[Vec<Complex32>; POLS]) {
+    for (pol, g) in gains.iter().enumerate() {
+        backend.set_gains(0, pol, g).unwrap();
+    }
+}
+
+/// Random coarse delays within `margin`, fine delays in [-0.5, 0.5], phases in [-pi, pi).
+pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame: &mut Frame) {
+    for pol in 0..POLS {
+        for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
+            let c = rng.random_range(-(margin as i64)..=margin as i64);
+            *d = SpectrumDelay {
+                offset: (margin as i64 + (m * g.step()) as i64 - c) as u32,
+                fine: rng.random_range(-0.5f32..=0.5),
+                phase: rng.random_range(-std::f32::consts::PI..std::f32::consts::PI),
+            };
+        }
+    }
+}
+
+/// Random complex gains putting outputs at about 30 rms for the noise of [`noise`]; about 1%
+/// of channels ten times higher so that some values saturate.
+pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
+    let sigma = 0.1 * (1 << (g.input.sample_bits - 1)) as f32;
+    std::array::from_fn(|_| {
+        (0..g.output.channels)
+            .map(|_| {
+                let boost = if rng.random_range(0..100) == 0 {
+                    10.0
+                } else {
+                    1.0
+                };
+                let mag = boost * 30.0 / sigma * rng.random_range(0.5f32..1.5);
+                Complex32::from_polar(mag, rng.random_range(-3.2f32..3.2))
+            })
+            .collect()
+    })
+}
+
+/// Copies the timestamp, chunks and every output's delays of `src` into `dst` (frames of the same
+/// geometry).
+pub fn copy_input(src: &Frame, dst: &mut Frame) {
+    dst.input.timestamp = src.input.timestamp;
+    for pol in 0..POLS {
+        dst.input.chunk[pol].copy_from_slice(&src.input.chunk[pol]);
+    }
+    for (d, s) in dst.outputs.iter_mut().zip(&src.outputs) {
+        d.delays.clone_from(&s.delays);
+    }
+}
+
+/// Fills the output with -128, a value no backend writes, so unwritten bytes show.
+pub fn poison(frame: &mut Frame) {
+    frame.outputs[0].heaps.fill(0x80);
+    frame.outputs[0].saturated = [u64::MAX; POLS];
+}
+
+/// Asserts that every byte was written.
+pub fn assert_written(frame: &Frame) {
+    if let Some(i) = frame.outputs[0]
+        .heaps_i8()
+        .iter()
+        .position(|&v| v == i8::MIN)
+    {
+        panic!("output byte {i} was not written");
+    }
+}
+
+/// ||a - b|| / ||b||.
+pub fn relative_error(a: impl Iterator<Item = Complex64>, b: &[Complex64]) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in a.zip(b) {
+        num += (x - y).norm_sqr();
+        den += y.norm_sqr();
+    }
+    assert!(den > 0.0, "reference output is all zero");
+    (num / den).sqrt()
+}
+
+/// (values differing by exactly 1, total values); panics on a larger difference.
+pub fn int8_differences(a: &[i8], b: &[i8]) -> (usize, usize) {
+    assert_eq!(a.len(), b.len());
+    let mut ones = 0;
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let d = (x as i32 - y as i32).abs();
+        assert!(d <= 1, "output byte {i}: {x} vs {y}");
+        ones += usize::from(d == 1);
+    }
+    (ones, a.len())
+}
+
+/// Something that processes the frames of one stream and returns their unquantised outputs
+/// in output order (a backend built for one geometry).
+pub type Processor = Box<dyn FnMut(&mut Frame) -> Vec<Complex64>>;
+
+/// Tones at (and beside) channel centres land in their channel with the amplitude and phase the
+/// weights predict, and leak into neighbours as [`weights::response_db`] says.
+pub fn check_tone(make: &dyn Fn(&Channelisation) -> Processor) {
+    // Spectra from T-1 on have windows wholly in the chunk (overlap (T-1) 2n, no delay).
+    let mut g = geometry(1024, 16, 10, 20, 1, 0);
+    g.input.overlap_samples = (g.output.taps - 1) * g.step();
+    let w = weights::default_weights(g.output.channels, g.output.taps).unwrap();
+    let (n, step) = (g.output.channels, g.step());
+    let pi = std::f64::consts::PI;
+    let amp = 500.0;
+    for (k, frac, phi) in [
+        (100usize, 0.0, 0.7),
+        (700, 0.0, -2.0),
+        (333, 0.3, 0.1),
+        (5, -0.45, 1.0),
+    ] {
+        let f = k as f64 + frac;
+        // Chunk sample t is ADC sample t; window of spectrum m starts at (m - T + 1) 2n.
+        let samples: Vec<i16> = (0..g.chunk_samples())
+            .map(|t| (amp * (2.0 * pi * f * t as f64 / step as f64 + phi).cos()).round() as i16)
+            .collect();
+        let mut frame = host_frame(&g);
+        load_chunk(&mut frame, g.input.sample_bits, [&samples, &samples]);
+        for pol in 0..POLS {
+            for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
+                d.offset = (m * step) as u32;
+            }
+        }
+        poison(&mut frame);
+        let out = make(&g)(&mut frame);
+        assert_written(&frame);
+        let predicted = amp / 2.0 * weights::response(&w, n, frac).sqrt();
+        for m in g.output.taps - 1..g.spectra_per_frame() {
+            let x = out[g.output_index(m, 0, k)];
+            assert_eq!(
+                x,
+                out[g.output_index(m, 1, k)],
+                "both pols carry the same samples"
+            );
+            let rel = x.norm() / predicted - 1.0;
+            assert!(
+                rel.abs() < 1e-3,
+                "k {k}{frac:+} m {m}: |X| {} vs {predicted}",
+                x.norm()
+            );
+            if frac != 0.0 {
+                continue;
+            }
+            // The window starts at a multiple of 2n, so the tone's phase comes out unchanged.
+            let dphi = (x.arg() - phi + pi).rem_euclid(2.0 * pi) - pi;
+            assert!(dphi.abs() < 1e-3, "k {k} phase {} vs {phi}", x.arg());
+            for j in [1usize, 2, 3, 10] {
+                for kk in [k - j, k + j] {
+                    let got = 20.0 * (out[g.output_index(m, 0, kk)].norm() / x.norm()).log10();
+                    let want = weights::response_db(&w, n, kk as f64 - f);
+                    if want > -50.0 {
+                        assert!(
+                            (got - want).abs() < 0.1,
+                            "k {k} beside {kk}: {got} dB vs {want} dB"
+                        );
+                    } else {
+                        assert!(
+                            got < -45.0,
+                            "k {k} beside {kk}: {got} dB, predicted {want} dB"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sum of tones (frequencies in channels) at sample `t + advance`.
+fn tones(t: f64, advance: f64, step: usize) -> f64 {
+    let pi = std::f64::consts::PI;
+    [
+        (40.0, 150.0, 0.3),
+        (301.25, 150.0, -1.1),
+        (812.0, 150.0, 2.5),
+    ]
+    .iter()
+    .map(|&(f, a, phi)| a * (2.0 * pi * f * (t + advance) / step as f64 + phi).cos())
+    .sum()
+}
+
+/// A stream advanced by tau samples (dsim's convention) through an engine delayed by tau gives
+/// the undelayed stream's spectra; a fringe phase adds to every channel.
+pub fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
+    let margin = 2048;
+    let g = geometry(1024, 4, 10, 8, 1, margin);
+    let fs = 1712e6;
+    let plan = FramePlan {
+        lag: (g.output.taps - 1) * g.step() + margin,
+        fs,
+    };
+    let spectra = g.spectra_per_frame();
+    let t_first = 1u64 << 30;
+    // Two frames of the advanced stream; the second frame's windows all hold real data.
+    let run = |advance: f64, delay: f64, phase: f64| {
+        let model = DelayModel {
+            load_time: t_first,
+            delay: delay / fs,
+            phase,
+            ..DelayModel::default()
+        };
+        let mut placed = [
+            vec![Placement::default(); spectra],
+            vec![Placement::default(); spectra],
+        ];
+        let mut process = make(&g);
+        let mut out = Vec::new();
+        let mut frame = host_frame(&g);
+        for f in 0..2 {
+            frame.input.timestamp = t_first + (f * g.chunk_samples()) as u64;
+            let s: Vec<i16> = (0..g.chunk_samples())
+                .map(|i| {
+                    tones((frame.input.timestamp + i as u64) as f64, advance, g.step()).round()
+                        as i16
+                })
+                .collect();
+            load_chunk(&mut frame, 10, [&s, &s]);
+            let outside = fill_delays(
+                &g,
+                &plan,
+                frame.input.timestamp,
+                &[model, model],
+                &mut frame.outputs[0].delays,
+                &mut placed,
+            )
+            .unwrap();
+            assert_eq!(outside, 0);
+            poison(&mut frame);
+            out = process(&mut frame);
+            assert_written(&frame);
+        }
+        out
+    };
+    let reference = run(0.0, 0.0, 0.0);
+    for (tau, phase) in [
+        (37.3, 0.0),
+        (-12.7, 0.0),
+        (0.45, 0.0),
+        (100.5, 0.0),
+        (-0.5, 0.0),
+        (5.2, 1.3),
+    ] {
+        let delayed = run(tau, tau, phase);
+        for m in 0..spectra {
+            for k in [40usize, 301, 812] {
+                for pol in 0..POLS {
+                    let e = g.output_index(m, pol, k);
+                    let ratio = delayed[e] / reference[e] * Complex64::from_polar(1.0, -phase);
+                    assert!(
+                        (ratio - 1.0).norm() < 2e-3,
+                        "tau {tau} m {m} k {k}: ratio {ratio}"
+                    );
+                }
+            }
+        }
+        // Without the engine's delay the same stream does not line up (the test can fail).
+        let uncorrected = run(tau, 0.0, 0.0);
+        let e = g.output_index(0, 0, 301);
+        assert!(
+            (uncorrected[e] / reference[e] - 1.0).norm() > 0.1,
+            "tau {tau}"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! The shapes that fix buffer sizes and compiled kernels: the input's ([`InputGeometry`]: sample
+//! width, chunk, overlap) apart from each output's ([`OutputGeometry`]: channels, taps, spectra per
+//! heap, bits), and one output's view of the input ([`Channelisation`]), where the quantities that
+//! need both live (spectra and heaps per frame, the highest window offset).
+//!
+//! One input feeds every output of an engine: a frame holds the input's chunk once and each
+//! output's buffers (see [`super::Frame`]).
+
+use spead::samples::SAMPLE_BITS;
+
+use super::POLS;
+
+/// The input: both polarisations of one digitiser, processed a chunk at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputGeometry {
+    /// Input sample width in bits: one of [`SAMPLE_BITS`] (signed, packed MSB first).
+    pub sample_bits: u32,
+    /// New samples per polarisation per frame.
+    pub chunk_samples: usize,
+    /// Samples of the previous span kept ahead of each new chunk: at least (T-1)*2n for every
+    /// output, plus room for coarse delay. A multiple of 8 so that it is a whole number of bytes
+    /// for every sample width.
+    pub overlap_samples: usize,
+}
+
+impl InputGeometry {
+    /// Packed bytes of one polarisation's chunk.
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunk_samples * self.sample_bits as usize / 8
+    }
+    /// Samples per polarisation in a span (overlap + chunk).
+    pub fn span_samples(&self) -> usize {
+        self.overlap_samples + self.chunk_samples
+    }
+    /// Checks the input's own invariants, with a sentence saying what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !SAMPLE_BITS.contains(&self.sample_bits) {
+            return Err(format!(
+                "sample bits must be 8, 10, 12 or 16, not {}",
+                self.sample_bits
+            ));
+        }
+        if self.chunk_samples == 0 || !self.chunk_samples.is_multiple_of(8) {
+            return Err(format!(
+                "a chunk ({} samples) must be a positive multiple of 8 samples",
+                self.chunk_samples
+            ));
+        }
+        if !self.overlap_samples.is_multiple_of(8) {
+            return Err(format!(
+                "overlap ({} samples) must be a multiple of 8",
+                self.overlap_samples
+            ));
+        }
+        if self.span_samples() > u32::MAX as usize {
+            return Err("span exceeds 2^32 samples: use smaller chunks".into());
+        }
+        Ok(())
+    }
+}
+
+/// One output: a wideband channelisation of the input, sent in heaps of spectra.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputGeometry {
+    /// Output channels n (power of two). The FFT has 2n points; Nyquist is dropped.
+    pub channels: usize,
+    /// PFB taps T.
+    pub taps: usize,
+    /// Spectra per output heap (S).
+    pub spectra_per_heap: usize,
+    /// Bits per output value (real or imaginary part): 8.
+    pub bits: u32,
+}
+
+impl OutputGeometry {
+    /// Samples per spectrum (2n).
+    pub fn step(&self) -> usize {
+        2 * self.channels
+    }
+    /// Samples in one PFB window (2nT).
+    pub fn window(&self) -> usize {
+        self.step() * self.taps
+    }
+    /// Samples of input per output heap (S x 2n).
+    pub fn heap_samples(&self) -> usize {
+        self.spectra_per_heap * self.step()
+    }
+    /// Bytes of one output heap for all channels: channels x S x 2 pols x (re, im).
+    pub fn heap_bytes(&self) -> usize {
+        self.channels * self.spectra_per_heap * POLS * 2 * self.bits as usize / 8
+    }
+    /// Checks the output's own invariants, with a sentence saying what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.channels.is_power_of_two() || self.channels < 16 || self.channels > 65536 {
+            return Err(format!(
+                "channels must be a power of two from 16 to 65536, not {}",
+                self.channels
+            ));
+        }
+        if self.taps == 0 || self.taps > 64 {
+            return Err(format!("taps must be from 1 to 64, not {}", self.taps));
+        }
+        if self.spectra_per_heap == 0 {
+            return Err("spectra per heap must be positive".into());
+        }
+        if self.bits != 8 {
+            return Err(format!("output bits must be 8, not {}", self.bits));
+        }
+        Ok(())
+    }
+}
+
+/// One output's view of the input: what a backend computes for that output from each frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Channelisation {
+    pub input: InputGeometry,
+    pub output: OutputGeometry,
+}
+
+impl Channelisation {
+    pub fn new(input: InputGeometry, output: OutputGeometry) -> Self {
+        Self { input, output }
+    }
+    /// Samples per spectrum (2n).
+    pub fn step(&self) -> usize {
+        self.output.step()
+    }
+    /// Samples in one PFB window (2nT).
+    pub fn window(&self) -> usize {
+        self.output.window()
+    }
+    /// New samples per polarisation per frame.
+    pub fn chunk_samples(&self) -> usize {
+        self.input.chunk_samples
+    }
+    pub fn chunk_bytes(&self) -> usize {
+        self.input.chunk_bytes()
+    }
+    /// Samples per polarisation in a span (overlap + chunk).
+    pub fn span_samples(&self) -> usize {
+        self.input.span_samples()
+    }
+    /// Spectra of this output per frame: one per 2n new samples.
+    pub fn spectra_per_frame(&self) -> usize {
+        self.input.chunk_samples / self.step()
+    }
+    /// Output heaps (in time) per frame (H): the chunk holds S*H*2n samples.
+    pub fn heaps_per_frame(&self) -> usize {
+        self.input.chunk_samples / self.output.heap_samples()
+    }
+    /// Highest valid window offset into the span.
+    pub fn max_offset(&self) -> usize {
+        self.span_samples() - self.window()
+    }
+    /// Bytes of one output heap for all channels.
+    pub fn heap_bytes(&self) -> usize {
+        self.output.heap_bytes()
+    }
+    /// Bytes of a frame's output.
+    pub fn output_bytes(&self) -> usize {
+        self.heap_bytes() * self.heaps_per_frame()
+    }
+    /// Index of the complex output value of spectrum `spectrum` (in the frame), polarisation `pol`,
+    /// channel `channel` in the `[heap][channel][spectrum in heap][pol]` layout: its bytes in
+    /// [`super::OutputFrame::heaps`] are `2 * index` (real) and `2 * index + 1` (imaginary).
+    pub fn output_index(&self, spectrum: usize, pol: usize, channel: usize) -> usize {
+        let s_per_heap = self.output.spectra_per_heap;
+        let (heap, s) = (spectrum / s_per_heap, spectrum % s_per_heap);
+        ((heap * self.output.channels + channel) * s_per_heap + s) * POLS + pol
+    }
+    /// Checks the invariants every backend relies on, with a sentence saying what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        self.output.validate()?;
+        self.input.validate()?;
+        let (input, output) = (&self.input, &self.output);
+        if !input.chunk_samples.is_multiple_of(output.heap_samples()) {
+            return Err(format!(
+                "a chunk of {} samples is not a whole number of output heaps of {} spectra of {} samples",
+                input.chunk_samples,
+                output.spectra_per_heap,
+                output.step()
+            ));
+        }
+        if input.overlap_samples < (output.taps - 1) * output.step() {
+            return Err(format!(
+                "overlap ({} samples) must hold at least (taps-1)*2n = {} samples",
+                input.overlap_samples,
+                (output.taps - 1) * output.step()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channelisation(chunk_samples: usize) -> Channelisation {
+        Channelisation::new(
+            InputGeometry {
+                sample_bits: 10,
+                chunk_samples,
+                overlap_samples: 96,
+            },
+            OutputGeometry {
+                channels: 16,
+                taps: 4,
+                spectra_per_heap: 2,
+                bits: 8,
+            },
+        )
+    }
+
+    #[test]
+    fn frame_quantities_follow_from_input_and_output() {
+        let c = channelisation(3 * 2 * 32);
+        assert!(c.validate().is_ok());
+        assert_eq!(c.spectra_per_frame(), 6);
+        assert_eq!(c.heaps_per_frame(), 3);
+        assert_eq!(c.heap_bytes(), 16 * 2 * 2 * 2);
+        assert_eq!(c.output_bytes(), 3 * c.heap_bytes());
+        assert_eq!(c.max_offset(), 96 + 192 - 128);
+        assert_eq!(c.output_index(3, 1, 2), ((16 + 2) * 2 + 1) * 2 + 1);
+    }
+
+    #[test]
+    fn a_chunk_must_be_whole_output_heaps() {
+        let e = channelisation(3 * 32).validate().unwrap_err();
+        assert!(e.contains("whole number of output heaps"), "{e}");
+        let e = channelisation(0).validate().unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+    }
+}

@@ -1,0 +1,189 @@
+//! Counters shared by the pipeline threads and read by the control server: relaxed atomics
+//! written by one thread each. The input's counters are per polarisation, each output's are its
+//! own ([`OutputStats`], keyed by the output's name), and the rest belong to the engine as a whole.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use spead::chunk::ChunkStats;
+use spead::RejectCounters;
+
+use crate::backend::POLS;
+use crate::config::EngineConfig;
+
+/// Input counters of one polarisation.
+#[derive(Debug, Default)]
+pub struct PolStats {
+    /// The chunk assemblers' own totals (packets, heaps completed, too old, no buffer), one per
+    /// receive thread.
+    pub chunk: OnceLock<Vec<Arc<ChunkStats>>>,
+    /// Times the input stream restarted and the receivers followed it.
+    pub resyncs: AtomicU64,
+    /// Rejected packets by reason (too_old and too_new included).
+    pub rejects: Arc<RejectCounters>,
+    /// Digitiser heaps absent from the chunks the engine processed (gaps included).
+    pub heaps_missing: AtomicU64,
+    /// Highest digitiser timestamp placed into a chunk.
+    pub last_timestamp: AtomicU64,
+    /// Addresses the receive sockets are bound to (ports resolved).
+    pub bound: Mutex<Vec<SocketAddr>>,
+    /// Chunks handed to the pairing stage without a partner from the other polarisation.
+    pub unpaired_chunks: AtomicU64,
+    /// Packets the kernel dropped because a receive socket's buffer was full: the receive
+    /// threads fell behind (or were held off the processor). A GSO super-packet counts once
+    /// (see `spead::transport::UdpSocket::drops`).
+    pub socket_drops: AtomicU64,
+}
+
+impl PolStats {
+    fn chunk_stat(&self, f: impl Fn(&ChunkStats) -> &AtomicU64) -> u64 {
+        self.chunk
+            .get()
+            .map_or(0, |lanes| lanes.iter().map(|c| f(c).load(Relaxed)).sum())
+    }
+    pub fn packets(&self) -> u64 {
+        self.chunk_stat(|c| &c.packets)
+    }
+    pub fn heaps_received(&self) -> u64 {
+        self.chunk_stat(|c| &c.heaps)
+    }
+    pub fn resyncs(&self) -> u64 {
+        self.resyncs.load(Relaxed)
+    }
+}
+
+/// A running sum and count of a duration, for a Prometheus summary.
+#[derive(Debug, Default)]
+pub struct Timing {
+    pub sum_ns: AtomicU64,
+    pub count: AtomicU64,
+    pub last_ns: AtomicU64,
+}
+
+impl Timing {
+    pub fn record(&self, d: std::time::Duration) {
+        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.sum_ns.fetch_add(ns, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        self.last_ns.store(ns, Relaxed);
+    }
+    pub fn mean_seconds(&self) -> f64 {
+        let n = self.count.load(Relaxed);
+        if n == 0 {
+            0.0
+        } else {
+            self.sum_ns.load(Relaxed) as f64 / n as f64 * 1e-9
+        }
+    }
+}
+
+/// Depths of the queues between stages, read through functions the pipeline installs.
+pub type DepthFn = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// Everything GET /status and GET /metrics report: the input's counters per polarisation, each
+/// output's own, and the engine's as a whole.
+#[derive(Default)]
+pub struct Stats {
+    pub pols: [PolStats; POLS],
+    /// One per output, in the configuration's order.
+    pub outputs: Vec<OutputStats>,
+    /// Control requests answered with a 4xx (malformed, unknown, not allowed): nothing changed.
+    pub control_rejected: AtomicU64,
+    /// Frames handed to the backend, and frames with no input at all (not computed).
+    pub frames_computed: AtomicU64,
+    pub frames_empty: AtomicU64,
+    /// (spectrum, polarisation) pairs whose coarse delay put the window outside the span.
+    pub delay_out_of_span: AtomicU64,
+    /// Time from submitting a frame to the backend until its output is ready.
+    pub chunk_time: Timing,
+    /// ADC timestamp of the chunk of the last frame computed, and its completion time (Unix ns).
+    pub last_frame_timestamp: AtomicU64,
+    pub last_frame_unix_ns: AtomicU64,
+    pub queues: Mutex<Vec<(&'static str, DepthFn)>>,
+}
+
+/// Counters of one output stream.
+#[derive(Debug, Default)]
+pub struct OutputStats {
+    /// The output's name ([`crate::config::OutputSpec::name`]).
+    pub name: String,
+    /// Output heaps sent, per substream.
+    pub heaps_sent: Vec<AtomicU64>,
+    /// Output heaps not sent because a spectrum in them was invalid, per substream.
+    pub heaps_skipped: Vec<AtomicU64>,
+    pub packets_sent: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    /// Output packets the kernel refused (the heap was abandoned).
+    pub send_errors: AtomicU64,
+    /// Timestamp of the last output heap sent.
+    pub last_output_timestamp: AtomicU64,
+    /// Complex values clamped during quantisation, per polarisation.
+    pub saturated: [AtomicU64; POLS],
+}
+
+impl OutputStats {
+    pub fn new(name: &str, substreams: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            heaps_sent: (0..substreams).map(|_| AtomicU64::new(0)).collect(),
+            heaps_skipped: (0..substreams).map(|_| AtomicU64::new(0)).collect(),
+            ..Self::default()
+        }
+    }
+
+    pub fn total_sent(&self) -> u64 {
+        self.heaps_sent.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    pub fn total_skipped(&self) -> u64 {
+        self.heaps_skipped.iter().map(|c| c.load(Relaxed)).sum()
+    }
+}
+
+impl Stats {
+    /// Counters for outputs of these names and substream counts, in order.
+    pub fn new(outputs: &[(&str, usize)]) -> Self {
+        Self {
+            outputs: outputs
+                .iter()
+                .map(|&(name, substreams)| OutputStats::new(name, substreams))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Counters for the outputs of `cfg`.
+    pub fn for_config(cfg: &EngineConfig) -> Self {
+        let outputs: Vec<(&str, usize)> = cfg
+            .outputs
+            .iter()
+            .map(|o| (o.name.as_str(), o.substreams()))
+            .collect();
+        Self::new(&outputs)
+    }
+
+    /// Output heaps sent, every output together.
+    pub fn total_sent(&self) -> u64 {
+        self.outputs.iter().map(OutputStats::total_sent).sum()
+    }
+
+    /// Output heaps skipped, every output together.
+    pub fn total_skipped(&self) -> u64 {
+        self.outputs.iter().map(OutputStats::total_skipped).sum()
+    }
+
+    pub fn queue_depths(&self) -> Vec<(&'static str, usize)> {
+        match self.queues.lock() {
+            Ok(q) => q.iter().map(|(name, f)| (*name, f())).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Unix time now, in nanoseconds.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
