@@ -5,4 +5,5 @@
 //! The types are plain data: no validation, no behaviour. The servers fill them from their
 //! counters; the harness, the acceptance tests and the live page deserialise them.
 
+pub mod dsim;
 pub mod engine;

@@ -7,7 +7,7 @@ use spead::transport::Endpoint;
 
 use crate::bench::BenchArgs;
 use crate::config::{self, Config, SignalSpec, Tone};
-use crate::faults::FaultsRequest;
+use crate::faults::{FaultRules, FaultsRequest};
 
 const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
 in the MeerKAT digitiser format, paced to the wall clock, controlled over HTTP while running.";

@@ -3,8 +3,9 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use serde::{Deserialize, Serialize};
 use spead::transport::Endpoint;
+
+pub use fgpu_api::dsim::{SignalSpec, SignalUpdate, Tone};
 
 /// A request or configuration that cannot be honoured; the text is one sentence for the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,53 +43,20 @@ pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), BadRe
     }
 }
 
-/// One sinusoid common to both polarisations: `amplitude * cos(2 pi frequency t)`, amplitude as a
-/// fraction of full scale (1.0 = 2^(sample_bits-1) counts).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Tone {
-    /// Hz, 0 (a constant) to rate/2.
-    pub frequency: f64,
-    pub amplitude: f64,
-}
-
-/// The signal: tones common to both polarisations, then per polarisation independent Gaussian noise
-/// and uniform dither, a per-polarisation delay, and quantisation with saturation.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignalSpec {
-    pub tones: Vec<Tone>,
-    /// Noise rms as a fraction of full scale.
-    pub noise: f64,
-    /// Uniform dither of +-0.5 LSB before rounding.
-    pub dither: bool,
-    /// Per-polarisation delay in samples (fractional allowed): polarisation p emits x(t + delay[p]).
-    pub delays: [f64; 2],
-    /// Seeds the noise, the dither and the random faults.
-    pub seed: u64,
-}
-
-impl Default for SignalSpec {
-    fn default() -> Self {
-        Self {
-            tones: Vec::new(),
-            noise: 0.05,
-            dither: true,
-            delays: [0.0; 2],
-            seed: 1,
-        }
-    }
-}
-
 /// Largest |delay| accepted, in samples: far beyond any geometric delay, small enough that the
 /// phase arithmetic keeps full precision.
 pub const MAX_DELAY_SAMPLES: f64 = 1e9;
 /// Most tones in one signal (each costs a little generation time per sample).
 pub const MAX_TONES: usize = 64;
 
-impl SignalSpec {
+/// dsim's rules for the signal types it shares through [`fgpu_api::dsim`].
+pub trait SignalRules {
     /// Checks the signal against the sample rate it will be generated for.
-    pub fn validate(&self, rate: f64) -> Result<(), BadRequest> {
+    fn validate(&self, rate: f64) -> Result<(), BadRequest>;
+}
+
+impl SignalRules for SignalSpec {
+    fn validate(&self, rate: f64) -> Result<(), BadRequest> {
         ensure(self.tones.len() <= MAX_TONES, || {
             format!(
                 "{} tones were given; at most {MAX_TONES} are allowed.",
@@ -130,19 +98,14 @@ impl SignalSpec {
     }
 }
 
-/// A partial signal, as PUT /signal takes it: fields left out keep their current values.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignalUpdate {
-    pub tones: Option<Vec<Tone>>,
-    pub noise: Option<f64>,
-    pub dither: Option<bool>,
-    pub delays: Option<[f64; 2]>,
-    pub seed: Option<u64>,
+/// How a partial signal (PUT /signal) combines with the signal in force.
+pub trait ApplyUpdate {
+    /// The signal in force with the fields given here replaced.
+    fn apply_to(&self, current: &SignalSpec) -> SignalSpec;
 }
 
-impl SignalUpdate {
-    pub fn apply_to(&self, current: &SignalSpec) -> SignalSpec {
+impl ApplyUpdate for SignalUpdate {
+    fn apply_to(&self, current: &SignalSpec) -> SignalSpec {
         SignalSpec {
             tones: self.tones.clone().unwrap_or_else(|| current.tones.clone()),
             noise: self.noise.unwrap_or(current.noise),
@@ -274,7 +237,7 @@ impl Config {
         ensure(self.heaps != Some(0), || {
             "heaps 0 would send nothing; give 1 or more.".into()
         })?;
-        self.faults.validate()?;
+        crate::faults::FaultRules::validate(&self.faults)?;
         self.signal.validate(self.rate)
     }
 }

@@ -22,18 +22,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use crate::config::RequestError;
 use crate::{Controller, FaultsRequest, SignalUpdate};
 
-/// PUT /rate body.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateRequest {
-    /// Samples per second per polarisation.
-    pub rate: f64,
-}
+pub use fgpu_api::dsim::RateRequest;
 
 /// A refusal: status code and a sentence (sent as text, with a JSON twin for clients that ask).
 struct Refusal(StatusCode, String);

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use serde::{Deserialize, Serialize};
+pub use fgpu_api::dsim::{FaultCounts, FaultsRequest, PolFaults, Reorder, Selector};
 
 use crate::config::{ensure, BadRequest};
 use crate::signal::mix;
@@ -17,63 +17,17 @@ pub const MAX_LISTED: usize = 1_000_000;
 /// Largest reorder window, in heaps.
 pub const MAX_WINDOW: usize = 1024;
 
-/// Which heaps a fault applies to: any heap listed, in a range, or drawn with `probability`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Selector {
-    #[serde(default)]
-    pub probability: f64,
-    #[serde(default)]
-    pub heaps: Vec<u64>,
-    /// Half-open `[start, end)` heap index ranges.
-    #[serde(default)]
-    pub ranges: Vec<[u64; 2]>,
+/// dsim's rules for the fault requests it shares through [`fgpu_api::dsim`].
+pub trait FaultRules {
+    /// Checks every polarisation's faults; the error names the field at fault.
+    fn validate(&self) -> Result<(), BadRequest>;
 }
 
-/// Reordering: a chosen heap is held back and sent after the next `window` heaps of its
-/// destination group (counting those its sender thread sends).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Reorder {
-    #[serde(default)]
-    pub probability: f64,
-    #[serde(default)]
-    pub heaps: Vec<u64>,
-    #[serde(default)]
-    pub ranges: Vec<[u64; 2]>,
-    #[serde(default = "one")]
-    pub window: usize,
-}
-
-fn one() -> usize {
-    1
-}
-
-/// The faults of one polarisation. Corruption overwrites the SPEAD magic byte, so receivers
-/// reject the packet as not SPEAD.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolFaults {
-    pub drop: Option<Selector>,
-    pub duplicate: Option<Selector>,
-    pub reorder: Option<Reorder>,
-    pub corrupt: Option<Selector>,
-}
-
-/// PUT /faults: each polarisation given replaces that polarisation's faults (`{}` clears them);
-/// a polarisation left out keeps its faults.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultsRequest {
-    pub pol0: Option<PolFaults>,
-    pub pol1: Option<PolFaults>,
-}
-
-impl FaultsRequest {
-    pub fn validate(&self) -> Result<(), BadRequest> {
+impl FaultRules for FaultsRequest {
+    fn validate(&self) -> Result<(), BadRequest> {
         for (name, f) in [("pol0", &self.pol0), ("pol1", &self.pol1)] {
             if let Some(f) = f {
-                f.validate(name)?;
+                validate_pol(f, name)?;
             }
         }
         Ok(())
@@ -103,26 +57,25 @@ fn validate_selector(
     Ok(())
 }
 
-impl PolFaults {
-    pub fn validate(&self, pol: &str) -> Result<(), BadRequest> {
-        for (kind, s) in [
-            ("drop", &self.drop),
-            ("duplicate", &self.duplicate),
-            ("corrupt", &self.corrupt),
-        ] {
-            if let Some(s) = s {
-                validate_selector(&format!("{pol}.{kind}"), s.probability, &s.heaps, &s.ranges)?;
-            }
+/// Checks one polarisation's faults; `pol` names it in the error.
+fn validate_pol(f: &PolFaults, pol: &str) -> Result<(), BadRequest> {
+    for (kind, s) in [
+        ("drop", &f.drop),
+        ("duplicate", &f.duplicate),
+        ("corrupt", &f.corrupt),
+    ] {
+        if let Some(s) = s {
+            validate_selector(&format!("{pol}.{kind}"), s.probability, &s.heaps, &s.ranges)?;
         }
-        if let Some(r) = &self.reorder {
-            let at = format!("{pol}.reorder");
-            validate_selector(&at, r.probability, &r.heaps, &r.ranges)?;
-            ensure((1..=MAX_WINDOW).contains(&r.window), || {
-                format!("{at}.window {} is not 1 to {MAX_WINDOW} heaps.", r.window)
-            })?;
-        }
-        Ok(())
     }
+    if let Some(r) = &f.reorder {
+        let at = format!("{pol}.reorder");
+        validate_selector(&at, r.probability, &r.heaps, &r.ranges)?;
+        ensure((1..=MAX_WINDOW).contains(&r.window), || {
+            format!("{at}.window {} is not 1 to {MAX_WINDOW} heaps.", r.window)
+        })?;
+    }
+    Ok(())
 }
 
 /// A selector ready for the send path.
@@ -232,22 +185,13 @@ impl FaultPlan {
     }
 }
 
-/// Faults injected so far on one polarisation.
+/// Faults injected so far on one polarisation ([`FaultCounts`] is a copy of them).
 #[derive(Debug, Default)]
 pub struct FaultCounters {
     pub dropped: AtomicU64,
     pub duplicated: AtomicU64,
     pub reordered: AtomicU64,
     pub corrupted: AtomicU64,
-}
-
-/// A copy of [`FaultCounters`] for status and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FaultCounts {
-    pub dropped: u64,
-    pub duplicated: u64,
-    pub reordered: u64,
-    pub corrupted: u64,
 }
 
 impl FaultCounters {

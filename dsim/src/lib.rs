@@ -33,12 +33,15 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use spead::transport::{Sender, SocketConfig, UdpSocket};
 
 pub use config::{BadRequest, Config, RequestError, SignalSpec, SignalUpdate, Tone};
 pub use faults::{FaultsRequest, PolFaults};
+pub use fgpu_api::dsim::{RateChange, SignalChange};
 pub use status::Status;
+
+use config::{ApplyUpdate, SignalRules};
+use faults::FaultRules;
 
 use buffer::Layout;
 use faults::FaultPlan;
@@ -52,27 +55,6 @@ const START_MARGIN: f64 = 0.05;
 pub const BYTES_PER_THREAD: f64 = 3e9;
 /// Timestamps are 48-bit immediates.
 const MAX_TIMESTAMP: u64 = 1 << 48;
-
-/// The reply to a rate change.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RateChange {
-    pub rate: f64,
-    /// First heap (timestamp / heap_samples) sent at the new rate.
-    pub from_heap: u64,
-    pub from_timestamp: u64,
-    /// Unix time at which that heap leaves.
-    pub from_unix_time: f64,
-}
-
-/// The reply to a signal change.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SignalChange {
-    /// First heap with the new signal (a batch boundary).
-    pub from_heap: u64,
-    pub from_timestamp: u64,
-    pub from_unix_time: f64,
-    pub signal: status::SignalStatus,
-}
 
 pub struct Dsim;
 
@@ -336,8 +318,10 @@ impl Controller {
         status::status(&self.shared)
     }
 
+    /// A scrape: the collector reads the status, and so every counter, now.
     pub fn metrics(&self) -> String {
-        metrics::render(&self.status())
+        let c = self.clone();
+        metrics::encode(&metrics::registry(move || c.status()))
     }
 
     pub fn signal(&self) -> status::SignalStatus {

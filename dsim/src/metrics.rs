@@ -1,135 +1,187 @@
-//! GET /metrics: the status in Prometheus text exposition format (version 0.0.4), written by hand.
+//! GET /metrics: dsim's status in Prometheus text exposition format (version 0.0.4), through
+//! `prometheus-client`: a collector reads the status, and so the counters, at each scrape.
 
-use std::fmt::Write;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-use crate::status::Status;
+use crate::status::{PolStatus, Status};
 
 /// Content type Prometheus expects.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-struct Family<'a> {
-    out: &'a mut String,
-}
+/// Label pairs of one series.
+type Labels = Vec<(&'static str, String)>;
 
-impl Family<'_> {
-    fn header(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
-    }
+/// Encodes whatever status `read` gives at each scrape.
+struct StatusCollector<F>(F);
 
-    fn value(&mut self, name: &str, labels: &str, v: f64) {
-        if labels.is_empty() {
-            let _ = writeln!(self.out, "{name} {v}");
-        } else {
-            let _ = writeln!(self.out, "{name}{{{labels}}} {v}");
-        }
+impl<F> std::fmt::Debug for StatusCollector<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatusCollector")
     }
 }
 
-pub fn render(s: &Status) -> String {
+impl<F: Fn() -> Status + Send + Sync + 'static> Collector for StatusCollector<F> {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        encode_status(&(self.0)(), &mut enc)
+    }
+}
+
+/// A registry whose collector calls `read` for the status at each scrape.
+pub fn registry(read: impl Fn() -> Status + Send + Sync + 'static) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatusCollector(read)));
+    registry
+}
+
+/// The text of one scrape of `registry`.
+pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
-    let mut f = Family { out: &mut out };
-    f.header(
-        "dsim_rate_samples_per_second",
-        "gauge",
-        "Requested samples per second per polarisation.",
-    );
-    f.value("dsim_rate_samples_per_second", "", s.rate);
-    f.header(
-        "dsim_timestamp_samples",
-        "gauge",
-        "Timestamp due now by the wall clock, in ADC samples.",
-    );
-    f.value("dsim_timestamp_samples", "", s.timestamp as f64);
-    f.header(
-        "dsim_rate_ok",
-        "gauge",
-        "1 when the achieved rate over the last 10 s is within 0.1% of the request.",
-    );
-    f.value("dsim_rate_ok", "", if s.rate_ok { 1.0 } else { 0.0 });
-    if let Some(l) = s.late_s {
-        f.header(
-            "dsim_late_seconds",
-            "gauge",
-            "How late the latest heap left (negative: early).",
-        );
-        f.value("dsim_late_seconds", "", l);
-    }
+    // Writing into a String cannot fail, and the collector's encoding does not either.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, registry);
+    out
+}
 
-    type Get = fn(&crate::status::PolStatus) -> Option<f64>;
-    let per_pol: [(&str, &str, &str, Get); 8] = [
+/// The exposition of one status.
+pub fn render(s: &Status) -> String {
+    let s = s.clone();
+    encode(&registry(move || s.clone()))
+}
+
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    series: impl IntoIterator<Item = (Labels, M)>,
+) -> std::fmt::Result {
+    let mut f = enc.encode_descriptor(name, help, None, kind)?;
+    for (labels, m) in series {
+        m.encode(f.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge<V: EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    v: V,
+) -> std::fmt::Result {
+    family(
+        enc,
+        name,
+        help,
+        MetricType::Gauge,
+        [(Labels::new(), ConstGauge::new(v))],
+    )
+}
+
+fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    gauge(
+        enc,
+        "dsim_rate_samples_per_second",
+        "Requested samples per second per polarisation.",
+        s.rate,
+    )?;
+    gauge(
+        enc,
+        "dsim_timestamp_samples",
+        "Timestamp due now by the wall clock, in ADC samples.",
+        s.timestamp,
+    )?;
+    gauge(
+        enc,
+        "dsim_rate_ok",
+        "1 when the achieved rate over the last 10 s is within 0.1% of the request.",
+        u64::from(s.rate_ok),
+    )?;
+    if let Some(l) = s.late_s {
+        gauge(
+            enc,
+            "dsim_late_seconds",
+            "How late the latest heap left (negative: early).",
+            l,
+        )?;
+    }
+    let pol = |p: &PolStatus| vec![("pol", p.pol.to_string())];
+    type Count = fn(&PolStatus) -> u64;
+    // Counter names without `_total`, which the encoder appends.
+    let counters: [(&str, &str, Count); 6] = [
         (
-            "dsim_heaps_total",
-            "counter",
+            "dsim_heaps",
             "Heaps whose timestamps have gone by (sent, dropped or held back).",
-            |p| Some(p.heaps as f64),
+            |p| p.heaps,
         ),
         (
-            "dsim_heaps_sent_total",
-            "counter",
+            "dsim_heaps_sent",
             "Datagrams sent, duplicates and corrupted ones included.",
-            |p| Some(p.heaps_sent as f64),
+            |p| p.heaps_sent,
         ),
-        ("dsim_bytes_sent_total", "counter", "Bytes sent.", |p| {
-            Some(p.bytes_sent as f64)
+        ("dsim_bytes_sent", "Bytes sent.", |p| p.bytes_sent),
+        (
+            "dsim_saturated_samples",
+            "Samples that saturated in the heaps sent.",
+            |p| p.saturated_samples,
+        ),
+        ("dsim_send_errors", "Send calls that failed.", |p| {
+            p.send_errors
         }),
         (
-            "dsim_saturated_samples_total",
-            "counter",
-            "Samples that saturated in the heaps sent.",
-            |p| Some(p.saturated_samples as f64),
-        ),
-        (
-            "dsim_send_errors_total",
-            "counter",
-            "Send calls that failed.",
-            |p| Some(p.send_errors as f64),
-        ),
-        (
-            "dsim_heaps_skipped_total",
-            "counter",
+            "dsim_heaps_skipped",
             "Heaps never sent: the senders fell more than --max-late behind and skipped ahead.",
-            |p| Some(p.heaps_skipped as f64),
+            |p| p.heaps_skipped,
         ),
+    ];
+    for (name, help, get) in counters {
+        let series = s.pols.iter().map(|p| (pol(p), ConstCounter::new(get(p))));
+        family(enc, name, help, MetricType::Counter, series)?;
+    }
+    type Rate = fn(&PolStatus) -> Option<f64>;
+    let rates: [(&str, &str, Rate); 2] = [
         (
             "dsim_achieved_rate_samples_per_second",
-            "gauge",
             "Achieved samples per second over the last 10 s.",
             |p| p.rate.achieved_rate,
         ),
         (
             "dsim_rate_error",
-            "gauge",
             "Achieved rate over the last 10 s relative to the request, minus 1.",
             |p| p.rate.rate_error,
         ),
     ];
-    for (name, kind, help, get) in per_pol {
-        f.header(name, kind, help);
-        for p in &s.pols {
-            if let Some(v) = get(p) {
-                f.value(name, &format!("pol=\"{}\"", p.pol), v);
-            }
-        }
+    for (name, help, get) in rates {
+        let series = s
+            .pols
+            .iter()
+            .filter_map(|p| Some((pol(p), ConstGauge::new(get(p)?))));
+        family(enc, name, help, MetricType::Gauge, series)?;
     }
-    let name = "dsim_faults_injected_total";
-    f.header(name, "counter", "Faults injected, by kind.");
-    for p in &s.pols {
+    let faults = s.pols.iter().flat_map(|p| {
         let c = p.faults_injected;
-        for (kind, v) in [
+        [
             ("drop", c.dropped),
             ("duplicate", c.duplicated),
             ("reorder", c.reordered),
             ("corrupt", c.corrupted),
-        ] {
-            f.value(
-                name,
-                &format!("pol=\"{}\",kind=\"{kind}\"", p.pol),
-                v as f64,
-            );
-        }
-    }
-    out
+        ]
+        .map(|(kind, v)| {
+            let mut labels = pol(p);
+            labels.push(("kind", kind.to_string()));
+            (labels, ConstCounter::new(v))
+        })
+    });
+    family(
+        enc,
+        "dsim_faults_injected",
+        "Faults injected, by kind.",
+        MetricType::Counter,
+        faults,
+    )
 }
 
 #[cfg(test)]

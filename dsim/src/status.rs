@@ -1,14 +1,13 @@
 //! What dsim reports: counters per polarisation, the signal, and the achieved rate over the last
-//! 10 s, measured from when heaps actually left against when they were due.
+//! 10 s, measured from when heaps actually left against when they were due. The reply's types
+//! live in [`fgpu_api::dsim`], shared with every reader.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+pub use fgpu_api::dsim::{PolStatus, RateReport, SignalStatus, Status};
 
-use crate::config::SignalSpec;
-use crate::faults::{FaultCounts, PolFaults};
 use crate::state::{Progress, Shared};
 
 /// The window over which the achieved rate is measured.
@@ -44,85 +43,6 @@ impl RateWindow {
         let q = &self.samples[pol];
         Some((*q.front()?, *q.back()?)).filter(|(a, b)| b.heap > a.heap)
     }
-}
-
-/// Achieved rate of one polarisation over the window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RateReport {
-    /// Samples per second actually achieved (timestamps advanced / wall time).
-    pub achieved_rate: Option<f64>,
-    /// What the schedule asked for over the same heaps (the rate, unless it changed).
-    pub expected_rate: Option<f64>,
-    /// achieved / expected - 1.
-    pub rate_error: Option<f64>,
-    /// Seconds the measurement spans (up to 10).
-    pub window_s: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PolStatus {
-    pub pol: usize,
-    pub destinations: String,
-    /// Heaps whose timestamps have gone by (sent, dropped or held back).
-    pub heaps: u64,
-    /// Datagrams sent, duplicates and corrupted ones included.
-    pub heaps_sent: u64,
-    pub bytes_sent: u64,
-    pub saturated_samples: u64,
-    pub send_errors: u64,
-    /// Heaps never sent because the senders fell more than --max-late behind and skipped ahead.
-    pub heaps_skipped: u64,
-    /// Timestamp of the latest heap to leave.
-    pub timestamp: Option<u64>,
-    pub rate: RateReport,
-    pub faults_injected: FaultCounts,
-    pub faults: PolFaults,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SignalStatus {
-    #[serde(flatten)]
-    pub spec: SignalSpec,
-    /// Tone frequencies as generated, rounded to whole cycles per buffer period.
-    pub tone_frequencies: Vec<f64>,
-    /// Heap from which this signal is (or will be) sent.
-    pub from_heap: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    /// "running", "finished" (reached its heap count) or "stopped".
-    pub state: String,
-    /// Requested samples per second per polarisation (the latest rate set).
-    pub rate: f64,
-    /// Lowest achieved rate of the two polarisations over the window.
-    pub achieved_rate: Option<f64>,
-    /// Largest relative error of the two polarisations over the window.
-    pub rate_error: Option<f64>,
-    pub rate_window_s: f64,
-    /// True when the rate error is within 0.1%.
-    pub rate_ok: bool,
-    /// Seconds the latest heap left after its due time (positive: behind).
-    pub late_s: Option<f64>,
-    /// Heaps of both polarisations never sent because the senders fell too far behind: the host
-    /// could not send the rate.
-    pub heaps_skipped: u64,
-    /// Unix time of timestamp 0 as configured.
-    pub sync_time: f64,
-    /// The sync time the current rate implies (equal to sync_time until the rate changes).
-    pub implied_sync_time: f64,
-    /// Next timestamp due by the wall clock.
-    pub timestamp: u64,
-    pub heap_samples: usize,
-    pub sample_bits: u32,
-    pub first_heap: u64,
-    pub end_heap: Option<u64>,
-    pub threads_per_pol: usize,
-    pub heaps_per_batch: [usize; 2],
-    pub buffer_heaps: usize,
-    pub signal: SignalStatus,
-    pub pols: Vec<PolStatus>,
-    pub uptime_s: f64,
 }
 
 fn rate_report(shared: &Shared, pol: usize) -> RateReport {

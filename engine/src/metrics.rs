@@ -1,220 +1,359 @@
-//! The Prometheus text rendering of GET /metrics, from the counters of [`crate::stats`].
+//! GET /metrics: a `prometheus-client` collector that reads the counters of [`crate::stats`] at
+//! scrape time, so nothing is counted twice.
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::backend::POLS;
-use crate::stats::{OutputStats, PolStats, Stats};
+use crate::stats::{PolStats, Stats};
 
-/// Prometheus text exposition (version 0.0.4). Every series carries the backend as a label.
-pub fn render(stats: &Stats, backend: &str) -> String {
+/// Content type of GET /metrics: Prometheus text exposition, version 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The labels every series of one engine carries.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineLabels {
+    /// "reference", "cpu", "cuda" or "null".
+    pub backend: &'static str,
+    /// Set where one process serves several engines, to tell their series apart; with one engine
+    /// per process the scrape target (Prometheus's `instance`) already does, and the series keep
+    /// today's labels.
+    pub feng_id: Option<u64>,
+}
+
+/// The registry GET /metrics encodes: the engine's counters, read at scrape time, under its
+/// labels.
+pub fn registry(stats: Arc<Stats>, labels: &EngineLabels) -> Registry {
+    let backend = (Cow::Borrowed("backend"), Cow::Borrowed(labels.backend));
+    let mut registry = Registry::with_labels(std::iter::once(backend));
+    let engine = match labels.feng_id {
+        Some(id) => registry.sub_registry_with_label(("feng_id".into(), id.to_string().into())),
+        None => &mut registry,
+    };
+    engine.register_collector(Box::new(StatsCollector(stats)));
+    registry
+}
+
+/// Prometheus text exposition (version 0.0.4) of `registry`.
+pub fn render(registry: &Registry) -> String {
     let mut out = String::with_capacity(8192);
-    let b = format!("backend=\"{backend}\"");
-    // The one output there is today (labels per output come with several).
-    let no_output = OutputStats::default();
-    let o = stats.outputs.first().unwrap_or(&no_output);
-    let mut family = |name: &str, kind: &str, help: &str, series: &[(String, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, v) in series {
-            let sep = if labels.is_empty() { "" } else { "," };
-            let _ = writeln!(out, "{name}{{{b}{sep}{labels}}} {v}");
-        }
-    };
-    let per_pol = |f: &dyn Fn(&PolStats) -> u64| -> Vec<(String, f64)> {
-        (0..POLS)
-            .map(|p| (format!("pol=\"{p}\""), f(&stats.pols[p]) as f64))
-            .collect()
-    };
-    family(
-        "fengine_input_packets_total",
-        "counter",
-        "Digitiser packets received, rejected ones included.",
-        &per_pol(&|p| p.packets()),
-    );
-    family(
-        "fengine_input_heaps_total",
-        "counter",
-        "Digitiser heaps received complete.",
-        &per_pol(&|p| p.heaps_received()),
-    );
-    family(
-        "fengine_input_missing_heaps_total",
-        "counter",
-        "Digitiser heaps absent from the chunks processed.",
-        &per_pol(&|p| p.heaps_missing.load(Relaxed)),
-    );
-    family(
-        "fengine_input_resyncs_total",
-        "counter",
-        "Times the input stream jumped (digitiser restart) and the receiver started again.",
-        &per_pol(&|p| p.resyncs()),
-    );
-    family(
-        "fengine_input_socket_drops_total",
-        "counter",
-        "Packets the kernel dropped because a receive socket's buffer was full (a GSO super-packet counts once).",
-        &per_pol(&|p| p.socket_drops.load(Relaxed)),
-    );
-    family(
-        "fengine_input_unpaired_chunks_total",
-        "counter",
-        "Chunks processed without the other polarisation's chunk.",
-        &per_pol(&|p| p.unpaired_chunks.load(Relaxed)),
-    );
-    let mut rejects = Vec::new();
-    for p in 0..POLS {
-        for (reason, n) in stats.pols[p].rejects.snapshot() {
-            rejects.push((
-                format!("pol=\"{p}\",reason=\"{}\"", reason.name()),
-                n as f64,
-            ));
-        }
-    }
-    family(
-        "fengine_input_rejected_packets_total",
-        "counter",
-        "Digitiser packets dropped, by reason.",
-        &rejects,
-    );
-    let per_sub = |v: &[AtomicU64]| -> Vec<(String, f64)> {
-        v.iter()
-            .enumerate()
-            .map(|(i, c)| (format!("substream=\"{i}\""), c.load(Relaxed) as f64))
-            .collect()
-    };
-    family(
-        "fengine_output_heaps_total",
-        "counter",
-        "Output heaps sent.",
-        &per_sub(&o.heaps_sent),
-    );
-    family(
-        "fengine_output_skipped_heaps_total",
-        "counter",
-        "Output heaps not sent because some spectrum in them lacked input.",
-        &per_sub(&o.heaps_skipped),
-    );
-    let one = |v: u64| vec![(String::new(), v as f64)];
-    family(
-        "fengine_output_packets_total",
-        "counter",
-        "Output packets sent.",
-        &one(o.packets_sent.load(Relaxed)),
-    );
-    family(
-        "fengine_output_bytes_total",
-        "counter",
-        "Output bytes sent (headers included).",
-        &one(o.bytes_sent.load(Relaxed)),
-    );
-    family(
-        "fengine_output_send_errors_total",
-        "counter",
-        "Output heaps abandoned because the socket refused them.",
-        &one(o.send_errors.load(Relaxed)),
-    );
-    family(
-        "fengine_control_rejected_requests_total",
-        "counter",
-        "Control requests refused with a 4xx status (nothing was changed).",
-        &one(stats.control_rejected.load(Relaxed)),
-    );
-    family(
-        "fengine_saturated_total",
-        "counter",
-        "Complex output values with a part clamped to [-127, 127].",
-        &(0..POLS)
-            .map(|p| (format!("pol=\"{p}\""), o.saturated[p].load(Relaxed) as f64))
-            .collect::<Vec<_>>(),
-    );
-    family(
-        "fengine_frames_total",
-        "counter",
-        "Frames computed by the backend.",
-        &one(stats.frames_computed.load(Relaxed)),
-    );
-    family(
-        "fengine_empty_frames_total",
-        "counter",
-        "Frames with no input data, not computed.",
-        &one(stats.frames_empty.load(Relaxed)),
-    );
-    family(
-        "fengine_delay_out_of_span_total",
-        "counter",
-        "Spectra (per polarisation) whose delay put the window outside the data kept.",
-        &one(stats.delay_out_of_span.load(Relaxed)),
-    );
-    family(
-        "fengine_queue_depth",
-        "gauge",
-        "Items waiting in each queue between pipeline stages.",
-        &stats
-            .queue_depths()
-            .into_iter()
-            .map(|(q, d)| (format!("queue=\"{q}\""), d as f64))
-            .collect::<Vec<_>>(),
-    );
-    let t = &stats.chunk_time;
-    family(
-        "fengine_chunk_processing_seconds",
-        "summary",
-        "Time from handing a frame to the backend until its output is ready.",
-        &[],
-    );
-    let _ = writeln!(
-        out,
-        "fengine_chunk_processing_seconds_sum{{{b}}} {}",
-        t.sum_ns.load(Relaxed) as f64 * 1e-9
-    );
-    let _ = writeln!(
-        out,
-        "fengine_chunk_processing_seconds_count{{{b}}} {}",
-        t.count.load(Relaxed)
-    );
-    let mut gauge = |name: &str, help: &str, v: f64| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name}{{{b}}} {v}");
-    };
-    gauge(
-        "fengine_last_frame_timestamp",
-        "ADC timestamp of the chunk of the last frame computed.",
-        stats.last_frame_timestamp.load(Relaxed) as f64,
-    );
-    gauge(
-        "fengine_last_frame_time_seconds",
-        "Unix time at which the last frame was computed.",
-        stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
-    );
+    // Writing into a String cannot fail, and the collector's encoding does not either.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, registry);
     out
+}
+
+/// Label pairs of one series (the registry adds the engine's).
+type Labels = Vec<(&'static str, String)>;
+
+/// Reads [`Stats`] at each scrape; nothing is counted twice.
+struct StatsCollector(Arc<Stats>);
+
+impl std::fmt::Debug for StatsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatsCollector")
+    }
+}
+
+/// One family of counters. `name` is without `_total`, which the encoder appends.
+fn counters(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, u64)>,
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One family of gauges.
+fn gauges<V: prometheus_client::encoding::EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, V)>,
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for StatsCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let stats = &*self.0;
+        let enc = &mut enc;
+        let per_pol = |f: &dyn Fn(&PolStats) -> u64| -> Vec<(Labels, u64)> {
+            (0..POLS)
+                .map(|p| (vec![("pol", p.to_string())], f(&stats.pols[p])))
+                .collect()
+        };
+        let none = |v: u64| [(Labels::new(), v)];
+        // Per-output figures carry the output's name.
+        let per_sub =
+            |f: &dyn Fn(&crate::stats::OutputStats) -> &[AtomicU64]| -> Vec<(Labels, u64)> {
+                stats
+                    .outputs
+                    .iter()
+                    .flat_map(|o| {
+                        f(o).iter().enumerate().map(|(i, c)| {
+                            (
+                                vec![("output", o.name.clone()), ("substream", i.to_string())],
+                                c.load(Relaxed),
+                            )
+                        })
+                    })
+                    .collect()
+            };
+        let of_output =
+            |f: &dyn Fn(&crate::stats::OutputStats) -> &AtomicU64| -> Vec<(Labels, u64)> {
+                stats
+                    .outputs
+                    .iter()
+                    .map(|o| (vec![("output", o.name.clone())], f(o).load(Relaxed)))
+                    .collect()
+            };
+        counters(
+            enc,
+            "fengine_input_packets",
+            "Digitiser packets received, rejected ones included.",
+            per_pol(&|p| p.packets()),
+        )?;
+        counters(
+            enc,
+            "fengine_input_heaps",
+            "Digitiser heaps received complete.",
+            per_pol(&|p| p.heaps_received()),
+        )?;
+        counters(
+            enc,
+            "fengine_input_missing_heaps",
+            "Digitiser heaps absent from the chunks processed.",
+            per_pol(&|p| p.heaps_missing.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_input_resyncs",
+            "Times the input stream jumped (digitiser restart) and the receiver started again.",
+            per_pol(&|p| p.resyncs()),
+        )?;
+        counters(
+            enc,
+            "fengine_input_socket_drops",
+            "Packets the kernel dropped because a receive socket's buffer was full (a GSO super-packet counts once).",
+            per_pol(&|p| p.socket_drops.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_input_unpaired_chunks",
+            "Chunks processed without the other polarisation's chunk.",
+            per_pol(&|p| p.unpaired_chunks.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_input_rejected_packets",
+            "Digitiser packets dropped, by reason.",
+            (0..POLS).flat_map(|p| {
+                stats.pols[p]
+                    .rejects
+                    .snapshot()
+                    .into_iter()
+                    .map(move |(reason, n)| {
+                        (
+                            vec![
+                                ("pol", p.to_string()),
+                                ("reason", reason.name().to_string()),
+                            ],
+                            n,
+                        )
+                    })
+            }),
+        )?;
+        counters(
+            enc,
+            "fengine_output_heaps",
+            "Output heaps sent.",
+            per_sub(&|o| &o.heaps_sent),
+        )?;
+        counters(
+            enc,
+            "fengine_output_skipped_heaps",
+            "Output heaps not sent because some spectrum in them lacked input.",
+            per_sub(&|o| &o.heaps_skipped),
+        )?;
+        counters(
+            enc,
+            "fengine_output_packets",
+            "Output packets sent.",
+            of_output(&|o| &o.packets_sent),
+        )?;
+        counters(
+            enc,
+            "fengine_output_bytes",
+            "Output bytes sent (headers included).",
+            of_output(&|o| &o.bytes_sent),
+        )?;
+        counters(
+            enc,
+            "fengine_output_send_errors",
+            "Output heaps abandoned because the socket refused them.",
+            of_output(&|o| &o.send_errors),
+        )?;
+        counters(
+            enc,
+            "fengine_control_rejected_requests",
+            "Control requests refused with a 4xx status (nothing was changed).",
+            none(stats.control_rejected.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_saturated",
+            "Complex output values with a part clamped to [-127, 127].",
+            stats.outputs.iter().flat_map(|o| {
+                (0..POLS).map(move |p| {
+                    (
+                        vec![("output", o.name.clone()), ("pol", p.to_string())],
+                        o.saturated[p].load(Relaxed),
+                    )
+                })
+            }),
+        )?;
+        counters(
+            enc,
+            "fengine_frames",
+            "Frames computed by the backend.",
+            none(stats.frames_computed.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_empty_frames",
+            "Frames with no input data, not computed.",
+            none(stats.frames_empty.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_delay_out_of_span",
+            "Spectra (per polarisation) whose delay put the window outside the data kept.",
+            none(stats.delay_out_of_span.load(Relaxed)),
+        )?;
+        gauges(
+            enc,
+            "fengine_queue_depth",
+            "Items waiting in each queue between pipeline stages.",
+            stats
+                .queue_depths()
+                .into_iter()
+                .map(|(q, d)| (vec![("queue", q.to_string())], d as u64)),
+        )?;
+        // A histogram with only the +Inf bucket: the sum and count a summary would give, in a
+        // type the crate encodes.
+        let t = &stats.chunk_time;
+        enc.encode_descriptor(
+            "fengine_chunk_processing_seconds",
+            "Time from handing a frame to the backend until its output is ready.",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(
+            t.sum_ns.load(Relaxed) as f64 * 1e-9,
+            t.count.load(Relaxed),
+            &[],
+            None,
+        )?;
+        gauges(
+            enc,
+            "fengine_last_frame_timestamp",
+            "ADC timestamp of the chunk of the last frame computed.",
+            [(Labels::new(), stats.last_frame_timestamp.load(Relaxed))],
+        )?;
+        gauges(
+            enc,
+            "fengine_last_frame_time_seconds",
+            "Unix time at which the last frame was computed.",
+            [(
+                Labels::new(),
+                stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
+            )],
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_every_family_with_the_backend_label() {
-        let s = Stats::new(&[(crate::config::WIDEBAND, 2)]);
+    fn stats() -> Arc<Stats> {
+        let s = Stats::new(&[(fgpu_api::engine::WIDEBAND, 2)]);
         s.outputs[0].heaps_sent[1].fetch_add(3, Relaxed);
         s.chunk_time.record(std::time::Duration::from_millis(2));
         s.queues
             .lock()
             .unwrap()
             .push(("pair_to_compute", Box::new(|| 4)));
-        let text = render(&s, "cpu");
-        assert!(text.contains("fengine_output_heaps_total{backend=\"cpu\",substream=\"1\"} 3"));
+        Arc::new(s)
+    }
+
+    #[test]
+    fn renders_every_family_with_the_backend_label() {
+        let labels = EngineLabels {
+            backend: "cpu",
+            feng_id: None,
+        };
+        let text = render(&registry(stats(), &labels));
         assert!(text.contains(
-            "fengine_input_rejected_packets_total{backend=\"cpu\",pol=\"0\",reason=\"too_old\"} 0"
+            "fengine_output_heaps_total{backend=\"cpu\",output=\"wideband\",substream=\"1\"} 3\n"
         ));
-        assert!(text.contains("fengine_queue_depth{backend=\"cpu\",queue=\"pair_to_compute\"} 4"));
-        assert!(text.contains("fengine_chunk_processing_seconds_count{backend=\"cpu\"} 1"));
-        // Every sample line has a value that parses.
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let v = line.rsplit(' ').next().unwrap();
+        assert!(text.contains(
+            "fengine_input_rejected_packets_total{backend=\"cpu\",pol=\"0\",reason=\"too_old\"} 0\n"
+        ));
+        assert!(text.contains("fengine_queue_depth{backend=\"cpu\",queue=\"pair_to_compute\"} 4\n"));
+        assert!(text.contains("fengine_chunk_processing_seconds_count{backend=\"cpu\"} 1\n"));
+        assert!(text.contains("fengine_control_rejected_requests_total{backend=\"cpu\"} 0\n"));
+        assert!(text.contains("# TYPE fengine_saturated_total counter\n"));
+        assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
+        // Every sample line has a value that parses, and a family declared before it.
+        let mut declared = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.insert(rest.split(' ').next().unwrap().to_string());
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let (series, v) = line.rsplit_once(' ').unwrap();
             assert!(v.parse::<f64>().is_ok(), "{line}");
+            let name = series.split('{').next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .filter(|f| declared.contains(*f))
+                .unwrap_or(name);
+            assert!(declared.contains(family), "{line} has no TYPE line");
         }
+    }
+
+    /// With several engines in one process, each engine's series also carry its feng_id.
+    #[test]
+    fn an_engine_label_when_asked() {
+        let labels = EngineLabels {
+            backend: "cuda",
+            feng_id: Some(3),
+        };
+        let text = render(&registry(stats(), &labels));
+        assert!(text.contains(
+            "fengine_output_heaps_total{backend=\"cuda\",feng_id=\"3\",output=\"wideband\",substream=\"1\"} 3\n"
+        ));
     }
 }

@@ -1,15 +1,20 @@
-//! HTTP control of dsim and the engine: the only place that knows their endpoints and JSON, so
-//! that a change on their side is one edit here.
+//! HTTP control of dsim and the engine: the only place that knows their endpoints, so that a
+//! change on their side is one edit here. Their replies are read as the types both sides share
+//! ([`fgpu_api::dsim`], [`fgpu_api::engine`]), never by guessing keys.
 //!
 //! - dsim: `GET /status`, `PUT /rate`, `PUT /signal`, `PUT /faults`, `GET /metrics`.
 //! - fengine: `GET /status`, `GET /metrics` (Prometheus text, with the missing-input and
-//!   skipped-output counters), `PUT /gains`.
+//!   skipped-output counters, read by name pattern so that another engine's names can be given),
+//!   `PUT /gains`.
 
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
+
+pub use fgpu_api::dsim::Tone;
 
 fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -51,6 +56,16 @@ impl Client {
             .with_context(|| format!("GET {url}"))
     }
 
+    /// GET a reply of type `T`; a reply of another shape is an error that says whose reply was
+    /// expected (`what`).
+    fn get_typed<T: DeserializeOwned>(&self, path: &str, what: &str) -> Result<T> {
+        let url = format!("{}{path}", self.base);
+        let text = self.get_text(path)?;
+        serde_json::from_str(&text).map_err(|e| {
+            anyhow!("GET {url} did not answer with {what} ({e}); is that the right service, of this version?")
+        })
+    }
+
     fn get_text(&self, path: &str) -> Result<String> {
         let url = format!("{}{path}", self.base);
         self.agent
@@ -72,118 +87,16 @@ impl Client {
     }
 }
 
-/// A tone dsim sends.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Tone {
-    pub frequency: f64,
-    /// Fraction of full scale.
-    pub amplitude: f64,
-}
-
-/// What the harness reads from dsim's status.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct DsimStatus {
-    /// ADC sample rate per polarisation (sample/s).
-    pub rate: Option<f64>,
-    /// Timestamp of the heap being sent now.
-    pub timestamp: Option<u64>,
-    /// The strongest tone, if any.
-    pub tone: Option<Tone>,
-    /// Samples per heap.
-    pub samples_per_heap: Option<u64>,
-    /// Samples sent so far per polarisation (for the achieved rate).
-    pub samples_sent: Option<f64>,
-    /// Heaps dsim skipped because it fell behind its schedule (it could not send the rate).
-    pub heaps_skipped: Option<u64>,
-}
-
 /// Why a run lost heaps when dsim skipped `n` of them: the sender, not the engine, fell behind.
 pub fn dsim_skipped_reason(n: u64) -> String {
     format!("dsim fell behind and skipped {n} heaps: this host could not send the rate")
-}
-
-impl DsimStatus {
-    pub fn parse(v: &Value) -> Self {
-        Self {
-            rate: find_number(v, &["rate", "adc_sample_rate", "sample_rate"]),
-            timestamp: find_number(v, &["timestamp", "next_timestamp", "current_timestamp"])
-                .map(|t| t as u64),
-            tone: strongest_tone(v),
-            samples_per_heap: find_number(v, &["heap_samples", "samples_per_heap"])
-                .map(|t| t as u64),
-            samples_sent: find_number(v, &["samples_sent", "samples"]),
-            heaps_skipped: find_number(v, &["heaps_skipped"]).map(|n| n as u64),
-        }
-    }
-}
-
-/// The tone of largest amplitude in dsim's status: a `tones` array of objects with a frequency
-/// and an amplitude, or a single `tone` object.
-fn strongest_tone(v: &Value) -> Option<Tone> {
-    let parse = |t: &Value| -> Option<Tone> {
-        Some(Tone {
-            frequency: find_number(t, &["frequency", "freq", "hz", "frequency_hz"])?,
-            amplitude: find_number(t, &["amplitude", "ampl", "amp"]).unwrap_or(1.0),
-        })
-    };
-    let mut tones: Vec<Tone> = Vec::new();
-    visit(v, &mut |key, val| {
-        if key == "tones" {
-            if let Some(a) = val.as_array() {
-                tones.extend(a.iter().filter_map(parse));
-            }
-        } else if key == "tone" {
-            tones.extend(parse(val));
-        }
-    });
-    tones
-        .into_iter()
-        .max_by(|a, b| a.amplitude.abs().total_cmp(&b.amplitude.abs()))
-}
-
-fn visit(v: &Value, f: &mut impl FnMut(&str, &Value)) {
-    match v {
-        Value::Object(m) => {
-            for (k, val) in m {
-                f(k, val);
-                visit(val, f);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| visit(x, f)),
-        _ => {}
-    }
-}
-
-/// The first number found under any of `keys` (tried in order), searched breadth-first so that
-/// a top-level field wins over a nested one of the same name.
-pub fn find_number(v: &Value, keys: &[&str]) -> Option<f64> {
-    keys.iter().find_map(|k| {
-        let mut level = vec![v];
-        while !level.is_empty() {
-            let mut next = Vec::new();
-            for node in level {
-                match node {
-                    Value::Object(m) => {
-                        if let Some(x) = m.get(*k).and_then(Value::as_f64) {
-                            return Some(x);
-                        }
-                        next.extend(m.values());
-                    }
-                    Value::Array(a) => next.extend(a.iter()),
-                    _ => {}
-                }
-            }
-            level = next;
-        }
-        None
-    })
 }
 
 /// What dsim says after a signal change.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct SignalApplied {
     /// First timestamp with the new signal.
-    pub from_timestamp: Option<u64>,
+    pub from_timestamp: u64,
     /// The tone's frequency as generated (dsim rounds to whole cycles per buffer).
     pub frequency: Option<f64>,
 }
@@ -201,8 +114,8 @@ impl Dsim {
     pub fn status_json(&self) -> Result<Value> {
         self.0.get_json("/status")
     }
-    pub fn status(&self) -> Result<DsimStatus> {
-        self.status_json().map(|v| DsimStatus::parse(&v))
+    pub fn status(&self) -> Result<fgpu_api::dsim::Status> {
+        self.0.get_typed("/status", "dsim's status")
     }
     /// Sets the ADC sample rate (sample/s per polarisation).
     pub fn set_rate(&self, rate: f64) -> Result<()> {
@@ -219,11 +132,15 @@ impl Dsim {
             body["noise"] = json!(n);
         }
         let reply = self.0.put_json("/signal", &body)?;
+        let change: fgpu_api::dsim::SignalChange = serde_json::from_value(reply).map_err(|e| {
+            anyhow!(
+                "PUT {}/signal did not answer with dsim's signal change ({e}); is that a dsim of this version?",
+                self.0.base
+            )
+        })?;
         Ok(SignalApplied {
-            from_timestamp: find_number(&reply, &["from_timestamp"]).map(|t| t as u64),
-            frequency: reply
-                .pointer("/signal/tone_frequencies/0")
-                .and_then(Value::as_f64),
+            from_timestamp: change.from_timestamp,
+            frequency: change.signal.tone_frequencies.first().copied(),
         })
     }
     /// Passes a fault description through unchanged (its shape is dsim's).
@@ -317,30 +234,41 @@ impl Engine {
             .put_json("/gains", &json!({ "pol0": gain, "pol1": gain }))
             .map(|_| ())
     }
-    /// Engine geometry from `/status`, where it says.
+    pub fn status(&self) -> Result<fgpu_api::engine::Status> {
+        self.client.get_typed("/status", "an F-engine's status")
+    }
+    /// The wideband output's shape and the ADC rate, from `/status`.
     pub fn geometry(&self) -> Result<EngineGeometry> {
-        let v = self.status_json()?;
-        Ok(EngineGeometry::parse(&v))
+        let status = self.status()?;
+        EngineGeometry::of(&status).ok_or_else(|| {
+            anyhow!(
+                "the engine at {} has no wideband output (its outputs: {:?})",
+                self.url(),
+                status.outputs.keys().collect::<Vec<_>>()
+            )
+        })
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+/// What the harness needs to know of the engine's wideband output to receive and check it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct EngineGeometry {
-    pub channels: Option<usize>,
-    pub taps: Option<usize>,
-    pub spectra_per_heap: Option<usize>,
-    pub adc_sample_rate: Option<f64>,
+    pub channels: usize,
+    pub taps: usize,
+    pub spectra_per_heap: usize,
+    pub adc_sample_rate: f64,
 }
 
 impl EngineGeometry {
-    pub fn parse(v: &Value) -> Self {
-        let u = |keys: &[&str]| find_number(v, keys).map(|x| x as usize);
-        Self {
-            channels: u(&["channels", "n_channels"]),
-            taps: u(&["taps"]),
-            spectra_per_heap: u(&["spectra_per_heap"]),
-            adc_sample_rate: find_number(v, &["adc_sample_rate", "sample_rate"]),
-        }
+    /// The wideband output's geometry; None when the engine has no wideband output.
+    pub fn of(status: &fgpu_api::engine::Status) -> Option<Self> {
+        let w = status.wideband()?;
+        Some(Self {
+            channels: w.channels,
+            taps: w.taps,
+            spectra_per_heap: w.spectra_per_heap,
+            adc_sample_rate: status.adc_sample_rate,
+        })
     }
 }
 
@@ -431,31 +359,79 @@ mod tests {
         assert_eq!(s[4].value, f64::INFINITY);
     }
 
-    #[test]
-    fn dsim_status_shapes() {
-        let v = json!({
-            "rate": 1712e6, "timestamp": 123456,
-            "signal": { "tones": [
-                { "frequency": 1e6, "amplitude": 0.1 },
-                { "frequency": 2e6, "amplitude": 0.5 }
-            ], "noise": 0.01 },
-            "samples_per_heap": 4096
-        });
-        let s = DsimStatus::parse(&v);
-        assert_eq!(s.rate, Some(1712e6));
-        assert_eq!(s.timestamp, Some(123456));
-        assert_eq!(
-            s.tone,
-            Some(Tone {
-                frequency: 2e6,
-                amplitude: 0.5
-            })
-        );
-        assert_eq!(s.samples_per_heap, Some(4096));
-        let s = DsimStatus::parse(&json!({"adc_sample_rate": 1e9, "tone": {"hz": 5.0}}));
-        assert_eq!(s.rate, Some(1e9));
-        assert_eq!(s.tone.map(|t| t.frequency), Some(5.0));
-        assert_eq!(DsimStatus::parse(&json!({})), DsimStatus::default());
+    /// A dsim status as dsim serves it, with one tone and `skipped` heaps skipped.
+    fn dsim_status_text(skipped: u64) -> String {
+        let pol = |p: usize| {
+            json!({"pol": p, "destinations": "127.0.0.1:7148", "heaps": 5, "heaps_sent": 5,
+                "bytes_sent": 100, "saturated_samples": 0, "send_errors": 0, "heaps_skipped": 0,
+                "timestamp": 4096,
+                "rate": {"achieved_rate": 1e8, "expected_rate": 1e8, "rate_error": 0.0,
+                         "window_s": 1.0},
+                "faults_injected": {"dropped": 0, "duplicated": 0, "reordered": 0, "corrupted": 0},
+                "faults": {"drop": null, "duplicate": null, "reorder": null, "corrupt": null}})
+        };
+        json!({
+            "state": "running", "rate": 1e8, "achieved_rate": 1e8, "rate_error": 0.0,
+            "rate_window_s": 1.0, "rate_ok": true, "late_s": 1e-6, "heaps_skipped": skipped,
+            "sync_time": 0.0, "implied_sync_time": 0.0, "timestamp": 4096, "heap_samples": 4096,
+            "sample_bits": 10, "first_heap": 0, "end_heap": null, "threads_per_pol": 1,
+            "heaps_per_batch": [12, 12], "buffer_heaps": 8192,
+            "signal": {"tones": [{"frequency": 1e6, "amplitude": 0.1},
+                                 {"frequency": 1.25e7, "amplitude": 0.5}],
+                       "noise": 0.05, "dither": true, "delays": [0.0, 0.0], "seed": 1,
+                       "tone_frequencies": [1e6, 1.25e7], "from_heap": 0},
+            "pols": [pol(0), pol(1)],
+            "uptime_s": 1.0
+        })
+        .to_string()
+    }
+
+    /// An engine status as the engine serves it: one wideband output.
+    fn engine_status_text() -> String {
+        use fgpu_api::engine::*;
+        let wideband = Output {
+            kind: OutputKind::Wideband,
+            channels: 1024,
+            taps: 16,
+            spectra_per_heap: 256,
+            heaps_per_frame: 4,
+            lag_samples: 30_720,
+            substreams: 1,
+            channels_per_substream: 1024,
+            destinations: vec!["127.0.0.1:7150".into()],
+            heaps_sent: 0,
+            heaps_skipped: 0,
+            heaps_sent_per_substream: vec![0],
+            heaps_skipped_per_substream: vec![0],
+            packets: 0,
+            bytes: 0,
+            send_errors: 0,
+            last_timestamp: 0,
+            saturated: vec![0, 0],
+        };
+        serde_json::to_string(&Status {
+            backend: "cpu".into(),
+            running: true,
+            uptime_s: 1.0,
+            feng_id: 0,
+            adc_sample_rate: 1.712e9,
+            sync_time: None,
+            max_delay_s: 0.0,
+            input: Input {
+                sample_bits: 10,
+                heap_samples: 4096,
+                chunk_samples: 1 << 20,
+                overlap_samples: 30_720,
+                pols: vec![PolInput::default(), PolInput::default()],
+            },
+            outputs: [(WIDEBAND.to_string(), wideband)].into(),
+            frames: Frames::default(),
+            delay_out_of_span: 0,
+            delays: None,
+            queues: Default::default(),
+            control: Control::default(),
+        })
+        .unwrap()
     }
 
     /// Requests a fake server saw: (method, path, body).
@@ -512,17 +488,13 @@ mod tests {
     #[test]
     fn talks_to_dsim_and_the_engine_over_http() {
         let (url, seen) = fake_server(|method, path| match (method, path) {
-            ("GET", "/status") => (
-                200,
-                r#"{"rate": 1e8, "timestamp": 4096, "heap_samples": 4096,
-                "signal": {"tones": [{"frequency": 1.25e7, "amplitude": 0.5}]},
-                "pols": [{"rate": {"achieved_rate": 1e8}}]}"#
-                    .into(),
-            ),
+            ("GET", "/status") => (200, dsim_status_text(3)),
             ("PUT", "/signal") => (
                 200,
-                r#"{"from_heap": 10, "from_timestamp": 40960,
-                "signal": {"tone_frequencies": [1.2500003e7]}}"#
+                r#"{"from_heap": 10, "from_timestamp": 40960, "from_unix_time": 1.0,
+                "signal": {"tones": [{"frequency": 1.25e7, "amplitude": 0.9}], "noise": 0.001,
+                "dither": true, "delays": [0, 0], "seed": 1, "tone_frequencies": [1.2500003e7],
+                "from_heap": 10}}"#
                     .into(),
             ),
             ("GET", "/metrics") => (
@@ -538,10 +510,10 @@ mod tests {
         let dsim = Dsim::new(&url);
         let st = dsim.status().unwrap();
         assert_eq!(
-            (st.rate, st.timestamp, st.samples_per_heap),
-            (Some(1e8), Some(4096), Some(4096))
+            (st.rate, st.timestamp, st.heap_samples, st.heaps_skipped),
+            (1e8, 4096, 4096, 3)
         );
-        assert_eq!(st.tone.unwrap().frequency, 1.25e7);
+        assert_eq!(st.strongest_tone().unwrap().frequency, 1.25e7);
         dsim.set_rate(2.5e9).unwrap();
         let applied = dsim
             .set_tone(
@@ -552,7 +524,7 @@ mod tests {
                 Some(0.001),
             )
             .unwrap();
-        assert_eq!(applied.from_timestamp, Some(40960));
+        assert_eq!(applied.from_timestamp, 40960);
         assert_eq!(applied.frequency, Some(1.2500003e7));
         // A refusal is an error with the request in it.
         let err = dsim.set_faults(&json!({"pol0": {}})).unwrap_err();
@@ -600,13 +572,34 @@ mod tests {
         assert_eq!(normalise_url("http://dsim:80"), "http://dsim:80");
     }
 
+    /// The engine's status gives the wideband geometry; a reply of another shape is an error
+    /// that says what was expected.
     #[test]
-    fn engine_geometry() {
-        let g = EngineGeometry::parse(&json!({"config": {"channels": 1024, "taps": 16,
-            "spectra_per_heap": 256, "adc_sample_rate": 1.712e9}}));
-        assert_eq!(g.channels, Some(1024));
-        assert_eq!(g.taps, Some(16));
-        assert_eq!(g.spectra_per_heap, Some(256));
+    fn engine_geometry_and_a_reply_of_another_shape() {
+        let (url, _) = fake_server(|_, path| match path {
+            "/status" => (200, engine_status_text()),
+            _ => (200, r#"{"channels": 1024}"#.into()),
+        });
+        let g = Engine::new(&url, CounterNames::default())
+            .geometry()
+            .unwrap();
+        assert_eq!(
+            (g.channels, g.taps, g.spectra_per_heap, g.adc_sample_rate),
+            (1024, 16, 256, 1.712e9)
+        );
+        let (url, _) = fake_server(|_, _| (200, r#"{"config": {"channels": 1024}}"#.into()));
+        let err = format!(
+            "{:#}",
+            Engine::new(&url, CounterNames::default())
+                .status()
+                .unwrap_err()
+        );
+        assert!(
+            err.contains("an F-engine's status") && err.contains("/status"),
+            "{err}"
+        );
+        let err = format!("{:#}", Dsim::new(&url).status().unwrap_err());
+        assert!(err.contains("dsim's status"), "{err}");
     }
 
     #[test]

@@ -419,21 +419,23 @@ fn setup(
         ),
     };
     let services = Services::connect(dsim_url, engine_url, counter_names(sys));
-    let eg = services.engine.geometry().unwrap_or_else(|e| {
-        tracing::warn!("engine /status unreadable ({e:#}); using the command line");
-        Default::default()
-    });
-    let status = services.dsim.status().unwrap_or_else(|e| {
-        tracing::warn!("dsim /status unreadable ({e:#})");
-        Default::default()
-    });
+    let eg = services
+        .engine
+        .geometry()
+        .map_err(|e| tracing::warn!("engine /status unreadable ({e:#}); using the command line"))
+        .ok();
+    let status = services
+        .dsim
+        .status()
+        .map_err(|e| tracing::warn!("dsim /status unreadable ({e:#})"))
+        .ok();
     let geometry = Geometry {
         channels: sys
             .channels
-            .or(eg.channels)
+            .or(eg.map(|g| g.channels))
             .context("--channels is needed (the engine's /status does not say)")?,
-        taps: sys.taps.or(eg.taps).unwrap_or(16),
-        spectra_per_heap: sys.spectra_per_heap.or(eg.spectra_per_heap),
+        taps: sys.taps.or(eg.map(|g| g.taps)).unwrap_or(16),
+        spectra_per_heap: sys.spectra_per_heap.or(eg.map(|g| g.spectra_per_heap)),
     };
     let dst: Endpoint = sys
         .dst
@@ -446,8 +448,11 @@ fn setup(
         services,
         rx,
         geometry,
-        adc_rate: sys.adc_rate.or(status.rate).or(eg.adc_sample_rate),
-        tone: status.tone,
+        adc_rate: sys
+            .adc_rate
+            .or(status.as_ref().map(|s| s.rate))
+            .or(eg.map(|g| g.adc_sample_rate)),
+        tone: status.as_ref().and_then(|s| s.strongest_tone()),
         backend: backend.to_string(),
     })
 }
@@ -592,7 +597,7 @@ fn run_max_rate(a: MaxRateArgs) -> Result<bool> {
         if !sys.local {
             // The engine paces its output at a factor of its configured ADC rate: started below
             // --high, it would fail trials for a reason that is not throughput.
-            if let Ok(Some(fs)) = s.services.engine.geometry().map(|g| g.adc_sample_rate) {
+            if let Ok(fs) = s.services.engine.geometry().map(|g| g.adc_sample_rate) {
                 if fs < a.high {
                     tracing::warn!(
                         "the engine was started with --adc-sample-rate {fs:e}, below --high {:e}: \

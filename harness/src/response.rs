@@ -371,7 +371,7 @@ pub fn measure(
             .substreams
             .iter()
             .filter_map(|s| Some(s.newest_timestamp? + s.step?))
-            .chain(applied.from_timestamp)
+            .chain(Some(applied.from_timestamp))
             .max()
             .unwrap_or(0);
         acc.arm(min_ts);

@@ -4,22 +4,23 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use signal_hook::consts::{SIGINT, SIGTERM};
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-}
+/// Exit status after a second signal (128 + SIGINT, as a shell reports it).
+const EXIT_ON_SECOND: i32 = 130;
 
-/// Installs the handler for SIGINT and SIGTERM.
+/// Installs the handlers for SIGINT and SIGTERM: a signal exits at once when the flag is already
+/// set (registered first, so that the first signal only sets it), then sets the flag.
 pub fn install() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only touches an atomic and calls _exit.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
+    for sig in [SIGINT, SIGTERM] {
+        let registered =
+            signal_hook::flag::register_conditional_shutdown(sig, EXIT_ON_SECOND, &INTERRUPTED)
+                .and_then(|_| signal_hook::flag::register(sig, &INTERRUPTED));
+        if let Err(e) = registered {
+            tracing::warn!("cannot watch signal {sig} ({e}); the harness stops only when killed");
+        }
     }
 }
 

@@ -73,7 +73,7 @@ fn point(services: &Services, rx: &Receiver) -> Result<Point> {
     Ok(Point {
         counters: services.engine.counters()?,
         // Only an explanation: a dsim that does not say is not an error.
-        dsim_skipped: services.dsim.status().ok().and_then(|s| s.heaps_skipped),
+        dsim_skipped: services.dsim.status().ok().map(|s| s.heaps_skipped),
         snap: rx.snapshot(),
         rcvbuf: udp_rcvbuf_errors(),
         cpu: CpuTimes::read(&services.pids()),

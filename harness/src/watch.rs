@@ -81,7 +81,7 @@ pub fn run(
     dsim: Option<&Dsim>,
 ) -> Result<WatchSummary> {
     let engine_before = engine.and_then(|e| e.counters().ok());
-    let dsim_skipped = || dsim.and_then(|d| d.status().ok()?.heaps_skipped);
+    let dsim_skipped = || dsim.and_then(|d| Some(d.status().ok()?.heaps_skipped));
     let skipped_before = dsim_skipped();
     let rcvbuf_before = udp_rcvbuf_errors();
     let start = Instant::now();

@@ -1,0 +1,292 @@
+//! dsim's control plane: `GET /status` ([`Status`]), the signal and faults it takes and reports,
+//! and the replies to its changes. Plain data: dsim keeps the rules (validation, applying an
+//! update, compiling faults) next to the code that acts on them.
+
+use serde::{Deserialize, Serialize};
+
+/// One sinusoid common to both polarisations: `amplitude * cos(2 pi frequency t)`, amplitude as a
+/// fraction of full scale (1.0 = 2^(sample_bits-1) counts).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tone {
+    /// Hz, 0 (a constant) to rate/2.
+    pub frequency: f64,
+    pub amplitude: f64,
+}
+
+/// The signal: tones common to both polarisations, then per polarisation independent Gaussian noise
+/// and uniform dither, a per-polarisation delay, and quantisation with saturation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalSpec {
+    pub tones: Vec<Tone>,
+    /// Noise rms as a fraction of full scale.
+    pub noise: f64,
+    /// Uniform dither of +-0.5 LSB before rounding.
+    pub dither: bool,
+    /// Per-polarisation delay in samples (fractional allowed): polarisation p emits x(t + delay[p]).
+    pub delays: [f64; 2],
+    /// Seeds the noise, the dither and the random faults.
+    pub seed: u64,
+}
+
+impl Default for SignalSpec {
+    /// dsim's documented default signal: no tones, noise of 0.05 full scale, dithered.
+    fn default() -> Self {
+        Self {
+            tones: Vec::new(),
+            noise: 0.05,
+            dither: true,
+            delays: [0.0; 2],
+            seed: 1,
+        }
+    }
+}
+
+/// A partial signal, as PUT /signal takes it: fields left out keep their current values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalUpdate {
+    pub tones: Option<Vec<Tone>>,
+    pub noise: Option<f64>,
+    pub dither: Option<bool>,
+    pub delays: Option<[f64; 2]>,
+    pub seed: Option<u64>,
+}
+
+/// Which heaps a fault applies to: any heap listed, in a range, or drawn with `probability`.
+/// A heap is named by its index k = timestamp / heap_samples.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    #[serde(default)]
+    pub probability: f64,
+    #[serde(default)]
+    pub heaps: Vec<u64>,
+    /// Half-open `[start, end)` heap index ranges.
+    #[serde(default)]
+    pub ranges: Vec<[u64; 2]>,
+}
+
+/// Reordering: a chosen heap is held back and sent after the next `window` heaps of its
+/// destination group (counting those its sender thread sends).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reorder {
+    #[serde(default)]
+    pub probability: f64,
+    #[serde(default)]
+    pub heaps: Vec<u64>,
+    #[serde(default)]
+    pub ranges: Vec<[u64; 2]>,
+    #[serde(default = "one")]
+    pub window: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The faults of one polarisation. Corruption overwrites the SPEAD magic byte, so receivers
+/// reject the packet as not SPEAD.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolFaults {
+    pub drop: Option<Selector>,
+    pub duplicate: Option<Selector>,
+    pub reorder: Option<Reorder>,
+    pub corrupt: Option<Selector>,
+}
+
+/// PUT /faults: each polarisation given replaces that polarisation's faults (`{}` clears them);
+/// a polarisation left out keeps its faults. GET /faults answers the same shape.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsRequest {
+    pub pol0: Option<PolFaults>,
+    pub pol1: Option<PolFaults>,
+}
+
+/// Faults injected so far on one polarisation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+}
+
+/// PUT /rate body, and GET /rate's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateRequest {
+    /// Samples per second per polarisation.
+    pub rate: f64,
+}
+
+/// The reply to a rate change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateChange {
+    pub rate: f64,
+    /// First heap (timestamp / heap_samples) sent at the new rate.
+    pub from_heap: u64,
+    pub from_timestamp: u64,
+    /// Unix time at which that heap leaves.
+    pub from_unix_time: f64,
+}
+
+/// The reply to a signal change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalChange {
+    /// First heap with the new signal (a batch boundary).
+    pub from_heap: u64,
+    pub from_timestamp: u64,
+    pub from_unix_time: f64,
+    pub signal: SignalStatus,
+}
+
+/// Achieved rate of one polarisation over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateReport {
+    /// Samples per second actually achieved (timestamps advanced / wall time).
+    pub achieved_rate: Option<f64>,
+    /// What the schedule asked for over the same heaps (the rate, unless it changed).
+    pub expected_rate: Option<f64>,
+    /// achieved / expected - 1.
+    pub rate_error: Option<f64>,
+    /// Seconds the measurement spans (up to 10).
+    pub window_s: f64,
+}
+
+/// One polarisation's counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolStatus {
+    pub pol: usize,
+    pub destinations: String,
+    /// Heaps whose timestamps have gone by (sent, dropped or held back).
+    pub heaps: u64,
+    /// Datagrams sent, duplicates and corrupted ones included.
+    pub heaps_sent: u64,
+    pub bytes_sent: u64,
+    pub saturated_samples: u64,
+    pub send_errors: u64,
+    /// Heaps never sent because the senders fell more than --max-late behind and skipped ahead.
+    pub heaps_skipped: u64,
+    /// Timestamp of the latest heap to leave.
+    pub timestamp: Option<u64>,
+    pub rate: RateReport,
+    pub faults_injected: FaultCounts,
+    pub faults: PolFaults,
+}
+
+/// The signal in force (GET /signal, and in the status).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalStatus {
+    #[serde(flatten)]
+    pub spec: SignalSpec,
+    /// Tone frequencies as generated, rounded to whole cycles per buffer period.
+    pub tone_frequencies: Vec<f64>,
+    /// Heap from which this signal is (or will be) sent.
+    pub from_heap: u64,
+}
+
+/// `GET /status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// "running", "finished" (reached its heap count) or "stopped".
+    pub state: String,
+    /// Requested samples per second per polarisation (the latest rate set).
+    pub rate: f64,
+    /// Lowest achieved rate of the two polarisations over the window.
+    pub achieved_rate: Option<f64>,
+    /// Largest relative error of the two polarisations over the window.
+    pub rate_error: Option<f64>,
+    pub rate_window_s: f64,
+    /// True when the rate error is within 0.1%.
+    pub rate_ok: bool,
+    /// Seconds the latest heap left after its due time (positive: behind).
+    pub late_s: Option<f64>,
+    /// Heaps of both polarisations never sent because the senders fell too far behind: the host
+    /// could not send the rate.
+    pub heaps_skipped: u64,
+    /// Unix time of timestamp 0 as configured.
+    pub sync_time: f64,
+    /// The sync time the current rate implies (equal to sync_time until the rate changes).
+    pub implied_sync_time: f64,
+    /// Next timestamp due by the wall clock.
+    pub timestamp: u64,
+    pub heap_samples: usize,
+    pub sample_bits: u32,
+    pub first_heap: u64,
+    pub end_heap: Option<u64>,
+    pub threads_per_pol: usize,
+    pub heaps_per_batch: [usize; 2],
+    pub buffer_heaps: usize,
+    pub signal: SignalStatus,
+    pub pols: Vec<PolStatus>,
+    pub uptime_s: f64,
+}
+
+impl Status {
+    /// The tone of largest amplitude in the signal, if there is one.
+    pub fn strongest_tone(&self) -> Option<Tone> {
+        self.signal
+            .spec
+            .tones
+            .iter()
+            .copied()
+            .max_by(|a, b| a.amplitude.abs().total_cmp(&b.amplitude.abs()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON dsim has always served reads into the types, and the strongest tone is found.
+    #[test]
+    fn reads_dsims_status() {
+        let s: Status = serde_json::from_value(serde_json::json!({
+            "state": "running", "rate": 1e8, "achieved_rate": 1e8, "rate_error": 0.0,
+            "rate_window_s": 10.0, "rate_ok": true, "late_s": 1e-6, "heaps_skipped": 2,
+            "sync_time": 0.0, "implied_sync_time": 0.0, "timestamp": 4096, "heap_samples": 4096,
+            "sample_bits": 10, "first_heap": 0, "end_heap": null, "threads_per_pol": 1,
+            "heaps_per_batch": [12, 12], "buffer_heaps": 8192,
+            "signal": {"tones": [{"frequency": 1e6, "amplitude": 0.1},
+                                 {"frequency": 2e6, "amplitude": 0.5}],
+                       "noise": 0.05, "dither": true, "delays": [0.0, 0.0], "seed": 1,
+                       "tone_frequencies": [1e6, 2e6], "from_heap": 0},
+            "pols": [{"pol": 0, "destinations": "127.0.0.1:7148", "heaps": 5, "heaps_sent": 5,
+                      "bytes_sent": 100, "saturated_samples": 0, "send_errors": 0,
+                      "heaps_skipped": 0, "timestamp": 4096,
+                      "rate": {"achieved_rate": null, "expected_rate": null, "rate_error": null,
+                               "window_s": 0.0},
+                      "faults_injected": {"dropped": 1, "duplicated": 0, "reordered": 0,
+                                          "corrupted": 0},
+                      "faults": {"drop": null, "duplicate": null, "reorder": null,
+                                 "corrupt": null}}],
+            "uptime_s": 1.0
+        }))
+        .unwrap();
+        assert_eq!(s.heaps_skipped, 2);
+        assert_eq!(s.pols[0].faults_injected.dropped, 1);
+        assert_eq!(
+            s.strongest_tone(),
+            Some(Tone {
+                frequency: 2e6,
+                amplitude: 0.5
+            })
+        );
+        let back: Status = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn requests_refuse_unknown_fields_and_fill_defaults() {
+        assert!(serde_json::from_str::<SignalUpdate>(r#"{"nosie": 1}"#).is_err());
+        assert!(serde_json::from_str::<FaultsRequest>(r#"{"pol2": {}}"#).is_err());
+        let f: FaultsRequest =
+            serde_json::from_str(r#"{"pol0": {"reorder": {"heaps": [3]}}}"#).unwrap();
+        assert_eq!(f.pol0.unwrap().reorder.unwrap().window, 1);
+    }
+}

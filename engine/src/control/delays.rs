@@ -1,0 +1,243 @@
+//! `PUT /delays` and `GET /delays`: each polarisation's delay model, as JSON fields or as
+//! katgpucbf's text `"delay,delay_rate:phase,phase_rate"`, loaded at an ADC timestamp, a Unix time
+//! or at once. Delays act on the input, so they belong to the engine, not to an output.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use fgpu_api::engine::{DelayModel as LoadedDelay, Delays};
+use serde::{Deserialize, Serialize};
+
+use super::{reply, send, ControlState, Shared};
+use crate::backend::POLS;
+use crate::pipeline::Command;
+use crate::signal::delay::DelayModel;
+
+/// One polarisation's delay request (units as katgpucbf: s, s/s, rad, rad/s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolDelay {
+    pub delay: f64,
+    #[serde(default)]
+    pub delay_rate: f64,
+    #[serde(default)]
+    pub phase: f64,
+    #[serde(default)]
+    pub phase_rate: f64,
+}
+
+/// A polarisation's delay as JSON fields or as katgpucbf's text `"delay,rate:phase,rate"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum PolDelaySpec {
+    Fields(PolDelay),
+    Text(String),
+}
+
+/// Body of PUT /delays. Polarisations left out keep their model.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DelayRequest {
+    /// ADC sample count at which the values hold and from which they apply.
+    load_timestamp: Option<u64>,
+    /// The same as a Unix time in seconds (needs --sync-time).
+    load_time: Option<f64>,
+    pol0: Option<PolDelaySpec>,
+    pol1: Option<PolDelaySpec>,
+}
+
+pub(super) async fn get_delays(State(s): State<Shared>) -> Response {
+    reply(s.loaded().map(|l| l.delays))
+}
+
+pub(super) async fn put_delays(State(s): State<Shared>, body: Bytes) -> Response {
+    reply(apply_delays(&s, &body))
+}
+
+/// Parses katgpucbf's `"delay,delay_rate:phase,phase_rate"`.
+fn parse_delay_text(pol: usize, text: &str) -> Result<PolDelay, String> {
+    let bad = || {
+        format!("pol{pol} delay \"{text}\" is not \"delay,delay_rate:phase,phase_rate\" (numbers)")
+    };
+    let (d, p) = text.split_once(':').ok_or_else(bad)?;
+    let (delay, delay_rate) = d.split_once(',').ok_or_else(bad)?;
+    let (phase, phase_rate) = p.split_once(',').ok_or_else(bad)?;
+    let num = |s: &str| s.trim().parse::<f64>().map_err(|_| bad());
+    Ok(PolDelay {
+        delay: num(delay)?,
+        delay_rate: num(delay_rate)?,
+        phase: num(phase)?,
+        phase_rate: num(phase_rate)?,
+    })
+}
+
+/// Checks one polarisation's request against --max-delay.
+fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
+    for (name, v) in [
+        ("delay", d.delay),
+        ("delay_rate", d.delay_rate),
+        ("phase", d.phase),
+        ("phase_rate", d.phase_rate),
+    ] {
+        if !v.is_finite() {
+            return Err(format!("pol{pol} {name} {v} is not a finite number"));
+        }
+    }
+    if d.delay.abs() > max_delay * (1.0 + 1e-12) {
+        return Err(format!(
+            "pol{pol} delay {} s is beyond --max-delay ({max_delay} s) in size",
+            d.delay
+        ));
+    }
+    if d.delay_rate.abs() >= 1.0 {
+        return Err(format!(
+            "pol{pol} delay rate {} s/s is not below 1 in size",
+            d.delay_rate
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a PUT /delays body, forwards each polarisation's model to the pipeline and
+/// returns both models as now loaded.
+fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, String)> {
+    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+    let req: DelayRequest = serde_json::from_slice(body).map_err(|e| {
+        bad(format!(
+            "the body is not a delay request ({e}); send e.g. {{\"pol0\": {{\"delay\": 1e-9, \"delay_rate\": 0, \"phase\": 0, \"phase_rate\": 0}}, \"load_timestamp\": 123}}"
+        ))
+    })?;
+    let cfg = &s.cfg;
+    let (load, apply_from) = match (req.load_timestamp, req.load_time) {
+        (Some(_), Some(_)) => {
+            return Err(bad("give load_timestamp or load_time, not both".into()));
+        }
+        (Some(t), None) => (t, t),
+        (None, Some(unix)) => {
+            let Some(sync) = cfg.sync_time else {
+                return Err(bad(
+                    "load_time (Unix seconds) needs the engine's --sync-time; give load_timestamp (ADC samples) instead".into(),
+                ));
+            };
+            let t = (unix - sync) * cfg.fs;
+            if !(t.is_finite() && t >= 0.0 && t < 2f64.powi(63)) {
+                return Err(bad(format!(
+                    "load_time {unix} is not a Unix time after the sync time {sync}"
+                )));
+            }
+            let t = t.round() as u64;
+            (t, t)
+        }
+        // At once: the values hold now (the newest input timestamp), from the next frame on.
+        (None, None) => {
+            let now = (0..POLS)
+                .map(|p| s.stats.pols[p].last_timestamp.load(Relaxed))
+                .max()
+                .unwrap_or(0);
+            (now, 0)
+        }
+    };
+    if req.pol0.is_none() && req.pol1.is_none() {
+        return Err(bad("give pol0, pol1 or both".into()));
+    }
+    let mut models: [Option<PolDelay>; POLS] = [None, None];
+    for (pol, spec) in [req.pol0, req.pol1].into_iter().enumerate() {
+        let Some(spec) = spec else { continue };
+        let d = match spec {
+            PolDelaySpec::Fields(d) => d,
+            PolDelaySpec::Text(t) => parse_delay_text(pol, &t).map_err(bad)?,
+        };
+        check_delay(pol, &d, cfg.max_delay).map_err(bad)?;
+        models[pol] = Some(d);
+    }
+    let mut loaded = s.loaded()?;
+    for (pol, d) in models.iter().enumerate() {
+        let Some(d) = d else { continue };
+        let model = DelayModel {
+            load_time: load,
+            delay: d.delay,
+            delay_rate: d.delay_rate,
+            phase: d.phase,
+            phase_rate: d.phase_rate,
+        };
+        send(
+            &s.commands,
+            Command::Delay {
+                pol,
+                apply_from,
+                model,
+            },
+        )?;
+        let shown = LoadedDelay {
+            delay: d.delay,
+            delay_rate: d.delay_rate,
+            phase: d.phase,
+            phase_rate: d.phase_rate,
+            load_timestamp: load,
+            apply_from,
+        };
+        match pol {
+            0 => loaded.delays.pol0 = shown,
+            _ => loaded.delays.pol1 = shown,
+        }
+        loaded.delays_loaded = true;
+    }
+    Ok(loaded.delays)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::state;
+    use super::*;
+
+    #[test]
+    fn delays_are_validated_and_forwarded() {
+        let (s, rx) = state();
+        let ok = apply_delays(
+            &s,
+            br#"{"pol0": {"delay": 1e-4, "phase": 0.5}, "pol1": "2e-4,0:0.1,0", "load_timestamp": 1000}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.pol1.delay, 2e-4);
+        let cmds: Vec<Command> = rx.try_iter().collect();
+        assert_eq!(cmds.len(), 2);
+        assert!(matches!(
+            cmds[1],
+            Command::Delay { pol: 1, apply_from: 1000, model } if model.phase == 0.1 && model.load_time == 1000
+        ));
+        for (body, want) in [
+            (&br#"{"pol0": {"delay": 1}}"#[..], "max-delay"),
+            (
+                br#"{"pol0": {"delay": 0, "phase": "x"}}"#,
+                "not a delay request",
+            ),
+            (br#"{"pol0": "1,2"}"#, "delay,delay_rate"),
+            (br#"{"pol2": {"delay": 0}}"#, "not a delay request"),
+            (br#"{"load_time": 5, "pol0": {"delay": 0}}"#, "sync-time"),
+            (br#"{}"#, "pol0, pol1"),
+            (b"nonsense", "not a delay request"),
+        ] {
+            let (code, msg) = apply_delays(&s, body).unwrap_err();
+            assert_eq!(code, StatusCode::BAD_REQUEST);
+            assert!(msg.contains(want), "{msg:?} should mention {want:?}");
+        }
+        assert!(rx.try_recv().is_err(), "rejected requests change nothing");
+    }
+
+    /// GET /delays keeps today's JSON: the four values, the load timestamp and apply_from.
+    #[test]
+    fn loaded_delays_read_back_as_before() {
+        let (s, _rx) = state();
+        apply_delays(&s, br#"{"pol0": "1e-4,0:0.5,0", "load_timestamp": 7}"#).unwrap();
+        let v = serde_json::to_value(s.loaded.lock().unwrap().delays).unwrap();
+        assert_eq!(
+            v["pol0"],
+            serde_json::json!({"delay": 1e-4, "delay_rate": 0.0, "phase": 0.5,
+                "phase_rate": 0.0, "load_timestamp": 7, "apply_from": 7})
+        );
+        assert_eq!(v["pol1"]["delay"], 0.0);
+    }
+}

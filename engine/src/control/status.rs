@@ -1,0 +1,168 @@
+//! `GET /status`: the engine as [`fgpu_api::engine::Status`], built in one place from the
+//! configuration, the pipeline's counters and what the control server has loaded.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::Response;
+use fgpu_api::engine::{Control, Delays, Frames, Input, Output, PolInput, Status};
+
+use super::{reply, Shared};
+use crate::backend::POLS;
+use crate::config::EngineConfig;
+use crate::stats::Stats;
+
+pub(super) async fn get_status(State(s): State<Shared>) -> Response {
+    let delays = s
+        .loaded()
+        .map(|l| l.delays_loaded.then_some(l.delays))
+        .unwrap_or_default();
+    reply::<Status>(Ok(build(
+        &s.cfg,
+        &s.stats,
+        s.backend,
+        !s.stop.load(Relaxed),
+        s.started.elapsed(),
+        delays,
+    )))
+}
+
+/// The status of an engine configured by `cfg`, whose pipeline keeps `stats`, running the
+/// `backend` for `uptime`, with `delays` loaded (None before the first PUT /delays).
+pub fn build(
+    cfg: &EngineConfig,
+    stats: &Stats,
+    backend: &str,
+    running: bool,
+    uptime: Duration,
+    delays: Option<Delays>,
+) -> Status {
+    let pols = (0..POLS)
+        .map(|p| {
+            let ps = &stats.pols[p];
+            PolInput {
+                pol: p,
+                sources: ps
+                    .bound
+                    .lock()
+                    .map(|b| b.iter().map(|a| a.to_string()).collect())
+                    .unwrap_or_default(),
+                receive_threads: ps.chunk.get().map_or(0, |lanes| lanes.len()),
+                packets: ps.packets(),
+                heaps_received: ps.heaps_received(),
+                heaps_missing: ps.heaps_missing.load(Relaxed),
+                resyncs: ps.resyncs(),
+                unpaired_chunks: ps.unpaired_chunks.load(Relaxed),
+                socket_drops: ps.socket_drops.load(Relaxed),
+                last_timestamp: ps.last_timestamp.load(Relaxed),
+                rejected: ps
+                    .rejects
+                    .snapshot()
+                    .into_iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(r, n)| (r.name().to_string(), n))
+                    .collect(),
+            }
+        })
+        .collect();
+    let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
+    let outputs = cfg
+        .outputs
+        .iter()
+        .zip(&stats.outputs)
+        .enumerate()
+        .map(|(k, (spec, os))| {
+            let g = cfg.channelisation(k);
+            let output = Output {
+                kind: spec.kind,
+                channels: g.output.channels,
+                taps: g.output.taps,
+                spectra_per_heap: g.output.spectra_per_heap,
+                heaps_per_frame: g.heaps_per_frame(),
+                lag_samples: spec.lag,
+                substreams: spec.substreams(),
+                channels_per_substream: spec.substream_channels(),
+                destinations: spec.dests.iter().map(|d| d.to_string()).collect(),
+                heaps_sent: os.total_sent(),
+                heaps_skipped: os.total_skipped(),
+                heaps_sent_per_substream: per_sub(&os.heaps_sent),
+                heaps_skipped_per_substream: per_sub(&os.heaps_skipped),
+                packets: os.packets_sent.load(Relaxed),
+                bytes: os.bytes_sent.load(Relaxed),
+                send_errors: os.send_errors.load(Relaxed),
+                last_timestamp: os.last_output_timestamp.load(Relaxed),
+                saturated: os.saturated.iter().map(|c| c.load(Relaxed)).collect(),
+            };
+            (spec.name.clone(), output)
+        })
+        .collect();
+    let input = &cfg.input.geometry;
+    Status {
+        backend: backend.to_string(),
+        running,
+        uptime_s: uptime.as_secs_f64(),
+        feng_id: cfg.feng_id,
+        adc_sample_rate: cfg.fs,
+        sync_time: cfg.sync_time,
+        max_delay_s: cfg.max_delay,
+        input: Input {
+            sample_bits: input.sample_bits,
+            heap_samples: cfg.input.heap_samples,
+            chunk_samples: input.chunk_samples,
+            overlap_samples: input.overlap_samples,
+            pols,
+        },
+        outputs,
+        frames: Frames {
+            computed: stats.frames_computed.load(Relaxed),
+            empty: stats.frames_empty.load(Relaxed),
+            last_timestamp: stats.last_frame_timestamp.load(Relaxed),
+            last_unix_time: stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
+            processing_s_last: stats.chunk_time.last_ns.load(Relaxed) as f64 * 1e-9,
+            processing_s_mean: stats.chunk_time.mean_seconds(),
+        },
+        delay_out_of_span: stats.delay_out_of_span.load(Relaxed),
+        delays,
+        queues: stats
+            .queue_depths()
+            .into_iter()
+            .map(|(q, d)| (q.to_string(), d as u64))
+            .collect(),
+        control: Control {
+            rejected_requests: stats.control_rejected.load(Relaxed),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::state;
+    use super::*;
+
+    /// The status carries the configuration's shape and the counters, keyed by output name,
+    /// and reads back through the shared type.
+    #[test]
+    fn status_has_the_documented_fields() {
+        let (s, _rx) = state();
+        s.stats.outputs[0].heaps_sent[0].fetch_add(5, Relaxed);
+        s.stats.pols[1].heaps_missing.fetch_add(2, Relaxed);
+        s.stats.outputs[0].saturated[1].fetch_add(3, Relaxed);
+        let st = build(&s.cfg, &s.stats, s.backend, true, Duration::ZERO, None);
+        let v = serde_json::to_value(&st).unwrap();
+        for key in [
+            "backend", "input", "outputs", "queues", "frames", "control", "delays",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        assert_eq!(v["outputs"]["wideband"]["channels"], 16);
+        assert_eq!(v["outputs"]["wideband"]["heaps_sent"], 5);
+        assert_eq!(v["outputs"]["wideband"]["saturated"][1], 3);
+        assert_eq!(v["input"]["pols"][1]["heaps_missing"], 2);
+        assert_eq!(v["input"]["heap_samples"], 1024);
+        let back: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(back, st);
+        assert_eq!(back.wideband().map(|o| o.taps), Some(4));
+        assert_eq!(back.heaps_missing(), 2);
+    }
+}
