@@ -8,9 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
-use super::bring_up;
-use crate::bringup::Setup;
-use crate::bringup::SystemArgs;
+use super::announce;
+use crate::bringup::{self, Setup, SystemArgs};
 use crate::gsps;
 use crate::record::{MaxRateReport, SearchReport};
 use crate::render::progress::{trial_line, TrialBar};
@@ -130,7 +129,8 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         } else {
             None
         };
-        let mut s = bring_up(&sys, backend, urls, Some(&a.out_dir), |_, _| None)?;
+        let mut s = bringup::setup(&sys, backend, urls, Some(&a.out_dir), |_, _| None)?;
+        announce(&s);
         let backend_name = if sys.local {
             backend.clone()
         } else if null_second {

@@ -2,34 +2,21 @@
 //! the system up through [`bringup`](crate::bringup), runs a measuring loop that produces
 //! records, and hands the records to [`render`](crate::render).
 
-use std::path::Path;
-use std::sync::Arc;
-
-use anyhow::Result;
-
-use crate::bringup::{self, Geometry, Setup, SystemArgs};
-use crate::receive::HeapSink;
+use crate::bringup::Setup;
 
 pub mod max_rate;
 pub mod response;
 pub mod watch;
 
-/// [`bringup::setup`], saying on stderr what was launched when the system is local.
-fn bring_up(
-    sys: &SystemArgs,
-    backend: &str,
-    urls: Option<(&str, &str)>,
-    out_dir: Option<&Path>,
-    sink: impl FnOnce(&Geometry, usize) -> Option<Arc<dyn HeapSink>>,
-) -> Result<Setup> {
-    let s = bringup::setup(sys, backend, urls, out_dir, sink)?;
+/// Says on stderr what [`bringup::setup`](crate::bringup::setup) launched, when the system is local.
+fn announce(s: &Setup) {
     if s.local {
         eprintln!(
-            "local system: fengine --backend {backend} ({}), dsim ({}), output {}",
+            "local system: fengine --backend {} ({}), dsim ({}), output {}",
+            s.backend,
             s.services.engine.url(),
             s.services.dsim.url(),
             s.rx.endpoint()
         );
     }
-    Ok(s)
 }

@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
-use super::bring_up;
-use crate::bringup::{Setup, SystemArgs};
+use super::announce;
+use crate::bringup::{self, Setup, SystemArgs};
 use crate::render::progress::response_step_line;
 use crate::render::report;
 use crate::response::{self, CrossAccumulator, ResponseConfig, ResponseGeometry};
@@ -64,7 +64,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
     let mut acc = None;
     let channel_arg = a.channel;
-    let s = bring_up(
+    let s = bringup::setup(
         &a.system,
         &a.system.backend,
         None,
@@ -76,6 +76,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
             Some(c)
         },
     )?;
+    announce(&s);
     let acc = acc.context("accumulator")?;
     let channel = a.channel.unwrap_or(s.geometry.channels / 4);
     if channel >= s.geometry.channels {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::bring_up;
-use crate::bringup::{Setup, SystemArgs};
+use super::announce;
+use crate::bringup::{self, Setup, SystemArgs};
 use crate::content::{tone_channel, ContentMonitor};
 use crate::feed::{Feed, Next, Reader};
 use crate::record::WatchInterval;
@@ -48,11 +48,12 @@ pub struct WatchArgs {
 pub fn run(a: WatchArgs) -> Result<bool> {
     let mut monitor = None;
     let interval = Duration::from_secs_f64(a.content_interval.max(0.0));
-    let s = bring_up(&a.system, &a.system.backend, None, None, |g, subs| {
+    let s = bringup::setup(&a.system, &a.system.backend, None, None, |g, subs| {
         let m = Arc::new(ContentMonitor::new(g.channels, subs, interval));
         monitor = Some(m.clone());
         Some(m)
     })?;
+    announce(&s);
     let monitor = monitor.context("content monitor")?;
     let expected_channel = if a.no_content_check || s.backend == "null" {
         None
