@@ -276,6 +276,11 @@ impl SeqTracker {
 ///
 /// For the F-engine, `span` = 2n (spectra_per_heap + taps - 1): the heap's spectra start every 2n
 /// samples from H and each reads a window of 2n taps samples (zero delay).
+///
+/// This is the test bed's oracle for "which output heaps a lost input heap takes with it", used
+/// by the harness, the container tests and the engine's end-to-end tests. It is deliberately
+/// written from the signal path's definition alone, independent of the engine's code: the test
+/// bed must not check the engine with the engine's own logic, or a shared mistake would pass.
 pub fn outputs_hit(lost_start: u64, lost_end: u64, phase: u64, step: u64, span: u64) -> Vec<u64> {
     if lost_end <= lost_start || step == 0 || span == 0 {
         return Vec::new();

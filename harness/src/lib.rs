@@ -1,27 +1,43 @@
 //! The F-engine test bed's harness: watches the engine's output for gaps and wrong content,
 //! binary-searches the highest sample rate the system sustains, and measures the channel
-//! response (paper, sections 5.2 and 5.4).
+//! response (paper, sections 5.2 and 5.4). The `harness` binary is only its command line: each
+//! command is a module here, so that other front ends (a qualification suite, a live page) can
+//! run the same pieces.
 //!
+//! Bringing the system up and reaching it:
+//! - [`bringup`]: the system under test, by URL or launched here, and the receiver on its output.
+//! - [`services`]: reaching dsim and the engine by URL, or launching them as local processes.
+//! - [`control`]: their HTTP APIs.
+//! - [`signals`]: Ctrl-C handling, so that child processes are always stopped.
+//!
+//! Measuring (loops that produce records and never print):
 //! - [`receive`]: join the output substreams, assemble heaps, track each substream's sequence.
-//! - [`gaps`]: pure sequence logic (gaps, late, duplicates) and which output heaps a lost input
-//!   heap takes with it.
+//! - [`gaps`]: pure sequence logic (gaps, late, duplicates) and the test bed's oracle of which
+//!   output heaps a lost input heap takes with it.
 //! - [`content`]: per-channel power, strongest channel, the tone check.
+//! - [`watch`]: the `watch` loop, one record per interval, published on a [`feed`].
 //! - [`search`]: the binary search with repeats, over any trial function.
 //! - [`trial`]: one max-rate trial against the real system.
 //! - [`cpu`]: where the host's cores went during a trial (per process, and host-wide).
-//! - [`services`]: reaching dsim and the engine by URL, or launching them as local processes.
-//! - [`control`]: their HTTP APIs.
-//! - [`report`]: tables, JSON and SVG plots.
 //! - [`response`]: the channel response measurement and its theory.
-//! - [`watch`]: the `watch` command.
-//! - [`signals`]: Ctrl-C handling, so that child processes are always stopped.
+//!
+//! Records and their readers:
+//! - [`record`]: what the loops produce (per interval, per trial, per step) and the reports.
+//! - [`feed`]: a record stream several readers can follow.
+//! - [`render`]: progress lines, tables, JSON and SVG from the records.
+//!
+//! - [`commands`]: `watch`, `max-rate` and `response`, each wiring the above together.
 
+pub mod bringup;
+pub mod commands;
 pub mod content;
 pub mod control;
 pub mod cpu;
+pub mod feed;
 pub mod gaps;
 pub mod receive;
-pub mod report;
+pub mod record;
+pub mod render;
 pub mod response;
 pub mod search;
 pub mod services;

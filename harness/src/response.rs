@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::content::db;
 use crate::control::Tone;
 use crate::receive::{HeapSink, Receiver};
+use crate::record::{ResponsePoint, ResponseReport, ResponseStep};
 use crate::services::Services;
 use crate::signals;
 
@@ -205,37 +206,6 @@ pub struct ResponseGeometry {
     pub adc_rate: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct ResponsePoint {
-    /// Tone offset from the channel centre (channels).
-    pub offset: f64,
-    pub frequency: f64,
-    pub gain: f64,
-    /// Mean cross-power per spectrum, gain divided out.
-    pub power: f64,
-    /// Relative to the centre (the largest measured power when 0 was not measured).
-    pub measured_db: Option<f64>,
-    pub theory_db: f64,
-    /// measured - theory, where the theory is above the floor.
-    pub deviation_db: Option<f64>,
-    pub spectra: u64,
-    pub saturated_fraction: f64,
-    /// |cross| / sqrt(auto0 auto1): near 1 when the tone dominates, near 0 when noise does.
-    pub coherence: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ResponseReport {
-    pub config: ResponseConfig,
-    pub geometry: ResponseGeometry,
-    pub points: Vec<ResponsePoint>,
-    /// Largest |deviation| over the points above the floor.
-    pub max_deviation_db: Option<f64>,
-    pub worst_offset: Option<f64>,
-    pub compared: usize,
-    pub pass: bool,
-}
-
 /// The tone offsets visited: -span..=span in 1/steps_per_channel steps (0 included).
 pub fn offsets(span: f64, steps_per_channel: usize) -> Vec<f64> {
     let steps = steps_per_channel.max(1) as f64;
@@ -313,13 +283,15 @@ pub fn noise_limited_gain(noise: f64, sample_bits: u32) -> f64 {
     25.0 / sigma
 }
 
-/// Runs the measurement: for each offset, set tone and gain, settle, integrate.
+/// Runs the measurement: for each offset, set tone and gain, settle, integrate; each step's
+/// point goes to `on_step` as it is measured.
 pub fn measure(
     services: &Services,
     rx: &Receiver,
     acc: &CrossAccumulator,
     config: ResponseConfig,
     geometry: ResponseGeometry,
+    on_step: &mut dyn FnMut(&ResponseStep),
 ) -> Result<ResponseReport> {
     let weights = pfb_weights(geometry.channels, geometry.taps, 1.0);
     let wsum = coherent_gain(&weights);
@@ -411,22 +383,13 @@ pub fn measure(
             saturated_fraction: c.saturated as f64 / n,
             coherence,
         };
-        eprintln!(
-            "step {:>3}/{}: offset {:+.4} ch  gain {:.3e}  cross-power {:.4e}  theory {:.2} dB  coherence {:.3}  spectra {}{}",
-            i + 1,
-            offs.len(),
-            d,
-            gain,
-            power,
-            theory_db,
-            coherence,
-            c.spectra,
-            if p.saturated_fraction > 1e-3 {
-                format!("  SATURATED {:.2}%", 100.0 * p.saturated_fraction)
-            } else {
-                String::new()
-            }
-        );
+        let step = ResponseStep {
+            step: i + 1,
+            steps: offs.len(),
+            point: p,
+        };
+        on_step(&step);
+        let p = step.point;
         points.push(p);
     }
     Ok(analyse(points, config, geometry))

@@ -345,11 +345,11 @@ mod tests {
         assert_ne!(free_tcp_port().unwrap(), 0);
     }
 
-    #[test]
-    fn a_missing_binary_is_an_error_not_a_hang() {
-        let spec = LocalSpec {
-            dsim_bin: "/nonexistent/dsim".into(),
-            fengine_bin: "/nonexistent/fengine".into(),
+    /// A small local system of the given binaries.
+    fn small_spec(dsim: &str, fengine: &str, startup: Duration, log_dir: PathBuf) -> LocalSpec {
+        LocalSpec {
+            dsim_bin: dsim.into(),
+            fengine_bin: fengine.into(),
             dsim_args: vec![],
             fengine_args: vec![],
             backend: "cpu".into(),
@@ -361,9 +361,19 @@ mod tests {
             noise: None,
             seed: None,
             input_addresses: 1,
-            startup_timeout: Duration::from_secs(1),
-            log_dir: std::env::temp_dir().join("harness-test-logs"),
-        };
+            startup_timeout: startup,
+            log_dir,
+        }
+    }
+
+    #[test]
+    fn a_missing_binary_is_an_error_not_a_hang() {
+        let spec = small_spec(
+            "/nonexistent/dsim",
+            "/nonexistent/fengine",
+            Duration::from_secs(1),
+            std::env::temp_dir().join("harness-test-logs"),
+        );
         let dst: Endpoint = "127.0.0.1:9".parse().unwrap();
         let err = Services::launch(&spec, &dst, CounterNames::default())
             .err()
@@ -377,24 +387,8 @@ mod tests {
     #[test]
     fn a_child_that_exits_is_reported_with_its_log() {
         let dir = std::env::temp_dir().join(format!("harness-test-{}", std::process::id()));
-        let spec = LocalSpec {
-            dsim_bin: "/bin/false".into(),
-            // `sh -c` ignores the engine arguments; it prints and exits.
-            fengine_bin: "/bin/sh".into(),
-            dsim_args: vec![],
-            fengine_args: vec![],
-            backend: "cpu".into(),
-            channels: 64,
-            taps: 4,
-            spectra_per_heap: None,
-            rate: 1e6,
-            tone: None,
-            noise: None,
-            seed: None,
-            input_addresses: 1,
-            startup_timeout: Duration::from_secs(5),
-            log_dir: dir.clone(),
-        };
+        // `sh -c` ignores the engine arguments; it prints and exits.
+        let spec = small_spec("/bin/false", "/bin/sh", Duration::from_secs(5), dir.clone());
         let dst: Endpoint = "127.0.0.1:9".parse().unwrap();
         let err = Services::launch(&spec, &dst, CounterNames::default())
             .err()

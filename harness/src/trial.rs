@@ -3,15 +3,15 @@
 //! the harness saw no new gap, and the output really ran at the rate asked for (a dsim that
 //! cannot produce the rate must not pass the engine).
 
-use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde::Serialize;
 
 use crate::control::{dsim_skipped_reason, EngineCounters};
-use crate::cpu::{Cores, CpuTimes};
+use crate::cpu::CpuTimes;
 use crate::receive::{udp_rcvbuf_errors, Receiver, Snapshot};
+use crate::record::{TrialProgress, TrialRecord};
 use crate::search::Phase;
 use crate::services::Services;
 use crate::{gsps, signals};
@@ -25,39 +25,6 @@ pub struct TrialConfig {
     /// The received rate may fall short of the requested one by this fraction (edge effects of
     /// counting whole heaps in a window).
     pub rate_tolerance: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct TrialRecord {
-    pub index: usize,
-    pub backend: String,
-    pub phase: Phase,
-    /// Requested ADC rate (sample/s per polarisation).
-    pub rate: f64,
-    pub pass: bool,
-    /// Why it failed (empty for a pass).
-    pub reasons: Vec<String>,
-    /// Changes over the window.
-    pub missing_input: f64,
-    pub skipped_output: f64,
-    pub gaps: i64,
-    pub late: u64,
-    pub malformed: u64,
-    /// Sample rate per polarisation the received heaps stand for.
-    pub received_rate: f64,
-    /// Host-wide UDP receive-buffer drops in the window (any receiver on the host).
-    pub udp_rcvbuf_errors: Option<u64>,
-    /// Of those, packets the harness's own sockets dropped (a GSO super-packet counts once):
-    /// gaps the harness, not the engine, caused.
-    pub harness_socket_drops: u64,
-    /// Heaps dsim skipped in the window because it fell behind (the sender, not the engine,
-    /// could not keep the rate); `None` when dsim does not report them.
-    pub dsim_heaps_skipped: Option<u64>,
-    pub window_s: f64,
-    /// Time spent after the warm-up waiting for the losses to stop, before the window.
-    pub settle_s: f64,
-    /// Where the host's cores went over the window.
-    pub cores: Cores,
 }
 
 struct Point {
@@ -81,34 +48,6 @@ fn point(services: &Services, rx: &Receiver) -> Result<Point> {
     })
 }
 
-/// Progress on stderr: a bar redrawn in place on a terminal, nothing between trials otherwise
-/// (the caller prints one line per trial).
-struct Progress {
-    tty: bool,
-}
-
-impl Progress {
-    fn show(&self, line: &str) {
-        if self.tty {
-            eprint!("\r\x1b[2K{line}");
-            let _ = std::io::stderr().flush();
-        }
-    }
-    fn done(&self) {
-        if self.tty {
-            eprint!("\r\x1b[2K");
-        }
-    }
-}
-
-fn bar(done: f64, total: f64) -> String {
-    let width = 20;
-    let filled = ((done / total.max(1e-9)) * width as f64)
-        .round()
-        .clamp(0.0, width as f64) as usize;
-    format!("[{}{}]", "#".repeat(filled), ".".repeat(width - filled))
-}
-
 /// After the warm-up, a trial waits (up to [`TrialConfig::settle`]) until the engine's loss
 /// counters and the harness's gap count have not moved for this long: a system still draining
 /// the previous trial's overload (queues full, receivers resynchronising) is not yet showing what
@@ -116,8 +55,10 @@ fn bar(done: f64, total: f64) -> String {
 /// in the window as before.
 pub const STILL: Duration = Duration::from_secs(1);
 
-/// Runs one trial at `rate`. Errors (a service that stopped answering, an interrupt) abort the
-/// search; a failed criterion is a failed trial.
+/// Runs one trial at `rate`, telling `progress` where it is (a few times a second). Errors (a
+/// service that stopped answering, an interrupt) abort the search; a failed criterion is a
+/// failed trial.
+#[allow(clippy::too_many_arguments)]
 pub fn run_trial(
     services: &mut Services,
     rx: &Receiver,
@@ -126,25 +67,21 @@ pub fn run_trial(
     cfg: &TrialConfig,
     index: usize,
     backend: &str,
+    progress: &mut dyn FnMut(&TrialProgress),
 ) -> Result<TrialRecord> {
-    let progress = Progress {
-        tty: std::io::stderr().is_terminal(),
-    };
     services.dsim.set_rate(rate)?;
     let label = format!("trial {index} {backend} {} Gsample/s", gsps(rate));
     let start = Instant::now();
     while start.elapsed() < cfg.warmup {
         services.check_alive()?;
-        let el = start.elapsed().as_secs_f64();
-        progress.show(&format!(
-            "{label}: warm-up {} {:.0}/{:.0} s",
-            bar(el, cfg.warmup.as_secs_f64()),
-            el,
-            cfg.warmup.as_secs_f64()
-        ));
+        progress(&TrialProgress::Warmup {
+            label: label.clone(),
+            elapsed_s: start.elapsed().as_secs_f64(),
+            total_s: cfg.warmup.as_secs_f64(),
+        });
         signals::sleep(Duration::from_millis(250).min(cfg.warmup))?;
     }
-    let settled = settle(services, rx, cfg, &progress, &label)?;
+    let settled = settle(services, rx, cfg, progress, &label)?;
     let before = point(services, rx)?;
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     while before.at.elapsed() < cfg.window {
@@ -155,18 +92,18 @@ pub fn run_trial(
             let el = before.at.elapsed().as_secs_f64();
             let gaps = now.sequence().gaps as i64 - before.snap.sequence().gaps as i64;
             let recv = now.sample_rate(now.heaps() - before.snap.heaps(), el);
-            progress.show(&format!(
-                "{label}: observe {} {:.0}/{:.0} s  received {} Gsample/s  gaps {gaps:+}",
-                bar(el, cfg.window.as_secs_f64()),
-                el,
-                cfg.window.as_secs_f64(),
-                gsps(recv),
-            ));
+            progress(&TrialProgress::Observe {
+                label: label.clone(),
+                elapsed_s: el,
+                total_s: cfg.window.as_secs_f64(),
+                received_rate: recv,
+                gaps,
+            });
         }
         signals::sleep(Duration::from_millis(100).min(cfg.window))?;
     }
     let after = point(services, rx)?;
-    progress.done();
+    progress(&TrialProgress::Done);
     let mut t = evaluate(&before, &after, rate, phase, cfg, index, backend);
     t.settle_s = settled.as_secs_f64();
     Ok(t)
@@ -178,7 +115,7 @@ fn settle(
     services: &mut Services,
     rx: &Receiver,
     cfg: &TrialConfig,
-    progress: &Progress,
+    progress: &mut dyn FnMut(&TrialProgress),
     label: &str,
 ) -> Result<Duration> {
     let start = Instant::now();
@@ -189,12 +126,12 @@ fn settle(
     let mut still_since = Instant::now();
     while start.elapsed() < cfg.settle && still_since.elapsed() < STILL {
         services.check_alive()?;
-        progress.show(&format!(
-            "{label}: settling (losses still for {:.1} of {:.0} s, at most {:.0} s)",
-            still_since.elapsed().as_secs_f64(),
-            STILL.as_secs_f64(),
-            cfg.settle.as_secs_f64()
-        ));
+        progress(&TrialProgress::Settling {
+            label: label.to_string(),
+            still_for_s: still_since.elapsed().as_secs_f64(),
+            still_s: STILL.as_secs_f64(),
+            max_s: cfg.settle.as_secs_f64(),
+        });
         signals::sleep(Duration::from_millis(250))?;
         let now = losses(services)?;
         let moved = now.0.since(&last.0);
@@ -288,40 +225,11 @@ fn evaluate(
     }
 }
 
-/// One line per trial, for logs and non-terminal runs.
-pub fn summary_line(t: &TrialRecord) -> String {
-    format!(
-        "trial {:>2} {:<5} {:<7} {:>8} Gsample/s  {}  recv {} Gsample/s  missing-in {:+}  skipped-out {:+}  gaps {:+}{}{}{}",
-        t.index,
-        t.backend,
-        format!("{:?}", t.phase).to_lowercase(),
-        gsps(t.rate),
-        if t.pass { "PASS" } else { "FAIL" },
-        gsps(t.received_rate),
-        t.missing_input,
-        t.skipped_output,
-        t.gaps,
-        if t.reasons.is_empty() {
-            String::new()
-        } else {
-            format!("  ({})", t.reasons.join("; "))
-        },
-        if t.settle_s > STILL.as_secs_f64() + 0.5 {
-            format!("  settled {:.1} s", t.settle_s)
-        } else {
-            String::new()
-        },
-        match t.cores.describe() {
-            d if d.is_empty() => d,
-            d => format!("  cores: {d}"),
-        }
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::receive::SubstreamSnapshot;
+    use crate::render::progress::trial_line;
 
     fn pt(missing: f64, skipped: f64, gaps: u64, heaps: u64, secs: f64) -> Point {
         pt_dsim(missing, skipped, gaps, heaps, secs, Some(7))
@@ -379,7 +287,7 @@ mod tests {
         assert!(t.pass, "{t:?}");
         assert!((t.received_rate - 1e8).abs() < 1e3);
         assert_eq!(t.udp_rcvbuf_errors, Some(0));
-        assert!(summary_line(&t).contains("PASS"));
+        assert!(trial_line(&t).contains("PASS"));
     }
 
     #[test]
@@ -398,17 +306,7 @@ mod tests {
             let t = evaluate(&ok, &after, 1e8, Phase::Bisect, &CFG, 1, "cpu");
             assert!(!t.pass);
             assert!(t.reasons.iter().any(|r| r.contains(needle)), "{t:?}");
-            assert!(summary_line(&t).contains(needle));
+            assert!(trial_line(&t).contains(needle));
         }
-    }
-
-    #[test]
-    fn bars() {
-        assert_eq!(bar(0.0, 10.0), format!("[{}]", ".".repeat(20)));
-        assert_eq!(
-            bar(5.0, 10.0),
-            format!("[{}{}]", "#".repeat(10), ".".repeat(10))
-        );
-        assert_eq!(bar(50.0, 10.0), format!("[{}]", "#".repeat(20)));
     }
 }

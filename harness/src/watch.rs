@@ -1,17 +1,19 @@
-//! `harness watch`: receive the engine's output, print a progress line once a second, and end
-//! with a JSON summary whose `ok` says whether gaps, malformed heaps or wrong content were seen.
+//! The `watch` loop: receive the engine's output and, once an interval, publish a
+//! [`WatchInterval`] record (rates, sequence counts, the content check); at the end, a
+//! [`WatchSummary`] whose `ok` says whether gaps, malformed heaps or wrong content were seen.
+//! Nothing here prints: readers of the feed render the intervals.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde::Serialize;
 
-use crate::content::{self, ContentMonitor, Peak, Verdict};
-use crate::control::{dsim_skipped_reason, Dsim, Engine, EngineCounters};
-use crate::gaps::SeqCounts;
+use crate::content::{self, ContentMonitor, Verdict};
+use crate::control::{dsim_skipped_reason, Dsim, Engine};
+use crate::feed::Feed;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
-use crate::{gsps, signals};
+use crate::record::{ContentSummary, WatchInterval, WatchSummary};
+use crate::signals;
 
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
@@ -19,58 +21,12 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     /// The tone's fractional channel, when known.
     pub expected_channel: Option<f64>,
+    /// How often an interval record is published.
     pub progress_interval: Duration,
-    /// Print progress lines (stderr).
-    pub progress: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ContentSummary {
-    pub expected_channel: Option<f64>,
-    /// Intervals checked, and how each ended.
-    pub checked: u64,
-    pub matched: u64,
-    pub wrong_channel: u64,
-    pub no_tone: u64,
-    /// Heaps whose payload had the wrong shape for the content check.
-    pub bad_shape: u64,
-    /// The last strongest channel per polarisation.
-    pub last_peaks: [Option<Peak>; 2],
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct WatchSummary {
-    pub ok: bool,
-    /// Why not ok.
-    pub failures: Vec<String>,
-    pub duration_s: f64,
-    pub substreams: usize,
-    pub heaps: u64,
-    pub heap_bytes: u64,
-    /// Mean received rate, as ADC samples per second per polarisation.
-    pub sample_rate: f64,
-    pub sequence: SeqCounts,
-    pub malformed: u64,
-    pub step: Option<u64>,
-    pub content: ContentSummary,
-    /// The engine's missing-input and skipped-output counters over the run, when reachable:
-    /// gaps the engine did not skip were lost on the way to the harness.
-    pub engine: Option<EngineCounters>,
-    /// Heaps dsim skipped over the run because it fell behind its schedule, when it says.
-    pub dsim_heaps_skipped: Option<u64>,
-    /// Host-wide UDP receive-buffer drops over the run.
-    pub udp_rcvbuf_errors: Option<u64>,
-    pub per_substream: Vec<SubstreamSnapshot>,
-}
-
-fn peak_text(p: &Option<Peak>) -> String {
-    match p {
-        Some(p) => format!("ch {} {:.1} dB", p.channel, p.power_db()),
-        None => "-".into(),
-    }
-}
-
-/// Watches until the duration passes or a signal comes, then stops the receiver.
+/// Watches until the duration passes or a signal comes, then stops the receiver, publishing a
+/// record to `feed` each interval (the feed is left open: the caller closes it).
 /// With `engine`, its counters over the run go in the summary, to tell loss in the engine from
 /// loss on the way to the harness; with `dsim`, the heaps it skipped because it fell behind.
 pub fn run(
@@ -79,6 +35,7 @@ pub fn run(
     opts: &WatchOptions,
     engine: Option<&Engine>,
     dsim: Option<&Dsim>,
+    feed: &Feed<WatchInterval>,
 ) -> Result<WatchSummary> {
     let engine_before = engine.and_then(|e| e.counters().ok());
     let dsim_skipped = || dsim.and_then(|d| Some(d.status().ok()?.heaps_skipped));
@@ -107,47 +64,38 @@ pub fn run(
         if peaks.iter().any(Option::is_some) {
             content.last_peaks = peaks;
         }
+        let mut verdict = None;
         if let Some(expected) = opts.expected_channel {
             // An interval in which the tone's substream was not sampled (the engine stopping or
             // starting) says nothing about the tone.
-            let verdict = if power.sampled(expected.round() as usize) {
+            let v = if power.sampled(expected.round() as usize) {
                 content::check(&peaks, expected)
             } else {
                 Verdict::NoData
             };
-            match verdict {
+            match v {
                 Verdict::NoData => {}
-                v => {
-                    content.checked += 1;
-                    match v {
-                        Verdict::Match => content.matched += 1,
-                        Verdict::WrongChannel => content.wrong_channel += 1,
-                        _ => content.no_tone += 1,
-                    }
-                }
+                Verdict::Match => content.matched += 1,
+                Verdict::WrongChannel => content.wrong_channel += 1,
+                Verdict::NoTone => content.no_tone += 1,
             }
+            if v != Verdict::NoData {
+                content.checked += 1;
+            }
+            verdict = Some(v);
         }
-        if opts.progress {
-            let heaps = now.heaps() - prev.heaps();
-            let seq = now.sequence();
-            eprintln!(
-                "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}",
-                start.elapsed().as_secs_f64(),
-                gsps(now.sample_rate(heaps, secs)),
-                heaps as f64 / secs.max(1e-9),
-                seq.gaps,
-                seq.late,
-                seq.duplicates,
-                now.malformed(),
-                now.socket_drops(),
-                peak_text(&peaks[0]),
-                peak_text(&peaks[1]),
-                match opts.expected_channel {
-                    Some(e) => format!("  (tone ch {e:.2})"),
-                    None => String::new(),
-                }
-            );
-        }
+        let heaps = now.heaps() - prev.heaps();
+        feed.publish(WatchInterval {
+            elapsed_s: start.elapsed().as_secs_f64(),
+            sample_rate: now.sample_rate(heaps, secs),
+            heaps_per_s: heaps as f64 / secs.max(1e-9),
+            sequence: now.sequence(),
+            malformed: now.malformed(),
+            socket_drops: now.socket_drops(),
+            peaks,
+            expected_channel: opts.expected_channel,
+            verdict,
+        });
         prev = now;
         let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
         if done || interrupted {

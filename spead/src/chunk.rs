@@ -45,6 +45,9 @@ use std::sync::Arc;
 use crate::packet::{Limits, Packet};
 use crate::reject::{Reject, RejectCounters};
 
+mod window;
+pub use window::{Admit, Window};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkConfig {
     /// Heaps per chunk.
@@ -85,6 +88,22 @@ impl<T: DerefMut<Target = [u8]>> ChunkMemory for T {
     fn write(&mut self, offset: usize, bytes: &[u8]) {
         self[offset..offset + bytes.len()].copy_from_slice(bytes);
     }
+}
+
+/// Memory that keeps nothing: a `ChunkAssembler<Discard>` is the count-only mode of the
+/// assembler. It applies every rule (window, duplicates, alignment, completeness) and reports
+/// which heaps of each chunk arrived whole, without copying a byte: for receivers that only
+/// count heaps (the harness's max-rate trials). Give it as many `Discard`s as a copying
+/// assembler would get buffers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Discard;
+
+impl ChunkMemory for Discard {
+    /// Any chunk fits: nothing is stored.
+    fn size(&self) -> usize {
+        usize::MAX
+    }
+    fn write(&mut self, _offset: usize, _bytes: &[u8]) {}
 }
 
 /// A filled (or partly filled) chunk.
@@ -168,8 +187,8 @@ pub struct ChunkAssembler<B> {
     packets_per_slot: usize,
     /// Live chunks in id order (ids need not be contiguous).
     live: VecDeque<Chunk<B>>,
-    /// Id of the oldest chunk the window accepts; `None` until the first packet.
-    head: Option<u64>,
+    /// Which chunk ids are accepted.
+    window: Window,
     free: Vec<B>,
     /// Recycled flag vectors, so that opening a chunk does not allocate.
     spare_present: Vec<Vec<bool>>,
@@ -193,7 +212,7 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
             cfg,
             packets_per_slot: cfg.slot_bytes.div_ceil(cfg.packet_payload),
             live: VecDeque::with_capacity(cfg.window + 1),
-            head: None,
+            window: Window::new(cfg.window, cfg.max_jump),
             free: Vec::new(),
             spare_present: Vec::new(),
             spare_track: Vec::new(),
@@ -244,7 +263,7 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
 
     /// Oldest chunk id the window accepts (`None` before the first packet).
     pub fn head(&self) -> Option<u64> {
-        self.head
+        self.window.head()
     }
 
     /// Buffers waiting to be filled.
@@ -361,26 +380,17 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
         open: Option<O>,
         emit: &mut impl FnMut(ChunkEvent<B>),
     ) -> Result<usize, Reject> {
-        let head = *self.head.get_or_insert(id);
-        let window = self.cfg.window as u64;
-        let last = head.saturating_add(window - 1);
-        if id < head && head - id <= self.cfg.max_jump {
-            bump(&self.stats.too_old, 1);
-            return Err(Reject::TooOld);
-        }
-        if id > last || id < head {
-            if id < head || id - last > self.cfg.max_jump {
+        match self.window.admit(id) {
+            Admit::Inside => {}
+            Admit::TooOld => {
+                bump(&self.stats.too_old, 1);
+                return Err(Reject::TooOld);
+            }
+            Admit::Advanced { head } => self.emit_before(head, emit),
+            Admit::Restart { from, to } => {
                 self.flush(emit);
                 bump(&self.stats.resyncs, 1);
-                emit(ChunkEvent::Resync { from: head, to: id });
-                self.head = Some(id);
-            } else {
-                let new_head = id - (window - 1);
-                while self.live.front().is_some_and(|c| c.id < new_head) {
-                    let chunk = self.live.pop_front().expect("front exists");
-                    self.emit_chunk(chunk, emit);
-                }
-                self.head = Some(new_head);
+                emit(ChunkEvent::Resync { from, to });
             }
         }
         let at = self.live.partition_point(|c| c.id < id);
@@ -434,24 +444,24 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
     pub fn resync(&mut self, to: u64, emit: &mut impl FnMut(ChunkEvent<B>)) {
         self.flush(emit);
         bump(&self.stats.resyncs, 1);
-        emit(ChunkEvent::Resync {
-            from: self.head.unwrap_or(to),
-            to,
-        });
-        self.head = Some(to);
+        let from = self.window.restart(to);
+        emit(ChunkEvent::Resync { from, to });
     }
 
     /// Moves the window's start forward to `head`, emitting the live chunks before it (a receive
     /// thread whose share of the stream went quiet keeps pace with the others this way).
     pub fn expire_before(&mut self, head: u64, emit: &mut impl FnMut(ChunkEvent<B>)) {
-        if self.head.is_some_and(|h| h >= head) {
-            return;
+        if self.window.expire_before(head) {
+            self.emit_before(head, emit);
         }
+    }
+
+    /// Emits the live chunks older than `head`.
+    fn emit_before(&mut self, head: u64, emit: &mut impl FnMut(ChunkEvent<B>)) {
         while self.live.front().is_some_and(|c| c.id < head) {
             let chunk = self.live.pop_front().expect("front exists");
             self.emit_chunk(chunk, emit);
         }
-        self.head = Some(head);
     }
 
     /// Emits every live chunk (end of stream, or before a resync). The window stays where it is.
@@ -763,6 +773,58 @@ mod tests {
         let done = ready(std::mem::take(&mut out));
         assert_eq!(done.iter().map(|c| c.id).collect::<Vec<_>>(), [0]);
         assert_eq!(&done[0].present[..], &[true, true, false, false]);
+    }
+
+    #[test]
+    fn count_only_mode_follows_the_same_rules() {
+        // Heaps of 100 bytes in packets of 40 (40, 40, 20), one heap per chunk, a window of 2.
+        let cfg = ChunkConfig {
+            slots: 1,
+            slot_bytes: 100,
+            packet_payload: 40,
+            window: 2,
+            max_jump: u64::MAX,
+        };
+        let mut a = ChunkAssembler::new(cfg, Arc::new(RejectCounters::new()));
+        for _ in 0..4 {
+            a.give(Discard).unwrap();
+        }
+        let packets = |id: u64, size: usize| {
+            let mut out = Vec::new();
+            HeapWriter::new(size).write(id, &[HeapItem::addressed(0x3300, &[1u8; 100])], |p| {
+                out.push(p.to_vec())
+            });
+            out
+        };
+        let mut out = Vec::new();
+        let mut add = |a: &mut ChunkAssembler<Discard>, d: &[u8], id: u64| {
+            let at = Placement { chunk: id, slot: 0 };
+            a.add_datagram(d, &Limits::default(), |_| Ok(at), &mut |e| out.push(e))
+        };
+        let h5 = packets(5, 40);
+        for d in &h5 {
+            add(&mut a, d, 5).unwrap();
+        }
+        add(&mut a, &packets(6, 40)[0], 6).unwrap();
+        assert_eq!(add(&mut a, &h5[1], 5), Err(Reject::Duplicate));
+        // A sender cutting 30-byte packets: no packet starts and ends where 40-byte ones do.
+        for d in packets(6, 30) {
+            assert_eq!(add(&mut a, &d, 6), Err(Reject::Misaligned));
+        }
+        // Heap 8 moves the window to [7, 8]: 5 (complete) and 6 (not) leave.
+        add(&mut a, &packets(8, 40)[0], 8).unwrap();
+        assert_eq!(add(&mut a, &packets(6, 40)[1], 6), Err(Reject::TooOld));
+        a.flush(&mut |e| out.push(e));
+        let released: Vec<(u64, bool)> = out
+            .into_iter()
+            .map(|e| match e {
+                ChunkEvent::Ready(c) => (c.id, c.present[0]),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(released, [(5, true), (6, false), (8, false)]);
+        assert_eq!(a.stats().heaps.load(Ordering::Relaxed), 1);
+        assert_eq!(a.counters().get(Reject::Misaligned), 4);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Reports: the max-rate trial table, JSON files, and SVG plots (rate against outcome; measured
-//! against theoretical channel response).
+//! Report files: the max-rate trial table, JSON files, and SVG plots (rate against outcome;
+//! measured against theoretical channel response).
 
 use std::path::Path;
 
@@ -8,50 +8,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::gsps;
-use crate::response::ResponsePoint;
-use crate::search::SearchConfig;
-use crate::trial::TrialRecord;
-
-/// One search (one engine backend).
-#[derive(Clone, Debug, Serialize)]
-pub struct SearchReport {
-    pub backend: String,
-    pub config: SearchConfig,
-    /// Highest sustained rate (sample/s per polarisation), None if `low` failed.
-    pub best: Option<f64>,
-    pub lowest_fail: Option<f64>,
-    pub trials: Vec<TrialRecord>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct MaxRateReport {
-    pub searches: Vec<SearchReport>,
-    /// best / best of the null backend, with --compare-null.
-    pub ratio_to_null: Option<f64>,
-    /// How the system was set up (mode, geometry, arguments).
-    pub system: serde_json::Value,
-}
-
-impl MaxRateReport {
-    pub fn compute_ratio(&mut self) {
-        let best = |name: &str| {
-            self.searches
-                .iter()
-                .find(|s| s.backend == name)
-                .and_then(|s| s.best)
-        };
-        let null = best("null");
-        let other = self
-            .searches
-            .iter()
-            .find(|s| s.backend != "null")
-            .and_then(|s| s.best);
-        self.ratio_to_null = match (other, null) {
-            (Some(o), Some(n)) if n > 0.0 => Some(o / n),
-            _ => None,
-        };
-    }
-}
+use crate::record::{MaxRateReport, ResponsePoint};
 
 /// The trials as a text table, then one line per search.
 pub fn table(report: &MaxRateReport) -> String {
@@ -286,7 +243,8 @@ pub fn plot_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::Phase;
+    use crate::record::{SearchReport, TrialRecord};
+    use crate::search::{Phase, SearchConfig};
 
     fn trial(index: usize, backend: &str, rate: f64, pass: bool) -> TrialRecord {
         TrialRecord {

@@ -1,0 +1,293 @@
+//! Bringing the system under test up, for every command (and the qualification suite and the
+//! live page to come): dsim and the engine reached by URL or launched here as child processes,
+//! the geometry settled from the command line, the engine's status and defaults, and the
+//! receiver started on the engine's output.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use spead::transport::Endpoint;
+
+use crate::control::{CounterNames, Tone};
+use crate::receive::{HeapSink, NoSink, ReceiveConfig, Receiver};
+use crate::services::{self, LocalSpec, Services};
+
+/// The system under test.
+#[derive(Args, Clone, Debug)]
+pub struct SystemArgs {
+    /// Launch dsim and fengine here as child processes over loopback (instead of the URLs).
+    #[arg(long, help_heading = "System")]
+    pub local: bool,
+    /// dsim's control URL (URL mode), e.g. http://dsim:8080.
+    #[arg(long, env = "HARNESS_DSIM_URL", help_heading = "System")]
+    pub dsim_url: Option<String>,
+    /// The engine's control URL (URL mode), e.g. http://fengine:8080.
+    #[arg(long, env = "HARNESS_ENGINE_URL", help_heading = "System")]
+    pub engine_url: Option<String>,
+    /// Engine output substreams to join, ADDR[+N]:PORT (N+1 consecutive addresses, multicast or
+    /// unicast; the engine's --dst). Required in URL mode; with --local the default is
+    /// 127.0.0.1+<substreams-1> on a free port.
+    #[arg(long, help_heading = "System")]
+    pub dst: Option<String>,
+    /// Interface address to join multicast groups on.
+    #[arg(long, help_heading = "System")]
+    pub interface: Option<Ipv4Addr>,
+    /// Channels n. Default: the engine's /status in URL mode, 1024 with --local.
+    #[arg(long, help_heading = "System")]
+    pub channels: Option<usize>,
+    /// PFB taps (for the response theory and gap prediction). Default: engine's /status, or 16.
+    #[arg(long, help_heading = "System")]
+    pub taps: Option<usize>,
+    /// Spectra per output heap. Default: the engine's /status, else learned from the heap size.
+    #[arg(long, help_heading = "System")]
+    pub spectra_per_heap: Option<usize>,
+    /// Bits per input sample (full scale for the response's gain choice).
+    #[arg(long, default_value_t = 10, help_heading = "System")]
+    pub sample_bits: u32,
+    /// ADC rate (sample/s per polarisation). With --local, dsim's starting rate [default: 1e8;
+    /// max-rate: --high, so that dsim sizes its send threads for it]. In URL mode [default:
+    /// dsim's /status].
+    #[arg(long, help_heading = "System")]
+    pub adc_rate: Option<f64>,
+    /// Socket receive buffer per substream (bytes; capped by net.core.rmem_max).
+    #[arg(long, default_value_t = 64 << 20, help_heading = "System")]
+    pub rcvbuf: usize,
+    /// Prometheus series of the engine's missing-input counter: words a series name must
+    /// contain (comma-separated alternatives are summed).
+    #[arg(long, default_value = "missing input", help_heading = "System")]
+    pub missing_metric: String,
+    /// Prometheus series of the engine's skipped-output counter (output heaps not sent), as
+    /// --missing-metric.
+    #[arg(
+        long,
+        default_value = "skipped output, send errors",
+        help_heading = "System"
+    )]
+    pub skipped_metric: String,
+
+    /// --local: output substreams (the engine's --dst gets ADDR+<substreams-1>).
+    #[arg(long, default_value_t = 4, help_heading = "Local processes")]
+    pub substreams: usize,
+    /// --local: engine backend (cpu, cuda, null).
+    #[arg(long, default_value = "cpu", help_heading = "Local processes")]
+    pub backend: String,
+    /// --local: the dsim binary [default: next to harness, else on PATH].
+    #[arg(long, help_heading = "Local processes")]
+    pub dsim_bin: Option<PathBuf>,
+    /// --local: the fengine binary [default: next to harness, else on PATH].
+    #[arg(long, help_heading = "Local processes")]
+    pub fengine_bin: Option<PathBuf>,
+    /// --local: extra dsim arguments, one string (quotes group), e.g. "--seed 3".
+    #[arg(long, allow_hyphen_values = true, help_heading = "Local processes")]
+    pub dsim_args: Option<String>,
+    /// --local: extra fengine arguments, one string, e.g. "--sample-bits 10".
+    #[arg(long, allow_hyphen_values = true, help_heading = "Local processes")]
+    pub fengine_args: Option<String>,
+    /// --local: dsim's tone, HZ:AMPL (amplitude a fraction of full scale). Default: the centre
+    /// of channel n/4 (fs/8) at 0.5.
+    #[arg(long, help_heading = "Local processes")]
+    pub tone: Option<String>,
+    /// dsim's Gaussian noise, fraction of full scale (--local: at start, else dsim's default
+    /// 0.05; response: set for every step [default there: 0.001]).
+    #[arg(long, help_heading = "Local processes")]
+    pub noise: Option<f64>,
+    /// --local: dsim's random seed.
+    #[arg(long, help_heading = "Local processes")]
+    pub seed: Option<u64>,
+    /// --local: loopback addresses per polarisation from dsim to fengine (127.0.0.1+N-1, one
+    /// port). Heap k goes to address k mod N, and fengine's receive threads (one per 2 GB/s of
+    /// input, at most one per address) each take their share of them.
+    #[arg(long, default_value_t = 1, help_heading = "Local processes")]
+    pub input_addresses: usize,
+    /// --local: seconds each process may take to answer /status.
+    #[arg(long, default_value_t = 120.0, help_heading = "Local processes")]
+    pub startup_timeout: f64,
+    /// --local: directory for the children's logs [default: <out-dir>/logs, or a temp dir].
+    #[arg(long, help_heading = "Local processes")]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Geometry settled from the command line, the engine's status and defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    pub channels: usize,
+    pub taps: usize,
+    pub spectra_per_heap: Option<usize>,
+}
+
+/// A running system and the receiver on its output.
+pub struct Setup {
+    pub services: Services,
+    pub rx: Receiver,
+    pub geometry: Geometry,
+    /// dsim's ADC rate (sample/s).
+    pub adc_rate: Option<f64>,
+    /// dsim's tone.
+    pub tone: Option<Tone>,
+    pub backend: String,
+    /// Launched here (--local), rather than reached by URL.
+    pub local: bool,
+}
+
+pub fn parse_tone(s: &str) -> Result<Tone> {
+    let (f, a) = s.split_once(':').unwrap_or((s, "0.5"));
+    Ok(Tone {
+        frequency: f
+            .trim()
+            .parse()
+            .with_context(|| format!("tone frequency in '{s}'"))?,
+        amplitude: a
+            .trim()
+            .parse()
+            .with_context(|| format!("tone amplitude in '{s}'"))?,
+    })
+}
+
+pub fn counter_names(sys: &SystemArgs) -> CounterNames {
+    CounterNames {
+        missing_input: sys.missing_metric.clone(),
+        skipped_output: sys.skipped_metric.clone(),
+    }
+}
+
+/// Brings the system up: by URL, or launched here (`backend` overrides --backend). `sink` gets
+/// the geometry and the substream count; None means only heaps are counted (no payload copy).
+pub fn setup(
+    sys: &SystemArgs,
+    backend: &str,
+    urls: Option<(&str, &str)>,
+    out_dir: Option<&Path>,
+    sink: impl FnOnce(&Geometry, usize) -> Option<Arc<dyn HeapSink>>,
+) -> Result<Setup> {
+    if sys.local {
+        let channels = sys.channels.unwrap_or(1024);
+        let geometry = Geometry {
+            channels,
+            taps: sys.taps.unwrap_or(16),
+            spectra_per_heap: sys.spectra_per_heap,
+        };
+        if sys.substreams == 0 {
+            bail!("--substreams must be at least 1");
+        }
+        let dst: Endpoint = match &sys.dst {
+            Some(d) => d.parse().map_err(anyhow::Error::msg)?,
+            None => format!("127.0.0.1+{}:0", sys.substreams - 1)
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+        };
+        let rate = sys.adc_rate.unwrap_or(100e6);
+        let tone = match &sys.tone {
+            Some(t) => parse_tone(t)?,
+            None => Tone {
+                frequency: rate / 8.0,
+                amplitude: 0.5,
+            },
+        };
+        let rx = start_receiver(sys, &dst, &geometry, sink(&geometry, dst.addrs.len()))?;
+        let log_dir = sys.log_dir.clone().unwrap_or_else(|| match out_dir {
+            Some(d) => d.join("logs"),
+            None => std::env::temp_dir().join(format!("harness-logs-{}", std::process::id())),
+        });
+        let spec = LocalSpec {
+            dsim_bin: sys
+                .dsim_bin
+                .clone()
+                .unwrap_or_else(|| services::sibling_binary("dsim")),
+            fengine_bin: sys
+                .fengine_bin
+                .clone()
+                .unwrap_or_else(|| services::sibling_binary("fengine")),
+            dsim_args: services::split_args(sys.dsim_args.as_deref().unwrap_or("")),
+            fengine_args: services::split_args(sys.fengine_args.as_deref().unwrap_or("")),
+            backend: backend.to_string(),
+            channels,
+            taps: geometry.taps,
+            spectra_per_heap: sys.spectra_per_heap,
+            rate,
+            tone: Some(tone),
+            noise: sys.noise,
+            seed: sys.seed,
+            input_addresses: sys.input_addresses.clamp(1, 64),
+            startup_timeout: Duration::from_secs_f64(sys.startup_timeout.max(0.1)),
+            log_dir,
+        };
+        let services = Services::launch(&spec, &rx.endpoint(), counter_names(sys))?;
+        return Ok(Setup {
+            services,
+            rx,
+            geometry,
+            adc_rate: Some(rate),
+            tone: Some(tone),
+            backend: backend.to_string(),
+            local: true,
+        });
+    }
+    let (dsim_url, engine_url) = match urls {
+        Some(u) => u,
+        None => (
+            sys.dsim_url
+                .as_deref()
+                .context("URL mode needs --dsim-url (or use --local)")?,
+            sys.engine_url
+                .as_deref()
+                .context("URL mode needs --engine-url (or use --local)")?,
+        ),
+    };
+    let services = Services::connect(dsim_url, engine_url, counter_names(sys));
+    let eg = services
+        .engine
+        .geometry()
+        .map_err(|e| tracing::warn!("engine /status unreadable ({e:#}); using the command line"))
+        .ok();
+    let status = services
+        .dsim
+        .status()
+        .map_err(|e| tracing::warn!("dsim /status unreadable ({e:#})"))
+        .ok();
+    let geometry = Geometry {
+        channels: sys
+            .channels
+            .or(eg.map(|g| g.channels))
+            .context("--channels is needed (the engine's /status does not say)")?,
+        taps: sys.taps.or(eg.map(|g| g.taps)).unwrap_or(16),
+        spectra_per_heap: sys.spectra_per_heap.or(eg.map(|g| g.spectra_per_heap)),
+    };
+    let dst: Endpoint = sys
+        .dst
+        .as_deref()
+        .context("URL mode needs --dst, the engine's output ADDR[+N]:PORT")?
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    let rx = start_receiver(sys, &dst, &geometry, sink(&geometry, dst.addrs.len()))?;
+    Ok(Setup {
+        services,
+        rx,
+        geometry,
+        adc_rate: sys
+            .adc_rate
+            .or(status.as_ref().map(|s| s.rate))
+            .or(eg.map(|g| g.adc_sample_rate)),
+        tone: status.as_ref().and_then(|s| s.strongest_tone()),
+        backend: backend.to_string(),
+        local: false,
+    })
+}
+
+pub fn start_receiver(
+    sys: &SystemArgs,
+    dst: &Endpoint,
+    g: &Geometry,
+    sink: Option<Arc<dyn HeapSink>>,
+) -> Result<Receiver> {
+    let mut cfg = ReceiveConfig::new(dst.addrs.clone(), g.channels);
+    cfg.payload = sink.is_some();
+    let sink = sink.unwrap_or_else(|| Arc::new(NoSink));
+    cfg.spectra_per_heap = g.spectra_per_heap;
+    cfg.interface = sys.interface;
+    cfg.buffer_bytes = sys.rcvbuf;
+    Ok(Receiver::start(&cfg, sink)?)
+}

@@ -1,0 +1,113 @@
+//! `harness watch`: join the engine's output, check every heap, print a progress line a second
+//! and end with a JSON summary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::announce;
+use crate::bringup::{self, Setup, SystemArgs};
+use crate::content::{tone_channel, ContentMonitor};
+use crate::feed::{Feed, Next, Reader};
+use crate::record::WatchInterval;
+use crate::render::progress::watch_line;
+use crate::watch;
+
+/// Interval records the feed keeps for a reader that falls behind (a minute at one a second).
+const FEED_KEEP: usize = 64;
+
+#[derive(Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub system: SystemArgs,
+    /// Seconds to watch [default: until Ctrl-C].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// The tone's frequency (Hz) to check against [default: dsim's /status, or the --local tone].
+    #[arg(long)]
+    pub expect_tone_hz: Option<f64>,
+    /// Do not check content (the null backend sends zeros).
+    #[arg(long)]
+    pub no_content_check: bool,
+    /// Seconds between heaps sampled for content, per substream.
+    #[arg(long, default_value_t = 0.05)]
+    pub content_interval: f64,
+    /// Also write the JSON summary here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs `harness watch`; true when the run was clean.
+pub fn run(a: WatchArgs) -> Result<bool> {
+    let mut monitor = None;
+    let interval = Duration::from_secs_f64(a.content_interval.max(0.0));
+    let s = bringup::setup(&a.system, &a.system.backend, None, None, |g, subs| {
+        let m = Arc::new(ContentMonitor::new(g.channels, subs, interval));
+        monitor = Some(m.clone());
+        Some(m)
+    })?;
+    announce(&s);
+    let monitor = monitor.context("content monitor")?;
+    let expected_channel = if a.no_content_check || s.backend == "null" {
+        None
+    } else {
+        let freq = a.expect_tone_hz.or(s.tone.map(|t| t.frequency));
+        match (freq, s.adc_rate) {
+            (Some(f), Some(fs)) => Some(tone_channel(f, fs, s.geometry.channels)),
+            _ => {
+                tracing::warn!("tone or ADC rate unknown: content reported, not checked");
+                None
+            }
+        }
+    };
+    let opts = watch::WatchOptions {
+        duration: a.duration.map(|d| Duration::from_secs_f64(d.max(0.0))),
+        expected_channel,
+        progress_interval: Duration::from_secs(1),
+    };
+    // The progress lines are one reader of the interval feed; a live page can be another.
+    let feed = Feed::new(FEED_KEEP);
+    let printer = (!a.quiet).then(|| print_intervals(feed.reader()));
+    let Setup { services, rx, .. } = s;
+    let summary = watch::run(
+        rx,
+        monitor,
+        &opts,
+        Some(&services.engine),
+        Some(&services.dsim),
+        &feed,
+    );
+    feed.close();
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    let summary = summary?;
+    drop(services);
+    let text = serde_json::to_string_pretty(&summary)?;
+    println!("{text}");
+    if let Some(p) = &a.json {
+        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+    }
+    if !summary.ok {
+        eprintln!("watch: FAILED: {}", summary.failures.join("; "));
+    }
+    Ok(summary.ok)
+}
+
+/// Prints each interval record as it is published, until the feed closes.
+fn print_intervals(mut reader: Reader<WatchInterval>) -> JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        match reader.next(Duration::from_secs(3600)) {
+            Next::Record(_, r) => eprintln!("{}", watch_line(&r)),
+            Next::Missed(_) | Next::TimedOut => {}
+            Next::Closed => return,
+        }
+    })
+}

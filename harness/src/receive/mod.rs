@@ -1,0 +1,382 @@
+//! Joins the engine's output substreams: one receive thread per substream (GRO batches through
+//! the spead transport), heaps assembled into recycled buffers by the spead chunk assembler (one
+//! heap per chunk, so nothing is allocated per heap), and each substream's timestamps tracked by
+//! [`SeqTracker`](crate::gaps::SeqTracker). Complete heaps go to a [`HeapSink`] on the receive thread.
+//!
+//! The assembler keeps `reorder_window` heaps open and hands them out in timestamp order; a packet
+//! arriving after its heap left the window is a stray, which the tracker counts as a late heap
+//! (it filled a hole) or a duplicate. Without a sink that reads payloads, the assembler runs in
+//! its count-only mode: the same rules, no copy.
+//!
+//! - this module: the receiver (configuration, threads, snapshots) and the sink it feeds.
+//! - `worker`: one receive thread and its per-datagram checks.
+//! - `snapshot`: the counters a thread shares, and snapshots of them.
+//! - `bind`: binding the substreams' sockets.
+//! - `kernel`: the host-wide counters of `/proc`.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use spead::chunk::Discard;
+use spead::transport::{Endpoint, SocketConfig};
+use spead::RejectCounters;
+
+mod bind;
+mod kernel;
+mod snapshot;
+mod worker;
+
+pub use kernel::udp_rcvbuf_errors;
+pub use snapshot::{Snapshot, SubstreamSnapshot, MAX_RANGES};
+
+use bind::bind_all;
+use snapshot::{Stats, Substream};
+use worker::{Worker, WorkerConfig};
+
+/// Receives complete heaps. Called on the substream's receive thread: keep it short.
+pub trait HeapSink: Send + Sync {
+    /// `data` is the heap's `feng_raw`: (channels_per_substream, spectra_per_heap, 2, 2) int8.
+    fn heap(&self, substream: usize, first_channel: usize, timestamp: u64, data: &[u8]);
+}
+
+/// A sink that looks at nothing (max-rate trials only count heaps).
+pub struct NoSink;
+impl HeapSink for NoSink {
+    fn heap(&self, _: usize, _: usize, _: u64, _: &[u8]) {}
+}
+
+/// Several sinks fed in turn.
+pub struct Sinks(pub Vec<Arc<dyn HeapSink>>);
+impl HeapSink for Sinks {
+    fn heap(&self, s: usize, c: usize, t: u64, d: &[u8]) {
+        for sink in &self.0 {
+            sink.heap(s, c, t, d);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ReceiveConfig {
+    /// One address per substream, in channel order. A port of 0 picks a free port (the same for
+    /// every substream): unicast loopback only.
+    pub substreams: Vec<SocketAddrV4>,
+    /// Channels of the whole band (split evenly over the substreams).
+    pub channels: usize,
+    /// Spectra per heap; None: learned from the first heap's size.
+    pub spectra_per_heap: Option<usize>,
+    /// Interface to join multicast groups on.
+    pub interface: Option<Ipv4Addr>,
+    /// Socket receive buffer asked for.
+    pub buffer_bytes: usize,
+    /// Heaps kept open for reordering; a heap completed later than this is late.
+    pub reorder_window: usize,
+    /// Assemble payloads for the sink. False: only count which packets of each heap arrived
+    /// (no copy, so a receive thread keeps up with more; the sink is then never called).
+    pub payload: bool,
+}
+
+impl ReceiveConfig {
+    pub fn new(substreams: Vec<SocketAddrV4>, channels: usize) -> Self {
+        Self {
+            substreams,
+            channels,
+            spectra_per_heap: None,
+            interface: None,
+            buffer_bytes: 64 << 20,
+            reorder_window: 4,
+            payload: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    #[error("no substreams to join")]
+    NoSubstreams,
+    #[error("{channels} channels do not split evenly over {substreams} substreams")]
+    Uneven { channels: usize, substreams: usize },
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddrV4,
+        source: io::Error,
+    },
+    #[error("cannot start a receive thread: {0}")]
+    Thread(io::Error),
+}
+
+pub struct Receiver {
+    subs: Vec<Arc<Substream>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Receiver {
+    /// Binds every substream (joining multicast groups) and starts the threads.
+    pub fn start(cfg: &ReceiveConfig, sink: Arc<dyn HeapSink>) -> Result<Self, ReceiveError> {
+        let n = cfg.substreams.len();
+        if n == 0 {
+            return Err(ReceiveError::NoSubstreams);
+        }
+        if cfg.channels == 0 || !cfg.channels.is_multiple_of(n) {
+            return Err(ReceiveError::Uneven {
+                channels: cfg.channels,
+                substreams: n,
+            });
+        }
+        let sock_cfg = SocketConfig {
+            buffer_bytes: cfg.buffer_bytes,
+            interface: cfg.interface,
+            ..SocketConfig::default()
+        };
+        let sockets = bind_all(&cfg.substreams, &sock_cfg)?;
+        let per_sub = cfg.channels / n;
+        let payload = cfg.payload;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut subs = Vec::new();
+        let mut threads = Vec::new();
+        for (index, (addr, socket)) in sockets.into_iter().enumerate() {
+            let sub = Arc::new(Substream {
+                index,
+                addr,
+                first_channel: index * per_sub,
+                stats: Stats::default(),
+                rejects: Arc::new(RejectCounters::new()),
+                tracker: Mutex::new(None),
+            });
+            let wcfg = WorkerConfig {
+                channels: cfg.channels,
+                per_sub,
+                spectra_per_heap: cfg.spectra_per_heap,
+                window: cfg.reorder_window.max(1),
+            };
+            let (thread_sub, sink, stop) = (sub.clone(), sink.clone(), stop.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("rx-{index}"))
+                .spawn(move || {
+                    if payload {
+                        Worker::<Vec<u8>>::new(thread_sub, sink, wcfg).run(socket, stop)
+                    } else {
+                        Worker::<Discard>::new(thread_sub, sink, wcfg).run(socket, stop)
+                    }
+                })
+                .map_err(ReceiveError::Thread)?;
+            subs.push(sub);
+            threads.push(handle);
+        }
+        Ok(Self {
+            subs,
+            stop,
+            threads,
+        })
+    }
+
+    /// The substreams joined, as `ADDR[+N]:PORT` (with the port chosen, if it was 0).
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            addrs: self.subs.iter().map(|s| s.addr).collect(),
+        }
+    }
+
+    pub fn substreams(&self) -> usize {
+        self.subs.len()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            at: Some(Instant::now()),
+            substreams: self.subs.iter().map(|s| s.snapshot()).collect(),
+        }
+    }
+
+    /// Stops the threads (they hand out the complete heaps still open) and takes a last snapshot.
+    pub fn stop(mut self) -> Snapshot {
+        self.halt();
+        self.snapshot()
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spead::heap::{HeapItem, HeapWriter};
+    use spead::items;
+    use std::net::UdpSocket as StdUdp;
+    use std::time::Duration;
+
+    const CH: usize = 64;
+    const SPECTRA: usize = 8;
+
+    /// Records every heap it is given.
+    #[derive(Default)]
+    struct Record(Mutex<Vec<(usize, usize, u64, u8)>>);
+    impl HeapSink for Record {
+        fn heap(&self, s: usize, c: usize, t: u64, d: &[u8]) {
+            self.0.lock().unwrap().push((s, c, t, d[0]));
+        }
+    }
+
+    /// Packets of one engine-style heap for substream `sub` of 2 (32 channels each).
+    fn heap_packets(sub: usize, ts: u64, fill: u8, max_payload: usize) -> Vec<Vec<u8>> {
+        let data = vec![fill; CH / 2 * SPECTRA * 4];
+        let mut out = Vec::new();
+        HeapWriter::new(max_payload).write(
+            ts / 1000,
+            &[
+                HeapItem::immediate(items::TIMESTAMP, ts),
+                HeapItem::immediate(items::FENG_ID, 0),
+                HeapItem::immediate(items::FREQUENCY, (sub * CH / 2) as u64),
+                HeapItem::addressed(items::FENG_RAW, &data),
+            ],
+            |p| out.push(p.to_vec()),
+        );
+        out
+    }
+
+    fn wait_for(rx: &Receiver, heaps: u64) -> Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = rx.snapshot();
+            if s.heaps() >= heaps || Instant::now() > deadline {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn loopback_gaps_duplicates_late_and_malformed() {
+        let addrs = vec![
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 0),
+        ];
+        let mut cfg = ReceiveConfig::new(addrs, CH);
+        cfg.reorder_window = 2;
+        cfg.buffer_bytes = 4 << 20;
+        let record = Arc::new(Record::default());
+        let rx = Receiver::start(&cfg, record.clone()).unwrap();
+        let ep = rx.endpoint();
+        assert_eq!(ep.addrs.len(), 2);
+        assert_ne!(ep.addrs[0].port(), 0);
+        assert_eq!(ep.addrs[0].port(), ep.addrs[1].port());
+        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
+        let step = (SPECTRA * 2 * CH) as u64;
+        let phase = 5 * 4096;
+        let send = |sub: usize, k: u64, fill: u8| {
+            for p in heap_packets(sub, phase + k * step, fill, 200) {
+                tx.send_to(&p, ep.addrs[sub]).unwrap();
+                // Loopback drops nothing while the socket buffer has room; pace a little anyway.
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        };
+        // Substream 0: heaps 0..20 without 5 and 9; 9 comes late, 3 twice.
+        for k in 0..20 {
+            if k != 5 && k != 9 {
+                send(0, k, k as u8);
+            }
+            // A repeat of 3 after its window passed; 9 after its window passed.
+            if k == 10 || k == 15 {
+                send(0, if k == 10 { 3 } else { 9 }, 99);
+            }
+        }
+        // Substream 1: clean, plus a packet claiming substream 0's channels, and garbage.
+        for k in 0..20 {
+            send(1, k, 1);
+        }
+        tx.send_to(&heap_packets(0, phase, 0, 200)[0], ep.addrs[1])
+            .unwrap();
+        tx.send_to(b"not spead", ep.addrs[1]).unwrap();
+        let snap = wait_for(&rx, 38);
+        std::thread::sleep(Duration::from_millis(50));
+        let snap2 = rx.stop();
+        let s0 = &snap2.substreams[0];
+        let s1 = &snap2.substreams[1];
+        assert_eq!(s0.step, Some(step));
+        assert_eq!(s0.first_timestamp, Some(phase));
+        assert_eq!(s0.sequence.gaps, 1, "{s0:?}");
+        assert_eq!(s0.missing, vec![(phase + 5 * step, phase + 6 * step)]);
+        assert_eq!(s0.sequence.late, 1, "{s0:?}");
+        assert_eq!(s0.sequence.duplicates, 1, "{s0:?}");
+        // The final flush hands out the last open heaps.
+        assert_eq!(s0.heaps, 18, "{s0:?} first snapshot {snap:?}");
+        assert_eq!(s1.heaps, 20);
+        assert_eq!(s1.sequence.gaps, 0);
+        assert_eq!(s1.wrong_frequency, 1);
+        assert_eq!(s1.malformed_packets, 2);
+        assert_eq!(s1.first_channel, 32);
+        let seen = record.0.lock().unwrap();
+        assert!(seen.iter().all(|&(s, c, _, _)| c == s * 32));
+        // In order per substream, with the content of each heap.
+        let s0_heaps: Vec<u64> = seen
+            .iter()
+            .filter(|h| h.0 == 0)
+            .map(|h| (h.2 - phase) / step)
+            .collect();
+        assert_eq!(
+            s0_heaps,
+            vec![0, 1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+        );
+        assert!(seen
+            .iter()
+            .filter(|h| h.0 == 0)
+            .all(|&(_, _, t, fill)| fill as u64 == (t - phase) / step));
+        assert!(snap2.sample_rate(40, 1.0) > 0.0);
+    }
+
+    #[test]
+    fn count_only_receive_sees_the_same_gaps() {
+        let mut cfg = ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)], CH / 2);
+        cfg.payload = false;
+        cfg.reorder_window = 2;
+        cfg.buffer_bytes = 4 << 20;
+        let record = Arc::new(Record::default());
+        let rx = Receiver::start(&cfg, record.clone()).unwrap();
+        let dest = rx.endpoint().addrs[0];
+        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
+        // 32 channels in one substream of a 32-channel band: step 8 x 2 x 32.
+        let step = (SPECTRA * 2 * CH / 2) as u64;
+        for k in (0..12u64).filter(|&k| k != 4) {
+            for p in heap_packets(0, 1000 * step + k * step, 1, 200) {
+                tx.send_to(&p, dest).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        wait_for(&rx, 9);
+        let snap = rx.stop();
+        let s = &snap.substreams[0];
+        assert_eq!(s.heaps, 11, "{s:?}");
+        assert_eq!(s.sequence.gaps, 1);
+        assert_eq!(s.missing, vec![(1004 * step, 1005 * step)]);
+        assert!(record.0.lock().unwrap().is_empty(), "no payload, no sink");
+    }
+
+    #[test]
+    fn uneven_split_is_refused() {
+        let cfg = ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0); 3], 64);
+        assert!(matches!(
+            Receiver::start(&cfg, Arc::new(NoSink)),
+            Err(ReceiveError::Uneven { .. })
+        ));
+        let cfg = ReceiveConfig::new(vec![], 64);
+        assert!(matches!(
+            Receiver::start(&cfg, Arc::new(NoSink)),
+            Err(ReceiveError::NoSubstreams)
+        ));
+    }
+}

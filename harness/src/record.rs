@@ -1,0 +1,224 @@
+//! What the harness's loops produce: one record per watch interval, per max-rate trial and per
+//! response step, and the summaries and reports made of them. Each says what was measured, the
+//! limit it was held to where there is one, and whether it passed. The loops only make these;
+//! [`render`](crate::render) turns them into progress lines, tables, JSON and SVG.
+
+use serde::Serialize;
+
+use crate::content::{Peak, Verdict};
+use crate::control::EngineCounters;
+use crate::cpu::Cores;
+use crate::gaps::SeqCounts;
+use crate::receive::SubstreamSnapshot;
+use crate::response::{ResponseConfig, ResponseGeometry};
+use crate::search::{Phase, SearchConfig};
+
+// --- watch ---
+
+/// One progress interval of `watch`: the rates over the interval and the counts so far.
+#[derive(Clone, Debug, Serialize)]
+pub struct WatchInterval {
+    /// Seconds since the watch began, at the end of the interval.
+    pub elapsed_s: f64,
+    /// Received rate over the interval, as ADC samples per second per polarisation.
+    pub sample_rate: f64,
+    pub heaps_per_s: f64,
+    /// Sequence counts since the start, over all substreams.
+    pub sequence: SeqCounts,
+    /// Malformed packets and misaligned heaps since the start.
+    pub malformed: u64,
+    /// Packets the harness's own sockets dropped since the start.
+    pub socket_drops: u64,
+    /// The strongest channel per polarisation over the interval.
+    pub peaks: [Option<Peak>; 2],
+    /// The tone's fractional channel, when it is checked.
+    pub expected_channel: Option<f64>,
+    /// The content check of this interval, when the tone is known.
+    pub verdict: Option<Verdict>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ContentSummary {
+    pub expected_channel: Option<f64>,
+    /// Intervals checked, and how each ended.
+    pub checked: u64,
+    pub matched: u64,
+    pub wrong_channel: u64,
+    pub no_tone: u64,
+    /// Heaps whose payload had the wrong shape for the content check.
+    pub bad_shape: u64,
+    /// The last strongest channel per polarisation.
+    pub last_peaks: [Option<Peak>; 2],
+}
+
+/// The whole `watch` run; `ok` says whether gaps, malformed heaps or wrong content were seen.
+#[derive(Clone, Debug, Serialize)]
+pub struct WatchSummary {
+    pub ok: bool,
+    /// Why not ok.
+    pub failures: Vec<String>,
+    pub duration_s: f64,
+    pub substreams: usize,
+    pub heaps: u64,
+    pub heap_bytes: u64,
+    /// Mean received rate, as ADC samples per second per polarisation.
+    pub sample_rate: f64,
+    pub sequence: SeqCounts,
+    pub malformed: u64,
+    pub step: Option<u64>,
+    pub content: ContentSummary,
+    /// The engine's missing-input and skipped-output counters over the run, when reachable:
+    /// gaps the engine did not skip were lost on the way to the harness.
+    pub engine: Option<EngineCounters>,
+    /// Heaps dsim skipped over the run because it fell behind its schedule, when it says.
+    pub dsim_heaps_skipped: Option<u64>,
+    /// Host-wide UDP receive-buffer drops over the run.
+    pub udp_rcvbuf_errors: Option<u64>,
+    pub per_substream: Vec<SubstreamSnapshot>,
+}
+
+// --- max-rate ---
+
+/// One max-rate trial: the rate asked for, what the window showed, and the verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrialRecord {
+    pub index: usize,
+    pub backend: String,
+    pub phase: Phase,
+    /// Requested ADC rate (sample/s per polarisation).
+    pub rate: f64,
+    pub pass: bool,
+    /// Why it failed (empty for a pass).
+    pub reasons: Vec<String>,
+    /// Changes over the window.
+    pub missing_input: f64,
+    pub skipped_output: f64,
+    pub gaps: i64,
+    pub late: u64,
+    pub malformed: u64,
+    /// Sample rate per polarisation the received heaps stand for.
+    pub received_rate: f64,
+    /// Host-wide UDP receive-buffer drops in the window (any receiver on the host).
+    pub udp_rcvbuf_errors: Option<u64>,
+    /// Of those, packets the harness's own sockets dropped (a GSO super-packet counts once):
+    /// gaps the harness, not the engine, caused.
+    pub harness_socket_drops: u64,
+    /// Heaps dsim skipped in the window because it fell behind (the sender, not the engine,
+    /// could not keep the rate); `None` when dsim does not report them.
+    pub dsim_heaps_skipped: Option<u64>,
+    pub window_s: f64,
+    /// Time spent after the warm-up waiting for the losses to stop, before the window.
+    pub settle_s: f64,
+    /// Where the host's cores went over the window.
+    pub cores: Cores,
+}
+
+/// Where a running trial is, for a progress display.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrialProgress {
+    Warmup {
+        label: String,
+        elapsed_s: f64,
+        total_s: f64,
+    },
+    Settling {
+        label: String,
+        /// How long the losses have been still, of the `still_s` needed, waiting at most `max_s`.
+        still_for_s: f64,
+        still_s: f64,
+        max_s: f64,
+    },
+    Observe {
+        label: String,
+        elapsed_s: f64,
+        total_s: f64,
+        received_rate: f64,
+        gaps: i64,
+    },
+    /// The window ended.
+    Done,
+}
+
+/// One search (one engine backend).
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchReport {
+    pub backend: String,
+    pub config: SearchConfig,
+    /// Highest sustained rate (sample/s per polarisation), None if `low` failed.
+    pub best: Option<f64>,
+    pub lowest_fail: Option<f64>,
+    pub trials: Vec<TrialRecord>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MaxRateReport {
+    pub searches: Vec<SearchReport>,
+    /// best / best of the null backend, with --compare-null.
+    pub ratio_to_null: Option<f64>,
+    /// How the system was set up (mode, geometry, arguments).
+    pub system: serde_json::Value,
+}
+
+impl MaxRateReport {
+    pub fn compute_ratio(&mut self) {
+        let best = |name: &str| {
+            self.searches
+                .iter()
+                .find(|s| s.backend == name)
+                .and_then(|s| s.best)
+        };
+        let null = best("null");
+        let other = self
+            .searches
+            .iter()
+            .find(|s| s.backend != "null")
+            .and_then(|s| s.best);
+        self.ratio_to_null = match (other, null) {
+            (Some(o), Some(n)) if n > 0.0 => Some(o / n),
+            _ => None,
+        };
+    }
+}
+
+// --- response ---
+
+/// One tone offset of the channel response.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponsePoint {
+    /// Tone offset from the channel centre (channels).
+    pub offset: f64,
+    pub frequency: f64,
+    pub gain: f64,
+    /// Mean cross-power per spectrum, gain divided out.
+    pub power: f64,
+    /// Relative to the centre (the largest measured power when 0 was not measured).
+    pub measured_db: Option<f64>,
+    pub theory_db: f64,
+    /// measured - theory, where the theory is above the floor.
+    pub deviation_db: Option<f64>,
+    pub spectra: u64,
+    pub saturated_fraction: f64,
+    /// |cross| / sqrt(auto0 auto1): near 1 when the tone dominates, near 0 when noise does.
+    pub coherence: f64,
+}
+
+/// A step of the response as it is measured (before the points are normalised and judged).
+#[derive(Clone, Debug)]
+pub struct ResponseStep {
+    /// 1-based, of `steps`.
+    pub step: usize,
+    pub steps: usize,
+    pub point: ResponsePoint,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponseReport {
+    pub config: ResponseConfig,
+    pub geometry: ResponseGeometry,
+    pub points: Vec<ResponsePoint>,
+    /// Largest |deviation| over the points above the floor.
+    pub max_deviation_db: Option<f64>,
+    pub worst_offset: Option<f64>,
+    pub compared: usize,
+    pub pass: bool,
+}
