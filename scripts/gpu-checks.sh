@@ -22,7 +22,7 @@ stage() {
   # The newest test/bench executable of each name (cargo's hashed names in target/release/deps).
   newest() { ls -t target/release/deps/$1-* | grep -v '\.d$' | head -1; }
   cp "$(newest_for fengine src/lib.rs)" "$carry/fengine-unit"
-  cp "$(newest_for fengine tests/e2e.rs)" "$carry/fengine-e2e"
+  cp "$(newest_for fengine tests/e2e/main.rs)" "$carry/fengine-e2e"
   cp "$(newest_for harness tests/e2e.rs)" "$carry/harness-e2e"
   cp "$(newest loopback)" "$carry/spead-loopback"
   cp "$(newest chain)" "$carry/spead-chain"

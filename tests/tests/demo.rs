@@ -12,13 +12,7 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
     let p = Pipeline::start(&session)?;
     let w = p.start_watch(30)?.finish()?;
     let s = &w.summary;
-    let ctx = || {
-        format!(
-            "{s:#}\n--- progress ---\n{}\n{}",
-            w.progress_tail(8),
-            p.logs()
-        )
-    };
+    let ctx = || w.context(&p);
 
     assert_eq!(w.exit_code, 0, "harness watch failed: {}", ctx());
     assert_eq!(s["ok"], true, "{}", ctx());

@@ -2,8 +2,6 @@
 //! output heaps that needed them are the missing ones, in every substream, and nothing else; the
 //! engine counts exactly the dropped digitiser heaps as missing input.
 
-use std::time::Duration;
-
 use acceptance::{
     affected_output_heaps, Pipeline, Session, HEAP_SAMPLES, OUTPUT_STEP, RATE, SUBSTREAMS,
 };
@@ -17,8 +15,7 @@ fn dropped_heaps_are_reported_exactly() -> Result<()> {
     };
     let p = Pipeline::start(&session)?;
     let dsim = p.dsim_http()?;
-    let watch = p.start_watch(20)?;
-    watch.wait_receiving(Duration::from_secs(30))?;
+    let watch = p.watch_receiving(20)?;
 
     // Heaps from 3 s ahead: one alone, two adjacent, one near another's output heap, on pol0;
     // one on pol1. Heap k is the one with timestamp k * HEAP_SAMPLES.
@@ -37,13 +34,7 @@ fn dropped_heaps_are_reported_exactly() -> Result<()> {
 
     let w = watch.finish()?;
     let s = &w.summary;
-    let ctx = || {
-        format!(
-            "{s:#}\n--- progress ---\n{}\n{}",
-            w.progress_tail(8),
-            p.logs()
-        )
-    };
+    let ctx = || w.context(&p);
 
     // dsim dropped each listed heap once.
     let after = dsim.get_json("/status")?;

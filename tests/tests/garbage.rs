@@ -10,14 +10,16 @@ use serde_json::Value;
 
 /// Rejected input packets by (polarisation, reason), from the engine's GET /status.
 fn rejected(engine: &Http) -> Result<BTreeMap<(usize, String), u64>> {
-    let st = engine.get_json("/status")?;
+    let st = engine.engine_status()?;
     let mut out = BTreeMap::new();
     for pol in 0..2 {
-        let map = st["input"][pol]["rejected"]
-            .as_object()
-            .context("input[].rejected in /status")?;
-        for (reason, n) in map {
-            out.insert((pol, reason.clone()), n.as_u64().unwrap_or(0));
+        let input = st
+            .input
+            .pols
+            .get(pol)
+            .with_context(|| format!("input.pols[{pol}] in /status"))?;
+        for (reason, n) in &input.rejected {
+            out.insert((pol, reason.clone()), *n);
         }
     }
     Ok(out)
@@ -61,8 +63,7 @@ fn garbage_is_rejected_and_counted_while_data_flows() -> Result<()> {
     };
     let p = Pipeline::start(&session)?;
     let engine = p.engine_http()?;
-    let watch = p.start_watch(25)?;
-    watch.wait_receiving(Duration::from_secs(30))?;
+    let watch = p.watch_receiving(25)?;
     let delays = engine.get_json("/delays")?;
     let gains = engine.get_json("/gains")?;
     let rejected_before = rejected(&engine)?;
@@ -175,13 +176,7 @@ fn garbage_is_rejected_and_counted_while_data_flows() -> Result<()> {
     // And the good data flowed on: the watch around all of it is clean.
     let w = watch.finish()?;
     let s = &w.summary;
-    let ctx = || {
-        format!(
-            "{s:#}\n--- progress ---\n{}\n{}",
-            w.progress_tail(8),
-            p.logs()
-        )
-    };
+    let ctx = || w.context(&p);
     assert_eq!(w.exit_code, 0, "{}", ctx());
     assert_eq!(s["ok"], true, "{}", ctx());
     assert_eq!(w.u64_at("/sequence/gaps"), 0, "{}", ctx());
@@ -200,9 +195,7 @@ fn garbage_is_rejected_and_counted_while_data_flows() -> Result<()> {
     );
     // Every refusal that reached the router is counted (the 3 MiB body and the non-HTTP bytes
     // may be cut off before it, by the body limit or the HTTP parser).
-    let refused = engine.get_json("/status")?["control"]["rejected_requests"]
-        .as_u64()
-        .context("/status has control.rejected_requests")?;
+    let refused = engine.engine_status()?.control.rejected_requests;
     assert!(
         (cases.len() as u64..=cases.len() as u64 + 2).contains(&refused),
         "{refused} refused control requests counted for {} sent",

@@ -7,8 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+use acceptance::http::wideband;
 use acceptance::{Pipeline, Session, OUTPUT_STEP, RATE, SUBSTREAMS};
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 #[test]
 fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
@@ -16,14 +17,11 @@ fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
         return Ok(());
     };
     let p = Pipeline::start(&session)?;
-    let watch = p.start_watch(40)?;
-    watch.wait_receiving(Duration::from_secs(30))?;
+    let watch = p.watch_receiving(40)?;
     std::thread::sleep(Duration::from_secs(6));
 
     // The newest output heap before the stop: holes may start only after it.
-    let before = p.engine_http()?.get_json("/status")?["output"]["last_timestamp"]
-        .as_u64()
-        .context("output.last_timestamp")?;
+    let before = wideband(&p.engine_http()?.engine_status()?)?.last_timestamp;
     let down = Instant::now();
     p.engine.stop_with_timeout(Some(10))?; // SIGTERM, then SIGKILL after 10 s
     std::thread::sleep(Duration::from_secs(2));
@@ -31,24 +29,24 @@ fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
     // The published port is new after a restart: engine_http() asks again.
     let settled = p.wait_engine_settled(Duration::from_secs(60))?;
     let outage = down.elapsed().as_secs_f64();
-    let status = p.engine_http()?.get_json("/status")?;
+    let status = p.engine_http()?.engine_status()?;
     assert!(
-        status["uptime_s"].as_f64().unwrap() < outage + 5.0,
-        "the engine did not restart: {status:#}"
+        status.uptime_s < outage + 5.0,
+        "the engine did not restart: {status:#?}"
     );
 
     let w = watch.finish()?;
     let s = &w.summary;
     // The restarted engine's own account (input rejects by reason, queues), for a failure.
-    let end = p.engine_http()?.get_json("/status")?;
+    let end = p.engine_http()?.engine_status()?;
     let ctx = || {
         format!(
             "last output before the stop {before}, engine settled at {settled}\n{s:#}\n\
-             --- engine input, queues and frames at the end ---\n{:#}\n{:#}\n{:#}\n\
+             --- engine input, queues and frames at the end ---\n{:#?}\n{:#?}\n{:#?}\n\
              --- progress ---\n{}\n{}",
-            end["input"],
-            end["queues"],
-            end["frames"],
+            end.input,
+            end.queues,
+            end.frames,
             w.progress_tail(45),
             p.logs()
         )

@@ -1,0 +1,183 @@
+//! The receiver of the engine's output: heaps assembled on 127.0.0.1 (spead's `HeapAssembler`),
+//! their timestamps remembered, and heaps from a given timestamp on captured whole.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use num_complex::Complex64;
+use spead::assemble::{Event, HeapAssembler};
+use spead::transport::{Receiver, SocketConfig, UdpSocket};
+use spead::{items, Limits, RejectCounters};
+
+use crate::setup::Setup;
+
+/// One output heap: (channels, spectra, pol, re/im) int8.
+#[derive(Clone, Debug)]
+pub struct OutHeap {
+    pub timestamp: u64,
+    pub data: Vec<i8>,
+}
+
+#[derive(Default)]
+struct Seen {
+    timestamps: BTreeSet<u64>,
+    recent: VecDeque<OutHeap>,
+    /// Heaps with a timestamp at or after `capture_from` are kept here (up to `capture_max`).
+    captured: Vec<OutHeap>,
+    capture_from: Option<u64>,
+    capture_max: usize,
+}
+
+/// Receives the engine's output on 127.0.0.1 and remembers what came.
+pub struct Output {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Output {
+    pub fn start() -> Self {
+        let socket = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &SocketConfig::default())
+            .expect("bind the output receiver");
+        let addr = socket.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, stop2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut rx = Receiver::new(socket, 32);
+            let limits = Limits {
+                max_packet: 65_507,
+                max_heap: 64 << 20,
+            };
+            let mut asm = HeapAssembler::new(limits, 64, Arc::new(RejectCounters::new()));
+            let mut complete = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                if rx.recv(Duration::from_millis(50)).unwrap_or(0) == 0 {
+                    continue;
+                }
+                for d in rx.datagrams() {
+                    let _ = asm.add_datagram(d, &mut |e| {
+                        if let Event::Complete(h) = e {
+                            complete.push(h)
+                        }
+                    });
+                }
+                if complete.is_empty() {
+                    continue;
+                }
+                let mut seen = s2.lock().unwrap();
+                for h in complete.drain(..) {
+                    let Ok(view) = h.view() else { continue };
+                    let (Some(t), Some(raw)) = (
+                        view.immediate(items::TIMESTAMP),
+                        view.value(items::FENG_RAW),
+                    ) else {
+                        continue; // descriptors
+                    };
+                    let heap = OutHeap {
+                        timestamp: t,
+                        data: raw.iter().map(|&b| b as i8).collect(),
+                    };
+                    seen.timestamps.insert(t);
+                    if seen.capture_from.is_some_and(|f| t >= f)
+                        && seen.captured.len() < seen.capture_max
+                    {
+                        seen.captured.push(heap.clone());
+                    }
+                    seen.recent.push_back(heap);
+                    if seen.recent.len() > 16 {
+                        seen.recent.pop_front();
+                    }
+                }
+            }
+        });
+        Self {
+            addr,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn newest(&self) -> Option<u64> {
+        self.seen.lock().unwrap().timestamps.last().copied()
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().timestamps.len()
+    }
+
+    /// Waits until a heap with timestamp >= `t` has arrived.
+    pub fn wait_past(&self, t: u64, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while self.newest().is_none_or(|n| n < t) {
+            assert!(
+                Instant::now() < end,
+                "no output heap at or after {t} in time (newest {:?})",
+                self.newest()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `n` heaps have arrived in all.
+    pub fn wait_count(&self, n: usize, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while self.count() < n {
+            assert!(
+                Instant::now() < end,
+                "only {} output heaps in {timeout:?}",
+                self.count()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Collects `n` heaps with timestamps from `from` on.
+    pub fn capture(&self, from: u64, n: usize, timeout: Duration) -> Vec<OutHeap> {
+        {
+            let mut s = self.seen.lock().unwrap();
+            s.captured.clear();
+            s.capture_from = Some(from);
+            s.capture_max = n;
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            {
+                let s = self.seen.lock().unwrap();
+                if s.captured.len() >= n {
+                    return s.captured.clone();
+                }
+            }
+            assert!(
+                Instant::now() < end,
+                "fewer than {n} heaps from {from} in time"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn timestamps(&self) -> BTreeSet<u64> {
+        self.seen.lock().unwrap().timestamps.clone()
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sample (channel, spectrum, pol) of a heap as a complex number.
+pub fn value(s: &Setup, h: &OutHeap, channel: usize, spectrum: usize, pol: usize) -> Complex64 {
+    let i = ((channel * s.spectra_per_heap + spectrum) * 2 + pol) * 2;
+    Complex64::new(h.data[i] as f64, h.data[i + 1] as f64)
+}

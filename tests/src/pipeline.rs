@@ -1,0 +1,243 @@
+//! The system under test in containers: dsim and the engine (CPU backend, the demo's
+//! configuration) on the test's network, their control APIs from the host, `harness watch` and
+//! one-off script containers beside them.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use testcontainers::core::ContainerPort;
+use testcontainers::runners::SyncRunner;
+use testcontainers::{Container, GenericImage, ImageExt};
+
+use crate::http::wideband;
+use crate::watch::RunningWatch;
+use crate::{
+    log_tail, wait_until, Http, Network, Session, CHANNELS, CONTROL_PORT, HEAP_SAMPLES, LABEL,
+    OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
+};
+
+fn request(
+    img: &str,
+    net: &Network,
+    container_name: &str,
+    cmd: Vec<String>,
+) -> testcontainers::core::ContainerRequest<GenericImage> {
+    GenericImage::new(img, "latest")
+        .with_cmd(cmd)
+        .with_network(net.name.clone())
+        .with_container_name(container_name)
+        .with_label(LABEL, "1")
+        .with_env_var("RUST_LOG", "info")
+        .with_startup_timeout(Duration::from_secs(60))
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// dsim and the engine (CPU backend) on a network of their own, streaming.
+/// Field order is drop order: the containers go before their network.
+pub struct Pipeline {
+    pub dsim: Container<GenericImage>,
+    pub engine: Container<GenericImage>,
+    pub net: Network,
+    pub prefix: String,
+}
+
+impl Pipeline {
+    /// Starts dsim, then the engine, and waits until output heaps are being sent.
+    pub fn start(session: &Session) -> Result<Pipeline> {
+        let net = session.network()?;
+        let prefix = session.prefix.clone();
+        let dsim = request(
+            "fgpu/dsim",
+            &net,
+            &format!("{prefix}-dsim"),
+            strings(&[
+                "--pol0-dest",
+                POL0_SRC,
+                "--pol1-dest",
+                POL1_SRC,
+                "--rate",
+                &RATE.to_string(),
+                "--tone",
+                &format!("{TONE_HZ}:0.5"),
+                "--control",
+                "0.0.0.0:8080",
+            ]),
+        )
+        .start()
+        .context("starting fgpu/dsim")?;
+        let engine = request(
+            "fgpu/fengine",
+            &net,
+            &format!("{prefix}-engine"),
+            Self::engine_args(),
+        )
+        .start()
+        .context("starting fgpu/fengine")?;
+        let p = Pipeline {
+            dsim,
+            engine,
+            net,
+            prefix,
+        };
+        p.dsim_http()?.wait_healthy(Duration::from_secs(60))?;
+        p.wait_engine_settled(Duration::from_secs(90))?;
+        Ok(p)
+    }
+
+    fn engine_args() -> Vec<String> {
+        strings(&[
+            "--src-pol0",
+            POL0_SRC,
+            "--src-pol1",
+            POL1_SRC,
+            "--dst",
+            OUTPUT,
+            "--adc-sample-rate",
+            &RATE.to_string(),
+            "--channels",
+            &CHANNELS.to_string(),
+            "--taps",
+            &TAPS.to_string(),
+            "--spectra-per-heap",
+            &SPECTRA_PER_HEAP.to_string(),
+            "--heap-samples",
+            &HEAP_SAMPLES.to_string(),
+            "--backend",
+            "cpu",
+            "--control",
+            "0.0.0.0:8080",
+        ])
+    }
+
+    /// dsim's control API from the host (its published port).
+    pub fn dsim_http(&self) -> Result<Http> {
+        Ok(Http::new(
+            self.dsim
+                .get_host_port_ipv4(ContainerPort::Tcp(CONTROL_PORT))?,
+        ))
+    }
+
+    /// The engine's control API from the host. The published port changes when the container
+    /// restarts, so ask again after a restart.
+    pub fn engine_http(&self) -> Result<Http> {
+        Ok(Http::new(
+            self.engine
+                .get_host_port_ipv4(ContainerPort::Tcp(CONTROL_PORT))?,
+        ))
+    }
+
+    /// Waits until the engine is healthy, sending, and settled: its missing-input count has not
+    /// moved for 3 s (a starting engine can lose input while it warms up, more so on a loaded
+    /// host). Returns the timestamp of its latest output heap then: heaps from there on must be
+    /// clean.
+    pub fn wait_engine_settled(&self, timeout: Duration) -> Result<u64> {
+        let start = Instant::now();
+        let mut http = None;
+        wait_until(timeout, "the engine's control API", || {
+            http = self.engine_http().ok();
+            Ok(matches!(
+                http.as_ref().map(|h| h.send("GET", "/health", None)),
+                Some(Ok((200, _)))
+            ))
+        })?;
+        let http = http.context("engine control")?;
+        let left = timeout.saturating_sub(start.elapsed());
+        // (heaps sent, heaps missing, since when both were so)
+        let mut last: Option<(u64, u64, Instant)> = None;
+        let mut settled_at = 0;
+        wait_until(
+            left,
+            "the engine to send output without losing input for 3 s",
+            || {
+                let st = http.engine_status()?;
+                let output = wideband(&st)?;
+                let sent = output.heaps_sent;
+                // Both polarisations together.
+                let missing = st.heaps_missing();
+                settled_at = output.last_timestamp;
+                Ok(match last {
+                    Some((s0, m0, since)) if m0 == missing && sent > s0 => {
+                        since.elapsed() >= Duration::from_secs(3)
+                    }
+                    _ => {
+                        last = Some((sent, missing, Instant::now()));
+                        false
+                    }
+                })
+            },
+        )
+        .with_context(|| self.logs())?;
+        Ok(settled_at)
+    }
+
+    /// Container DNS names on the network.
+    pub fn dsim_url(&self) -> String {
+        format!("http://{}-dsim:{CONTROL_PORT}", self.prefix)
+    }
+    pub fn engine_url(&self) -> String {
+        format!("http://{}-engine:{CONTROL_PORT}", self.prefix)
+    }
+
+    /// Starts `harness watch` for `seconds` in a container on the network.
+    pub fn start_watch(&self, seconds: u32) -> Result<RunningWatch> {
+        let name = format!("{}-harness", self.prefix);
+        let c = request(
+            "fgpu/harness",
+            &self.net,
+            &name,
+            strings(&[
+                "watch",
+                "--dst",
+                OUTPUT,
+                "--duration",
+                &seconds.to_string(),
+                "--dsim-url",
+                &self.dsim_url(),
+                "--engine-url",
+                &self.engine_url(),
+            ]),
+        )
+        .start()
+        .context("starting fgpu/harness")?;
+        Ok(RunningWatch::new(c, seconds))
+    }
+
+    /// Starts `harness watch` for `seconds` and waits (up to 30 s) until it reports heaps
+    /// arriving, so that what the test does next happens while it watches.
+    pub fn watch_receiving(&self, seconds: u32) -> Result<RunningWatch> {
+        let watch = self.start_watch(seconds)?;
+        watch.wait_receiving(Duration::from_secs(30))?;
+        Ok(watch)
+    }
+
+    /// A one-off container of the dsim image running `bash -c script` on the network (bash's
+    /// /dev/udp and /dev/tcp make a small traffic source); returns its exit code and output.
+    pub fn run_script(&self, role: &str, script: &str, timeout: Duration) -> Result<(i64, String)> {
+        let c = GenericImage::new("fgpu/dsim", "latest")
+            .with_entrypoint("bash")
+            .with_cmd(["-c", script])
+            .with_network(self.net.name.clone())
+            .with_container_name(format!("{}-{role}", self.prefix))
+            .with_label(LABEL, "1")
+            .start()
+            .with_context(|| format!("starting the {role} container"))?;
+        let mut code = None;
+        wait_until(timeout, &format!("the {role} container to exit"), || {
+            code = c.exit_code()?;
+            Ok(code.is_some())
+        })?;
+        Ok((code.unwrap_or(-1), log_tail(&c, 50)))
+    }
+
+    /// The last lines of dsim's and the engine's logs, for failure messages.
+    pub fn logs(&self) -> String {
+        format!(
+            "--- dsim log (tail) ---\n{}\n--- engine log (tail) ---\n{}",
+            log_tail(&self.dsim, 15),
+            log_tail(&self.engine, 25)
+        )
+    }
+}
