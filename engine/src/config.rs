@@ -36,13 +36,16 @@ input sample before delay. An output heap is sent only if every input sample of 
 in it (both polarisations) arrived.";
 
 const AFTER_HELP: &str = "\
-HTTP API (--control): GET /health, /status (JSON), /metrics (Prometheus), /delays, /gains.
+HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metrics (Prometheus),
+/delays, /gains, /outputs/NAME/gains.
   PUT /delays {\"pol0\": {\"delay\": 1.5e-9, \"delay_rate\": 0, \"phase\": 0.1, \"phase_rate\": 0},
                \"pol1\": \"1.5e-9,0:0.1,0\", \"load_timestamp\": 123456789}
     Units s, s/s, rad, rad/s; |delay| <= --max-delay. Load at an ADC timestamp, at \"load_time\"
     (Unix s; needs --sync-time), or, with neither, from the next frame. A polarisation left out
     keeps its model.
   PUT /gains {\"pol0\": 0.5, \"pol1\": [0.5, -0.1]}  or one [re, im] per channel: [[re, im], ...].
+    Gains belong to an output: /gains is the wideband output's, /outputs/NAME/gains any output's
+    (today's one output is named wideband).
   A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
 
 Logs go to stderr (RUST_LOG sets the filter, default info).
