@@ -3,6 +3,8 @@
 //! limit it was held to where there is one, and whether it passed. The loops only make these;
 //! [`render`](crate::render) turns them into progress lines, tables, JSON and SVG.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use crate::content::{Peak, Verdict};
@@ -10,7 +12,6 @@ use crate::control::EngineCounters;
 use crate::cpu::Cores;
 use crate::gaps::SeqCounts;
 use crate::receive::SubstreamSnapshot;
-use crate::response::{ResponseConfig, ResponseGeometry};
 use crate::search::{Phase, SearchConfig};
 
 // --- watch ---
@@ -209,6 +210,40 @@ pub struct ResponseStep {
     pub step: usize,
     pub steps: usize,
     pub point: ResponsePoint,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResponseConfig {
+    /// The channel measured.
+    pub channel: usize,
+    /// Channels each side of its centre the tone visits.
+    pub span: f64,
+    pub steps_per_channel: usize,
+    /// Integration per step.
+    pub integration: Duration,
+    /// Wait after changing tone and gain before integrating (signal and pipeline latency).
+    pub settle: Duration,
+    /// Tone amplitude, fraction of full scale.
+    pub amplitude: f64,
+    /// Noise dsim adds (fraction of full scale), if set.
+    pub noise: Option<f64>,
+    /// Output level (counts) each step's gain aims the tone at.
+    pub target: f64,
+    pub max_gain: f64,
+    /// Compare only where the theory is above this (dB).
+    pub floor_db: f64,
+    pub tolerance_db: f64,
+    /// Set a gain per step (false: keep the engine's gain; range limited by 8 bits).
+    pub set_gains: bool,
+}
+
+/// The system's shape as the response needs it.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ResponseGeometry {
+    pub channels: usize,
+    pub taps: usize,
+    pub sample_bits: u32,
+    pub adc_rate: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use num_complex::Complex64;
-use serde::Serialize;
 
 use crate::content::db;
 use crate::control::Tone;
 use crate::receive::{HeapSink, Receiver};
+pub use crate::record::{ResponseConfig, ResponseGeometry};
 use crate::record::{ResponsePoint, ResponseReport, ResponseStep};
 use crate::services::Services;
 use crate::signals;
@@ -171,40 +171,6 @@ impl HeapSink for CrossAccumulator {
 
 /// dsim's noise when none is set (its `--noise` default).
 pub const DSIM_DEFAULT_NOISE: f64 = 0.05;
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ResponseConfig {
-    /// The channel measured.
-    pub channel: usize,
-    /// Channels each side of its centre the tone visits.
-    pub span: f64,
-    pub steps_per_channel: usize,
-    /// Integration per step.
-    pub integration: Duration,
-    /// Wait after changing tone and gain before integrating (signal and pipeline latency).
-    pub settle: Duration,
-    /// Tone amplitude, fraction of full scale.
-    pub amplitude: f64,
-    /// Noise dsim adds (fraction of full scale), if set.
-    pub noise: Option<f64>,
-    /// Output level (counts) each step's gain aims the tone at.
-    pub target: f64,
-    pub max_gain: f64,
-    /// Compare only where the theory is above this (dB).
-    pub floor_db: f64,
-    pub tolerance_db: f64,
-    /// Set a gain per step (false: keep the engine's gain; range limited by 8 bits).
-    pub set_gains: bool,
-}
-
-/// The system's shape as the response needs it.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct ResponseGeometry {
-    pub channels: usize,
-    pub taps: usize,
-    pub sample_bits: u32,
-    pub adc_rate: f64,
-}
 
 /// The tone offsets visited: -span..=span in 1/steps_per_channel steps (0 included).
 pub fn offsets(span: f64, steps_per_channel: usize) -> Vec<f64> {
