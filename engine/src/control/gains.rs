@@ -98,13 +98,11 @@ fn parse_gains(pol: usize, v: &Value, channels: usize) -> Result<Vec<Complex32>,
 /// Validates a PUT body for `output`'s gains, forwards them to the pipeline and returns the
 /// output's gains as now loaded.
 fn apply_gains(s: &ControlState, output: &str, body: &[u8]) -> Result<Value, (StatusCode, String)> {
-    let channels = {
-        let loaded = s.loaded()?;
-        match loaded.gains.get(output) {
-            Some(g) => g[0].len(),
-            None => return Err(no_such_output(&loaded, output)),
-        }
+    // The pipeline knows outputs by their index in the configuration.
+    let Some(index) = s.cfg.outputs.iter().position(|o| o.name == output) else {
+        return Err(no_such_output(&*s.loaded()?, output));
     };
+    let channels = s.cfg.outputs[index].geometry.channels;
     let bad = |m: String| (StatusCode::BAD_REQUEST, m);
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         bad(format!(
@@ -126,18 +124,6 @@ fn apply_gains(s: &ControlState, output: &str, body: &[u8]) -> Result<Value, (St
             parsed[pol] = Some(parse_gains(pol, g, channels).map_err(bad)?);
         }
     }
-    // The pipeline knows outputs by their index in the configuration.
-    let index = s
-        .cfg
-        .outputs
-        .iter()
-        .position(|o| o.name == output)
-        .ok_or_else(|| {
-            (
-                StatusCode::NOT_FOUND,
-                format!("no output named \"{output}\""),
-            )
-        })?;
     let mut loaded = s.loaded()?;
     let gains = match loaded.gains.get_mut(output) {
         Some(g) => g,
