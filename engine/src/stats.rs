@@ -163,16 +163,6 @@ impl Stats {
         Self::new(&outputs)
     }
 
-    /// Output heaps sent, every output together.
-    pub fn total_sent(&self) -> u64 {
-        self.outputs.iter().map(OutputStats::total_sent).sum()
-    }
-
-    /// Output heaps skipped, every output together.
-    pub fn total_skipped(&self) -> u64 {
-        self.outputs.iter().map(OutputStats::total_skipped).sum()
-    }
-
     pub fn queue_depths(&self) -> Vec<(&'static str, usize)> {
         match self.queues.lock() {
             Ok(q) => q.iter().map(|(name, f)| (*name, f())).collect(),
