@@ -54,6 +54,67 @@ pub struct SignalUpdate {
     pub seed: Option<u64>,
 }
 
+/// One component of a polarisation's signal. Amplitudes and rms are fractions of full scale.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Component {
+    /// `amplitude * cos(2 pi frequency t + phase)`, phase in radians.
+    Tone {
+        frequency: f64,
+        amplitude: f64,
+        #[serde(default)]
+        phase: f64,
+    },
+    /// White Gaussian noise of the given rms. The noise is a function of the seed alone, so the
+    /// same seed in both polarisations gives the same (fully correlated) noise, delayed with each
+    /// polarisation's delay; different seeds give independent noise.
+    Noise { rms: f64, seed: u64 },
+    /// `count` tones of one amplitude at `start + i * spacing` Hz, phases 0.
+    Comb {
+        start: f64,
+        spacing: f64,
+        count: usize,
+        amplitude: f64,
+    },
+}
+
+/// One polarisation's signal: the sum of its components, evaluated at t + delay (delay in
+/// samples, fractional allowed, applied to every component), then uniform dither of +-0.5 LSB
+/// when on, then rounding to the sample bits with saturation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolSignal {
+    pub components: Vec<Component>,
+    #[serde(default)]
+    pub delay: f64,
+    #[serde(default = "yes")]
+    pub dither: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The per-polarisation form of PUT /signal (and of dsim's `--signal`): each polarisation given
+/// replaces that polarisation's signal; one left out keeps its own. `seed` seeds the dither (and
+/// the random faults); left out, it is kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolsRequest {
+    pub pol0: Option<PolSignal>,
+    pub pol1: Option<PolSignal>,
+    pub seed: Option<u64>,
+}
+
+/// What PUT /signal takes: the per-polarisation form when the body names `pol0` or `pol1`, else
+/// the older common form ([`SignalUpdate`]: tones common to both polarisations, independent noise).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SignalRequest {
+    Pols(PolsRequest),
+    Common(SignalUpdate),
+}
+
 /// Which heaps a fault applies to: any heap listed, in a range, or drawn with `probability`.
 /// A heap is named by its index k = timestamp / heap_samples.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -179,15 +240,47 @@ pub struct PolStatus {
     pub faults: PolFaults,
 }
 
+/// One polarisation's signal in force.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolSignalStatus {
+    #[serde(flatten)]
+    pub signal: PolSignal,
+    /// The frequencies of its tones as generated, rounded to whole cycles per buffer period: one
+    /// per tone component and `count` per comb, in the order of the components.
+    pub tone_frequencies: Vec<f64>,
+}
+
 /// The signal in force (GET /signal, and in the status).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SignalStatus {
-    #[serde(flatten)]
-    pub spec: SignalSpec,
-    /// Tone frequencies as generated, rounded to whole cycles per buffer period.
-    pub tone_frequencies: Vec<f64>,
+    /// Polarisation 0, then 1.
+    pub pols: Vec<PolSignalStatus>,
+    /// Seeds the dither and the random faults.
+    pub seed: u64,
     /// Heap from which this signal is (or will be) sent.
     pub from_heap: u64,
+}
+
+impl SignalStatus {
+    /// The strongest tone (a tone component or a comb tooth) of a polarisation, at its generated
+    /// frequency.
+    pub fn strongest_tone(&self, pol: usize) -> Option<Tone> {
+        let p = self.pols.get(pol)?;
+        let amplitudes = p.signal.components.iter().flat_map(|c| match c {
+            Component::Tone { amplitude, .. } => vec![*amplitude],
+            Component::Comb {
+                count, amplitude, ..
+            } => vec![*amplitude; *count],
+            Component::Noise { .. } => vec![],
+        });
+        amplitudes
+            .zip(&p.tone_frequencies)
+            .map(|(amplitude, &frequency)| Tone {
+                frequency,
+                amplitude,
+            })
+            .max_by(|a, b| a.amplitude.abs().total_cmp(&b.amplitude.abs()))
+    }
 }
 
 /// `GET /status`.
@@ -228,14 +321,9 @@ pub struct Status {
 }
 
 impl Status {
-    /// The tone of largest amplitude in the signal, if there is one.
+    /// The tone of largest amplitude in polarisation 0's signal, if there is one.
     pub fn strongest_tone(&self) -> Option<Tone> {
-        self.signal
-            .spec
-            .tones
-            .iter()
-            .copied()
-            .max_by(|a, b| a.amplitude.abs().total_cmp(&b.amplitude.abs()))
+        self.signal.strongest_tone(0)
     }
 }
 
@@ -252,10 +340,16 @@ mod tests {
             "sync_time": 0.0, "implied_sync_time": 0.0, "timestamp": 4096, "heap_samples": 4096,
             "sample_bits": 10, "first_heap": 0, "end_heap": null, "threads_per_pol": 1,
             "heaps_per_batch": [12, 12], "buffer_heaps": 8192,
-            "signal": {"tones": [{"frequency": 1e6, "amplitude": 0.1},
-                                 {"frequency": 2e6, "amplitude": 0.5}],
-                       "noise": 0.05, "dither": true, "delays": [0.0, 0.0], "seed": 1,
-                       "tone_frequencies": [1e6, 2e6], "from_heap": 0},
+            "signal": {"pols": [
+                           {"components": [{"kind": "tone", "frequency": 1e6, "amplitude": 0.5},
+                                           {"kind": "noise", "rms": 0.05, "seed": 7},
+                                           {"kind": "comb", "start": 2e6, "spacing": 1e6,
+                                            "count": 2, "amplitude": 0.1}],
+                            "delay": 0.0, "dither": true,
+                            "tone_frequencies": [1e6, 2e6, 3e6]},
+                           {"components": [], "delay": 1.5, "dither": false,
+                            "tone_frequencies": []}],
+                       "seed": 1, "from_heap": 0},
             "pols": [{"pol": 0, "destinations": "127.0.0.1:7148", "heaps": 5, "heaps_sent": 5,
                       "bytes_sent": 100, "saturated_samples": 0, "send_errors": 0,
                       "heaps_skipped": 0, "timestamp": 4096,
@@ -273,9 +367,14 @@ mod tests {
         assert_eq!(
             s.strongest_tone(),
             Some(Tone {
-                frequency: 2e6,
+                frequency: 1e6,
                 amplitude: 0.5
             })
+        );
+        assert_eq!(
+            s.signal.strongest_tone(1),
+            None,
+            "no tone in pol 1's signal"
         );
         let back: Status = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
@@ -288,5 +387,37 @@ mod tests {
         let f: FaultsRequest =
             serde_json::from_str(r#"{"pol0": {"reorder": {"heaps": [3]}}}"#).unwrap();
         assert_eq!(f.pol0.unwrap().reorder.unwrap().window, 1);
+    }
+
+    #[test]
+    fn signal_requests_take_either_form_and_refuse_typos() {
+        let r: SignalRequest = serde_json::from_str(
+            r#"{"pol1": {"components": [{"kind": "noise", "rms": 0.1, "seed": 3},
+                                        {"kind": "tone", "frequency": 1e6, "amplitude": 0.2}],
+                         "delay": 2.5}}"#,
+        )
+        .unwrap();
+        let SignalRequest::Pols(p) = r else {
+            panic!("not the per-polarisation form: {r:?}")
+        };
+        let pol1 = p.pol1.unwrap();
+        assert!(p.pol0.is_none() && pol1.dither && pol1.delay == 2.5);
+        assert_eq!(
+            pol1.components[1],
+            Component::Tone {
+                frequency: 1e6,
+                amplitude: 0.2,
+                phase: 0.0
+            }
+        );
+        let r: SignalRequest = serde_json::from_str(r#"{"noise": 0.1}"#).unwrap();
+        assert!(matches!(r, SignalRequest::Common(u) if u.noise == Some(0.1)));
+        for bad in [
+            r#"{"pol0": {"components": [{"kind": "tone", "frequency": 1, "amplitude": 1, "phse": 0}]}}"#,
+            r#"{"pol0": {"components": [{"kind": "sawtooth"}]}}"#,
+            r#"{"pol0": {"components": []}, "noise": 0.1}"#,
+        ] {
+            assert!(serde_json::from_str::<SignalRequest>(bad).is_err(), "{bad}");
+        }
     }
 }
