@@ -14,6 +14,8 @@ use crate::gaps::SeqCounts;
 use crate::receive::SubstreamSnapshot;
 use crate::search::{Phase, SearchConfig};
 
+pub mod qualify;
+
 // --- watch ---
 
 /// One progress interval of `watch`: the rates over the interval and the counts so far.
