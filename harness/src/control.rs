@@ -5,7 +5,7 @@
 //! - dsim: `GET /status`, `PUT /rate`, `PUT /signal`, `PUT /faults`, `GET /metrics`.
 //! - fengine: `GET /status`, `GET /metrics` (Prometheus text, with the missing-input and
 //!   skipped-output counters, read by name pattern so that another engine's names can be given),
-//!   `PUT /gains`.
+//!   `PUT /gains`, `PUT /delays`.
 
 use std::time::Duration;
 
@@ -14,11 +14,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-pub use fgpu_api::dsim::Tone;
+pub use fgpu_api::dsim::{SignalChange, Tone};
 
 fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
+        // A refusal's body says why: read it rather than turn the status into an error.
+        .http_status_as_error(false)
         .build()
         .into()
 }
@@ -49,11 +51,8 @@ impl Client {
 
     fn get_json(&self, path: &str) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        self.agent
-            .get(&url)
-            .call()
-            .and_then(|mut r| r.body_mut().read_json::<Value>())
-            .with_context(|| format!("GET {url}"))
+        let text = self.get_text(path)?;
+        serde_json::from_str(&text).with_context(|| format!("GET {url}: the reply is not JSON"))
     }
 
     /// GET a reply of type `T`; a reply of another shape is an error that says whose reply was
@@ -68,11 +67,14 @@ impl Client {
 
     fn get_text(&self, path: &str) -> Result<String> {
         let url = format!("{}{path}", self.base);
-        self.agent
+        let mut reply = self
+            .agent
             .get(&url)
             .call()
-            .and_then(|mut r| r.body_mut().read_to_string())
-            .with_context(|| format!("GET {url}"))
+            .with_context(|| format!("GET {url}"))?;
+        let body = reply.body_mut().read_to_string().unwrap_or_default();
+        refused("GET", &url, reply.status(), &body)?;
+        Ok(body)
     }
 
     /// PUT a JSON body; the reply's JSON (Null when the reply is not JSON).
@@ -83,8 +85,24 @@ impl Client {
             .put(&url)
             .send_json(body)
             .with_context(|| format!("PUT {url} {body}"))?;
-        Ok(reply.body_mut().read_json::<Value>().unwrap_or(Value::Null))
+        let text = reply.body_mut().read_to_string().unwrap_or_default();
+        refused("PUT", &url, reply.status(), &text)?;
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
+}
+
+/// An error for a reply that is not a success, with the service's own words.
+fn refused(method: &str, url: &str, status: ureq::http::StatusCode, body: &str) -> Result<()> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let why = body.trim();
+    let why = if why.is_empty() {
+        "no reason given"
+    } else {
+        why
+    };
+    Err(anyhow!("{method} {url} was refused ({status}): {why}"))
 }
 
 /// Why a run lost heaps when dsim skipped `n` of them: the sender, not the engine, fell behind.
@@ -140,7 +158,22 @@ impl Dsim {
         })?;
         Ok(SignalApplied {
             from_timestamp: change.from_timestamp,
-            frequency: change.signal.tone_frequencies.first().copied(),
+            frequency: change
+                .signal
+                .pols
+                .first()
+                .and_then(|p| p.tone_frequencies.first().copied()),
+        })
+    }
+    /// Sets the signal (either of dsim's forms); the reply names the first timestamp carrying it.
+    pub fn set_signal(&self, req: &fgpu_api::dsim::SignalRequest) -> Result<SignalChange> {
+        let body = serde_json::to_value(req)?;
+        let reply = self.0.put_json("/signal", &body)?;
+        serde_json::from_value(reply).map_err(|e| {
+            anyhow!(
+                "PUT {}/signal did not answer with dsim's signal change ({e}); is that a dsim of this version?",
+                self.0.base
+            )
         })
     }
     /// Passes a fault description through unchanged (its shape is dsim's).
@@ -236,6 +269,19 @@ impl Engine {
     }
     pub fn status(&self) -> Result<fgpu_api::engine::Status> {
         self.client.get_typed("/status", "an F-engine's status")
+    }
+    /// Sets the wideband output's gains: per polarisation a number, `[re, im]`, or one
+    /// `[re, im]` per channel (the engine's PUT /gains body).
+    pub fn set_gains(&self, body: &Value) -> Result<Value> {
+        self.client.put_json("/gains", body)
+    }
+    /// The wideband output's gains, in the shape PUT /gains takes.
+    pub fn gains(&self) -> Result<Value> {
+        self.client.get_json("/gains")
+    }
+    /// Loads delay models (the engine's PUT /delays body, katgpucbf's units).
+    pub fn set_delays(&self, body: &Value) -> Result<Value> {
+        self.client.put_json("/delays", body)
     }
     /// The wideband output's shape and the ADC rate, from `/status`.
     pub fn geometry(&self) -> Result<EngineGeometry> {
@@ -360,6 +406,14 @@ mod tests {
     }
 
     /// A dsim status as dsim serves it, with one tone and `skipped` heaps skipped.
+    /// One polarisation's signal as dsim reports it: two tones and noise.
+    fn signal() -> Value {
+        json!({"components": [{"kind": "tone", "frequency": 1e6, "amplitude": 0.1},
+                              {"kind": "tone", "frequency": 1.25e7, "amplitude": 0.5},
+                              {"kind": "noise", "rms": 0.05, "seed": 1}],
+               "delay": 0.0, "dither": true, "tone_frequencies": [1e6, 1.25e7]})
+    }
+
     fn dsim_status_text(skipped: u64) -> String {
         let pol = |p: usize| {
             json!({"pol": p, "destinations": "127.0.0.1:7148", "heaps": 5, "heaps_sent": 5,
@@ -376,10 +430,7 @@ mod tests {
             "sync_time": 0.0, "implied_sync_time": 0.0, "timestamp": 4096, "heap_samples": 4096,
             "sample_bits": 10, "first_heap": 0, "end_heap": null, "threads_per_pol": 1,
             "heaps_per_batch": [12, 12], "buffer_heaps": 8192,
-            "signal": {"tones": [{"frequency": 1e6, "amplitude": 0.1},
-                                 {"frequency": 1.25e7, "amplitude": 0.5}],
-                       "noise": 0.05, "dither": true, "delays": [0.0, 0.0], "seed": 1,
-                       "tone_frequencies": [1e6, 1.25e7], "from_heap": 0},
+            "signal": {"pols": [signal(), signal()], "seed": 1, "from_heap": 0},
             "pols": [pol(0), pol(1)],
             "uptime_s": 1.0
         })
@@ -492,9 +543,9 @@ mod tests {
             ("PUT", "/signal") => (
                 200,
                 r#"{"from_heap": 10, "from_timestamp": 40960, "from_unix_time": 1.0,
-                "signal": {"tones": [{"frequency": 1.25e7, "amplitude": 0.9}], "noise": 0.001,
-                "dither": true, "delays": [0, 0], "seed": 1, "tone_frequencies": [1.2500003e7],
-                "from_heap": 10}}"#
+                "signal": {"pols": [{"components": [{"kind": "tone", "frequency": 1.25e7,
+                "amplitude": 0.9}], "delay": 0, "dither": true, "tone_frequencies": [1.2500003e7]}],
+                "seed": 1, "from_heap": 10}}"#
                     .into(),
             ),
             ("GET", "/metrics") => (
@@ -505,7 +556,7 @@ mod tests {
                     .into(),
             ),
             ("PUT", "/rate") | ("PUT", "/gains") => (200, "{}".into()),
-            _ => (400, r#"{"error": "no"}"#.into()),
+            _ => (400, "pol0: no faults here".into()),
         });
         let dsim = Dsim::new(&url);
         let st = dsim.status().unwrap();
@@ -529,6 +580,8 @@ mod tests {
         // A refusal is an error with the request in it.
         let err = dsim.set_faults(&json!({"pol0": {}})).unwrap_err();
         assert!(format!("{err:#}").contains("/faults"), "{err:#}");
+        // ... and the service's reason.
+        assert!(format!("{err:#}").contains("no faults here"), "{err:#}");
         let engine = Engine::new(&url, CounterNames::default());
         assert_eq!(
             engine.counters().unwrap(),

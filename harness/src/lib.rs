@@ -20,13 +20,15 @@
 //! - [`trial`]: one max-rate trial against the real system.
 //! - [`cpu`]: where the host's cores went during a trial (per process, and host-wide).
 //! - [`response`]: the channel response measurement and its theory.
+//! - [`qualify`]: the qualification suite (channelisation, linearity, gains, delays, timing,
+//!   counters), run on a test bench of dsim, engine and receiver.
 //!
 //! Records and their readers:
 //! - [`record`]: what the loops produce (per interval, per trial, per step) and the reports.
 //! - [`feed`]: a record stream several readers can follow.
 //! - [`render`]: progress lines, tables, JSON and SVG from the records.
 //!
-//! - [`commands`]: `watch`, `max-rate` and `response`, each wiring the above together.
+//! - [`commands`]: `watch`, `max-rate`, `response` and `qualify`, each wiring the above together.
 
 pub mod bringup;
 pub mod commands;
@@ -35,6 +37,7 @@ pub mod control;
 pub mod cpu;
 pub mod feed;
 pub mod gaps;
+pub mod qualify;
 pub mod receive;
 pub mod record;
 pub mod render;

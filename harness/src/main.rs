@@ -5,14 +5,14 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use harness::commands::{max_rate, response, watch};
+use harness::commands::{max_rate, qualify, response, watch};
 use harness::signals;
 
 #[derive(Parser)]
 #[command(
     name = "harness",
     version,
-    about = "Test harness of the F-engine test bed: watch the output, search the max rate, measure the channel response",
+    about = "Test harness of the F-engine test bed: watch the output, search the max rate, measure the channel response, qualify the engine",
     long_about = "Test harness of the F-engine test bed (dsim -> fengine -> harness).\n\n\
         Two ways to reach the system: running services by URL (--dsim-url, --engine-url, --dst; \
         inside compose), or --local, which launches dsim and fengine here as child processes over \
@@ -44,6 +44,13 @@ enum Command {
     /// cross-correlate the polarisations, compare with |FT of the PFB weights|^2 in dB. Exits 1
     /// when the deviation above --floor-db exceeds --tolerance-db.
     Response(response::ResponseArgs),
+    /// Qualify the engine as CBF engineers do (katgpucbf's antenna-channelised-voltage suite,
+    /// measured on the engine's output): channelisation and SFDR, channel shape, linearity,
+    /// gains, delay, delay and phase rates, delay enable/disable, application time, group delay,
+    /// saturation counters, lost data. Drives dsim (per-polarisation signals) and the engine
+    /// (gains, delays) through their control APIs; writes qualify.html (self-contained, plots
+    /// inline) and qualify.json to --out-dir. Exits 1 unless every test ran and passed.
+    Qualify(qualify::QualifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +67,7 @@ fn main() -> ExitCode {
         Command::Watch(a) => watch::run(a),
         Command::MaxRate(a) => max_rate::run(a),
         Command::Response(a) => response::run(a),
+        Command::Qualify(a) => qualify::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -113,6 +113,11 @@ impl CrossAccumulator {
         }
     }
 
+    /// The channel summed.
+    pub fn channel(&self) -> usize {
+        self.channel
+    }
+
     /// Starts a fresh sum over heaps from `min_timestamp` on.
     pub fn arm(&self, min_timestamp: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -5,6 +5,7 @@
 use crate::bringup::Setup;
 
 pub mod max_rate;
+pub mod qualify;
 pub mod response;
 pub mod watch;
 

@@ -4,5 +4,6 @@
 //! - [`progress`]: the lines on stderr while a command runs.
 //! - [`report`]: the max-rate table, JSON files and SVG plots.
 
+pub mod html;
 pub mod progress;
 pub mod report;

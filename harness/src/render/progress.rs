@@ -161,6 +161,45 @@ pub fn response_step_line(s: &ResponseStep) -> String {
     )
 }
 
+/// The summary table of a qualification run: one line per test, its outcome and headline figure.
+pub fn qualify_table(r: &crate::record::qualify::QualifyReport) -> String {
+    let mut out = format!(
+        "{:<18} {:<8} {}\n",
+        "test", "outcome", "headline figure (limit)"
+    );
+    for t in &r.tests {
+        let headline = t.figures.first().map_or_else(
+            || match &t.outcome {
+                crate::record::qualify::Outcome::Pass => String::new(),
+                crate::record::qualify::Outcome::Fail { reason }
+                | crate::record::qualify::Outcome::NotRun { reason } => reason.clone(),
+            },
+            |f| {
+                format!(
+                    "{}: {} {}{}",
+                    f.name,
+                    crate::qualify::fmt_value(f.value),
+                    f.unit,
+                    f.limit
+                        .as_ref()
+                        .map_or(String::new(), |l| format!(" ({l})"))
+                )
+            },
+        );
+        out.push_str(&format!(
+            "{:<18} {:<8} {headline}\n",
+            t.name,
+            t.outcome.word()
+        ));
+    }
+    out.push_str(&format!(
+        "{} in {:.0} s\n",
+        if r.pass { "PASS" } else { "FAIL" },
+        r.duration_s
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,257 @@
+//! `harness qualify`: run the qualification suite against a running dsim and engine (or local
+//! ones), write qualify.json and qualify.html, print a summary table.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use fgpu_api::dsim::{PolSignal, PolsRequest, SignalRequest};
+
+use super::announce;
+use crate::bringup::{self, SystemArgs};
+use crate::qualify::spectra::Spectra;
+use crate::qualify::{self, Bench, Geometry, Plan};
+use crate::receive::{HeapSink, Sinks};
+use crate::record::qualify::{Outcome, QualifyReport, SystemUnderTest};
+use crate::render;
+use crate::response::CrossAccumulator;
+
+/// The tests, for --help (a unit test keeps it in step with the suite).
+pub const TESTS_HELP: &str = "Tests, in the order run:
+  channelisation    Channelisation and SFDR: the tone's channel at >= 32 positions, SFDR >= 53 dB
+  shape             Channel shape: response within 0.5 dB of theory, -3/-53 dB widths
+  linearity         Linearity: tone at 2^-i full scale, i = 0..9, within 1 dB of the ideal line
+  gains             Gains: random complex gains per channel, within 0.1 dB and 0.5 degree
+  delay             Delay: compensated residual phase within 1 degree below 0.9 of the band
+  delay-enable      Delay enable/disable: loaded, cleared, loaded again
+  phase             Phase: a fringe phase of 0.7 rad within 1 degree
+  delay-rate        Delay rate: residual delay drifts as predicted, within 0.01 samples
+  phase-rate        Phase rate: phase drifts as predicted, within 1 degree
+  application-time  Delay application time: the model starts at exactly the predicted spectrum
+  group-delay       Group delay: a switched-on tone's half-amplitude spectrum, within 0.1 spectrum
+  saturation        Saturation counters: clamped output counted as the harness sees it
+  lost-data         Lost data: a drop list removes exactly the predicted output heaps";
+
+#[derive(Args)]
+#[command(after_long_help = TESTS_HELP)]
+pub struct QualifyArgs {
+    #[command(flatten)]
+    pub system: SystemArgs,
+    /// Tests to run, comma-separated, or "all" (--list names them).
+    #[arg(long, default_value = "all")]
+    pub tests: String,
+    /// List the tests and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// The quick subset: 8 tone positions, 1000 spectra per measurement, a coarser response.
+    #[arg(long)]
+    pub quick: bool,
+    /// Spectra integrated per measurement [default: 4000; quick: 1000].
+    #[arg(long)]
+    pub spectra: Option<u64>,
+    /// Tone positions across the band for channelisation [default: 32; quick: 8].
+    #[arg(long)]
+    pub positions: Option<usize>,
+    /// Where qualify.json, qualify.html (and with --local the children's logs) go.
+    #[arg(long, default_value = "harness-qualify")]
+    pub out_dir: PathBuf,
+    /// Leave dsim's signal and the engine's gains as the tests left them (default: restore them).
+    #[arg(long)]
+    pub no_restore: bool,
+}
+
+/// Runs `harness qualify`; true when every test ran and passed.
+pub fn run(a: QualifyArgs) -> Result<bool> {
+    if a.list {
+        println!("{TESTS_HELP}");
+        return Ok(true);
+    }
+    let selected = qualify::select(&a.tests).map_err(|e| anyhow!("--tests: {e}"))?;
+    let mut plan = if a.quick { Plan::quick() } else { Plan::full() };
+    if let Some(s) = a.spectra {
+        if s == 0 {
+            bail!("--spectra must be at least 1");
+        }
+        plan.spectra = s;
+    }
+    if let Some(p) = a.positions {
+        if p == 0 {
+            bail!("--positions must be at least 1");
+        }
+        plan.positions = p;
+    }
+    std::fs::create_dir_all(&a.out_dir)
+        .with_context(|| format!("creating {}", a.out_dir.display()))?;
+    let mut sinks = None;
+    let s = bringup::setup(
+        &a.system,
+        &a.system.backend,
+        None,
+        Some(&a.out_dir),
+        |g, subs| {
+            let spectra = Arc::new(Spectra::new(g.channels, subs));
+            let response = Arc::new(CrossAccumulator::new(g.channels / 4, g.channels, subs));
+            sinks = Some((spectra.clone(), response.clone()));
+            let all: Vec<Arc<dyn HeapSink>> = vec![spectra, response];
+            Some(Arc::new(Sinks(all)))
+        },
+    )?;
+    announce(&s);
+    let (spectra, response) = sinks.context("qualify's sinks")?;
+    let status = s
+        .services
+        .engine
+        .status()
+        .context("reading the engine's status")?;
+    let out = status.wideband().ok_or_else(|| {
+        anyhow!(
+            "the engine at {} has no wideband output",
+            s.services.engine.url()
+        )
+    })?;
+    let adc_rate = s
+        .adc_rate
+        .filter(|r| *r > 0.0)
+        .context("the ADC rate is unknown: give --adc-rate")?;
+    let geometry = Geometry {
+        channels: out.channels,
+        taps: out.taps,
+        spectra_per_heap: out.spectra_per_heap,
+        adc_rate,
+        sample_bits: status.input.sample_bits,
+        max_delay_samples: status.max_delay_s * adc_rate,
+        chunk_samples: status.input.chunk_samples,
+    };
+    let system = SystemUnderTest {
+        engine_url: s.services.engine.url().into(),
+        dsim_url: s.services.dsim.url().into(),
+        backend: status.backend.clone(),
+        channels: geometry.channels,
+        taps: geometry.taps,
+        spectra_per_heap: geometry.spectra_per_heap,
+        adc_sample_rate: adc_rate,
+        sample_bits: geometry.sample_bits,
+        harness_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    // What to put back afterwards.
+    let signal_before = s.services.dsim.status().ok().map(|d| d.signal);
+    let gains_before = s.services.engine.gains().ok();
+    let bench = Bench {
+        services: s.services,
+        rx: s.rx,
+        spectra,
+        response,
+        geometry,
+        integration: plan.spectra,
+    };
+    eprintln!(
+        "qualify: {} test(s) on a {} engine, {} channels, {} taps, {:.6} Gsample/s, {} run",
+        selected.len(),
+        system.backend,
+        geometry.channels,
+        geometry.taps,
+        adc_rate / 1e9,
+        if plan.quick { "quick" } else { "full" }
+    );
+    let started = Instant::now();
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut tests = Vec::new();
+    for (i, check) in selected.iter().enumerate() {
+        eprintln!(
+            "[{}/{}] {}: {}",
+            i + 1,
+            selected.len(),
+            check.name,
+            check.title
+        );
+        let record = if status.backend == "null" {
+            qualify::not_run(
+                check,
+                "the null backend computes nothing: there is no signal to qualify",
+            )
+        } else {
+            qualify::run_check(check, &bench, &plan, &mut |line| eprintln!("  {line}"))
+        };
+        eprintln!(
+            "  -> {} ({:.1} s){}",
+            record.outcome.word(),
+            record.duration_s,
+            match &record.outcome {
+                Outcome::Pass => String::new(),
+                Outcome::Fail { reason } | Outcome::NotRun { reason } => format!(": {reason}"),
+            }
+        );
+        tests.push(record);
+        if crate::signals::interrupted() {
+            break;
+        }
+    }
+    if !a.no_restore {
+        restore(&bench, signal_before, gains_before);
+    }
+    let pass = tests.len() == selected.len() && tests.iter().all(|t| t.outcome.passed());
+    let report = QualifyReport {
+        started_unix,
+        duration_s: started.elapsed().as_secs_f64(),
+        system,
+        quick: plan.quick,
+        tests,
+        pass,
+    };
+    let (html, json) = render::html::write(&a.out_dir, &report)?;
+    println!("{}", render::progress::qualify_table(&report));
+    println!("report: {} (and {})", html.display(), json.display());
+    if crate::signals::interrupted() {
+        bail!("interrupted");
+    }
+    Ok(pass)
+}
+
+/// Puts dsim's signal and the engine's gains back as they were, and clears the delays; a
+/// failure is reported, not fatal (the results stand).
+fn restore(
+    bench: &Bench,
+    signal: Option<fgpu_api::dsim::SignalStatus>,
+    gains: Option<serde_json::Value>,
+) {
+    if let Some(sig) = signal {
+        let pol = |i: usize| -> Option<PolSignal> { sig.pols.get(i).map(|p| p.signal.clone()) };
+        let req = SignalRequest::Pols(PolsRequest {
+            pol0: pol(0),
+            pol1: pol(1),
+            seed: Some(sig.seed),
+        });
+        if let Err(e) = bench.services.dsim.set_signal(&req) {
+            eprintln!("qualify: could not restore dsim's signal: {e:#}");
+        }
+    }
+    if let Some(g) = gains {
+        if let Err(e) = bench.services.engine.set_gains(&g) {
+            eprintln!("qualify: could not restore the engine's gains: {e:#}");
+        }
+    }
+    if let Err(e) = bench.clear_delays() {
+        eprintln!("qualify: could not clear the engine's delays: {e:#}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// --help names every test, in the suite's order.
+    #[test]
+    fn help_lists_every_test_in_order() {
+        let named: Vec<&str> = TESTS_HELP
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let suite: Vec<&str> = qualify::checks().iter().map(|c| c.name).collect();
+        assert_eq!(named, suite);
+    }
+}

@@ -1,0 +1,260 @@
+//! The test bench every check runs on: dsim and the engine under control, the receiver on the
+//! engine's output with the [`Spectra`] sink, the geometry, and the few moves every check makes
+//! (set a signal and learn from which spectrum it holds, set gains or delays, integrate a window
+//! of spectra, trace one).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use fgpu_api::dsim::{Component, PolSignal, PolsRequest, SignalChange, SignalRequest};
+use num_complex::Complex64;
+use serde_json::Value;
+
+use super::spectra::{Integration, Spectra, TracePoint};
+use crate::receive::Receiver;
+use crate::response::CrossAccumulator;
+use crate::services::Services;
+use crate::signals;
+
+/// What every check knows of the system, fixed at the start.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    pub channels: usize,
+    pub taps: usize,
+    pub spectra_per_heap: usize,
+    /// ADC samples per second per polarisation.
+    pub adc_rate: f64,
+    pub sample_bits: u32,
+    /// The engine's --max-delay, in samples.
+    pub max_delay_samples: f64,
+    /// New samples per polarisation per engine frame.
+    pub chunk_samples: usize,
+}
+
+impl Geometry {
+    /// Samples between spectra: 2n.
+    pub fn step(&self) -> u64 {
+        2 * self.channels as u64
+    }
+    /// Samples one spectrum's window reads: 2n taps.
+    pub fn window(&self) -> u64 {
+        self.step() * self.taps as u64
+    }
+    /// The frequency of channel `c`'s centre (fractional channels allowed), Hz.
+    pub fn frequency(&self, c: f64) -> f64 {
+        c * self.adc_rate / (2.0 * self.channels as f64)
+    }
+    /// Seconds of ADC time a number of spectra covers.
+    pub fn seconds(&self, spectra: u64) -> f64 {
+        spectra as f64 * self.step() as f64 / self.adc_rate
+    }
+    /// Full scale of the input, in counts.
+    pub fn full_scale(&self) -> f64 {
+        (1u64 << (self.sample_bits - 1)) as f64
+    }
+}
+
+pub struct Bench {
+    pub services: Services,
+    pub rx: Receiver,
+    pub spectra: Arc<Spectra>,
+    /// The `response` measurement's accumulator (one channel), for the shape check.
+    pub response: Arc<CrossAccumulator>,
+    pub geometry: Geometry,
+    /// Spectra to integrate for a measurement that wants "many" (the quick subset uses fewer).
+    pub integration: u64,
+}
+
+/// A signal's start: the first timestamp that carries it, as dsim answered.
+pub type Timestamp = u64;
+
+impl Bench {
+    /// Sets each polarisation's signal (dither on, seed kept) and returns the first timestamp of
+    /// the first spectrum whose whole window (at any delay the engine allows) has it.
+    pub fn set_signal(&self, pol0: Vec<Component>, pol1: Vec<Component>) -> Result<Timestamp> {
+        self.set_signal_delayed(pol0, pol1, [0.0, 0.0])
+    }
+
+    /// As [`set_signal`](Self::set_signal), each polarisation delayed by dsim (samples).
+    pub fn set_signal_delayed(
+        &self,
+        pol0: Vec<Component>,
+        pol1: Vec<Component>,
+        delays: [f64; 2],
+    ) -> Result<Timestamp> {
+        let change = self.signal_change(pol0, pol1, delays)?;
+        Ok(self.clear_of(change.from_timestamp))
+    }
+
+    /// Sets each polarisation's signal and returns dsim's reply: `from_timestamp` is the first
+    /// sample that carries it.
+    pub fn signal_change(
+        &self,
+        pol0: Vec<Component>,
+        pol1: Vec<Component>,
+        delays: [f64; 2],
+    ) -> Result<SignalChange> {
+        let pol = |components, delay| PolSignal {
+            components,
+            delay,
+            dither: true,
+        };
+        let req = SignalRequest::Pols(PolsRequest {
+            pol0: Some(pol(pol0, delays[0])),
+            pol1: Some(pol(pol1, delays[1])),
+            seed: None,
+        });
+        self.services.dsim.set_signal(&req)
+    }
+
+    /// The first spectrum timestamp at or after which every window starts at or after `t` (at
+    /// any coarse delay up to --max-delay).
+    pub fn clear_of(&self, t: u64) -> u64 {
+        let g = &self.geometry;
+        let t = t + g.max_delay_samples.ceil() as u64 + g.step();
+        t.div_ceil(g.step()) * g.step()
+    }
+
+    /// The first spectrum timestamp no engine frame computed before now can hold: a command
+    /// sent now (gains) is in force from there on.
+    pub fn after_now(&self) -> Result<Timestamp> {
+        let st = self.services.engine.status()?;
+        let newest = st
+            .input
+            .pols
+            .iter()
+            .map(|p| p.last_timestamp)
+            .max()
+            .unwrap_or(0);
+        // Spectra of a frame starting after `newest` have timestamps from newest - lag on; a
+        // frame holding `newest` was not computed yet either, so two chunks on is safe.
+        Ok(self.clear_of(newest + 2 * self.geometry.chunk_samples as u64))
+    }
+
+    /// Sets the wideband gains and returns the first timestamp they surely hold for.
+    pub fn set_gains(&self, body: &Value) -> Result<Timestamp> {
+        self.services.engine.set_gains(body)?;
+        self.after_now()
+    }
+
+    /// The engine's newest input timestamp.
+    pub fn newest_input(&self) -> Result<u64> {
+        let st = self.services.engine.status()?;
+        Ok(st
+            .input
+            .pols
+            .iter()
+            .map(|p| p.last_timestamp)
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// Waits until the engine has received input up to timestamp `t`.
+    pub fn wait_input(&self, t: u64) -> Result<()> {
+        let g = &self.geometry;
+        let ahead = t.saturating_sub(self.newest_input()?);
+        let limit = Duration::from_secs_f64(3.0 * ahead as f64 / g.adc_rate + 30.0);
+        let start = Instant::now();
+        while self.newest_input()? < t {
+            if start.elapsed() > limit {
+                bail!("the engine's input did not reach timestamp {t} within {limit:?}: is dsim sending?");
+            }
+            signals::sleep(Duration::from_millis(50)).map_err(|_| anyhow!("interrupted"))?;
+        }
+        Ok(())
+    }
+
+    /// Sums `spectra` spectra from timestamp `from` on.
+    pub fn integrate(&self, from: Timestamp, spectra: u64) -> Result<Integration> {
+        let to = from + spectra * self.geometry.step();
+        self.integrate_window(from, to)
+    }
+
+    /// Sums the spectra with timestamps in `[from, to)`, waiting until all have arrived.
+    pub fn integrate_window(&self, from: Timestamp, to: Timestamp) -> Result<Integration> {
+        self.spectra.arm(from, to);
+        let want = (to - from) / self.geometry.step();
+        self.wait(from, to, || self.spectra.spectra() >= want)?;
+        Ok(self.spectra.take())
+    }
+
+    /// Per spectrum in `[from, to)`: the cross sum weighted per channel, and channel `probe`.
+    pub fn trace(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        weights: Vec<Complex64>,
+        probe: usize,
+    ) -> Result<BTreeMap<u64, TracePoint>> {
+        self.spectra.arm_trace(from, to, weights, probe);
+        let want = (to - from) / self.geometry.step();
+        self.wait(from, to, || self.spectra.spectra() >= want)?;
+        let _ = self.spectra.take();
+        Ok(self.spectra.take_trace())
+    }
+
+    /// Waits until `done`, or fails once the window should long have passed.
+    fn wait(&self, from: u64, to: u64, done: impl Fn() -> bool) -> Result<()> {
+        let g = &self.geometry;
+        let ahead = from.saturating_sub(self.newest_input().unwrap_or(0));
+        let span = (to - from) + ahead + 4 * g.chunk_samples as u64;
+        let limit = Duration::from_secs_f64(3.0 * span as f64 / g.adc_rate + 30.0);
+        let start = Instant::now();
+        while !done() {
+            if start.elapsed() > limit {
+                let got = self.spectra.spectra();
+                let _ = self.spectra.take();
+                bail!(
+                    "the engine's output did not bring spectra {from}..{to} within {:.0} s ({got} of {} seen): is the stream flowing?",
+                    limit.as_secs_f64(),
+                    (to - from) / g.step()
+                );
+            }
+            signals::sleep(Duration::from_millis(20)).map_err(|_| anyhow!("interrupted"))?;
+        }
+        Ok(())
+    }
+
+    /// The gain that puts a tone of `amplitude` (fraction of full scale) at the centre of a
+    /// channel at `level` counts of the 8-bit output: the engine's channel value of a real tone
+    /// a cos(...) is (a/2) sum(w) G in counts of the input, sum(w) for unit-energy weights.
+    pub fn gain_for(&self, amplitude: f64, level: f64) -> f64 {
+        let g = &self.geometry;
+        let w = crate::response::pfb_weights(g.channels, g.taps, 1.0);
+        let sum: f64 = crate::response::coherent_gain(&w);
+        let counts = amplitude * g.full_scale() / 2.0 * sum;
+        level / counts.max(1e-30)
+    }
+
+    /// Sets one real gain on every channel of both polarisations.
+    pub fn set_gain(&self, gain: f64) -> Result<Timestamp> {
+        self.set_gains(&serde_json::json!({ "pol0": gain, "pol1": gain }))
+    }
+
+    /// Clears the delay models of both polarisations (from the next frame).
+    pub fn clear_delays(&self) -> Result<()> {
+        let zero =
+            serde_json::json!({"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0});
+        self.services
+            .engine
+            .set_delays(&serde_json::json!({ "pol0": zero, "pol1": zero }))
+            .context("clearing the engine's delays")?;
+        Ok(())
+    }
+}
+
+/// A tone component.
+pub fn tone(frequency: f64, amplitude: f64) -> Component {
+    Component::Tone {
+        frequency,
+        amplitude,
+        phase: 0.0,
+    }
+}
+
+/// A noise component.
+pub fn noise(rms: f64, seed: u64) -> Component {
+    Component::Noise { rms, seed }
+}

@@ -1,0 +1,377 @@
+//! Delay and phase, with their rates, and delay enable/disable: the same noise in both
+//! polarisations, polarisation 1 advanced by a known delay in dsim, the engine loaded to
+//! compensate; the residual phase across the band is measured from the cross-power of the
+//! polarisations.
+//!
+//! Conventions (docs/signal-path.md): dsim's delay tau advances polarisation 1, so its
+//! cross-power x1 conj(x0) turns by +pi k tau / n in channel k; the engine's delay d (samples)
+//! turns it back by -pi k d / n, and its phase p adds p.
+
+use anyhow::Result;
+use num_complex::Complex64;
+use serde_json::{json, Value};
+
+use super::{level, plot, points, NOISE};
+use crate::qualify::analysis::{deg, phase_errors, PhaseLine};
+use crate::qualify::bench::noise;
+use crate::qualify::{Bench, Check, Measured, Plan};
+use crate::record::qualify::{Figure, Plot};
+
+/// The delay dsim applies to polarisation 1 (samples): a whole part for the coarse delay and a
+/// fraction for the fine one.
+const TAU: f64 = 3.37;
+/// Residual phase allowed in any judged channel after compensation (degrees).
+const PHASE_DEG: f64 = 1.0;
+/// How close the uncompensated slope must be to dsim's delay (samples): the bench's own check.
+const BENCH_SAMPLES: f64 = 0.01;
+/// The fraction of the band judged: dsim's delayed noise is exact below 0.9 of Nyquist.
+const BAND: f64 = 0.9;
+
+pub(super) const DELAY: Check = Check {
+    name: "delay",
+    title: "Delay",
+    requirement: "With polarisation 1 advanced by 3.37 samples and the engine loaded with that delay, the residual phase is within 1 degree in every channel below 0.9 of the band.",
+    method: "The same noise (one seed) in both polarisations; dsim advances polarisation 1 by 3.37 samples (exactly: tones at the delayed time, noise by a fractional delay exact to 0.2 degree below 0.9 of Nyquist). First without compensation the phase slope of x1 conj(x0) must show dsim's delay (within 0.01 samples: the bench checks itself); then with the engine's delay loaded the residual phase of every channel is measured.",
+    run: delay,
+};
+
+pub(super) const DELAY_ENABLE: Check = Check {
+    name: "delay-enable",
+    title: "Delay enable/disable",
+    requirement: "Loading the compensating delay, clearing it and loading it again gives, each time, the state asked for: the residual within 1 degree when loaded, dsim's delay within 0.01 samples when cleared.",
+    method: "As the delay test, toggling the engine's model three times: loaded, cleared (all zero), loaded.",
+    run: delay_enable,
+};
+
+pub(super) const PHASE: Check = Check {
+    name: "phase",
+    title: "Phase",
+    requirement: "A fringe phase of 0.7 rad loaded on polarisation 1 (with the compensating delay) shows in every channel below 0.9 of the band within 1 degree.",
+    method: "As the delay test, with phase 0.7 rad in the model; each channel's phase is compared with 0.7 rad.",
+    run: phase,
+};
+
+pub(super) const DELAY_RATE: Check = Check {
+    name: "delay-rate",
+    title: "Delay rate",
+    requirement: "A delay rate loaded at a timestamp makes the residual delay drift as predicted: in two windows after the load, the residual delay is within 0.01 samples of -rate (t - t_load).",
+    method: "The compensating delay plus a rate of one sample per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) in a window starting one window after the load and in one S later; a linear drift averages to its mid-point value, which is the prediction.",
+    run: delay_rate,
+};
+
+pub(super) const PHASE_RATE: Check = Check {
+    name: "phase-rate",
+    title: "Phase rate",
+    requirement: "A phase rate loaded at a timestamp makes the phase drift as predicted: in two windows after the load, every channel below 0.9 of the band is within 1 degree of rate (t - t_load).",
+    method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the window's mid-point.",
+    run: phase_rate,
+};
+
+/// What the delay checks share: the signal set up, the channels judged.
+struct Setup {
+    from: u64,
+    judged: Vec<usize>,
+    tau: f64,
+}
+
+fn prepare(b: &Bench) -> Result<Result<Setup, String>> {
+    let g = b.geometry;
+    if g.max_delay_samples < TAU + 2.0 {
+        return Ok(Err(format!(
+            "the engine's --max-delay ({:.2} samples) is below the {:.2} samples these tests load",
+            g.max_delay_samples,
+            TAU + 2.0
+        )));
+    }
+    b.clear_delays()?;
+    b.set_gain(15.0 / (NOISE * g.full_scale()))?;
+    let from =
+        b.set_signal_delayed(vec![noise(NOISE, 401)], vec![noise(NOISE, 401)], [0.0, TAU])?;
+    let from = from.max(b.after_now()?);
+    let top = (g.channels as f64 * BAND) as usize;
+    Ok(Ok(Setup {
+        from,
+        judged: (1..top).collect(),
+        tau: TAU,
+    }))
+}
+
+/// A model for polarisation 1 (polarisation 0 left at zero), in samples and radians.
+fn model(
+    b: &Bench,
+    delay: f64,
+    rate: f64,
+    phase: f64,
+    phase_rate: f64,
+    load: Option<u64>,
+) -> Value {
+    let fs = b.geometry.adc_rate;
+    let mut v = json!({
+        "pol0": {"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0},
+        "pol1": {"delay": delay / fs, "delay_rate": rate, "phase": phase, "phase_rate": phase_rate},
+    });
+    if let Some(t) = load {
+        v["load_timestamp"] = json!(t);
+    }
+    v
+}
+
+/// Loads a model at once and returns the first timestamp it surely holds for.
+fn load(b: &Bench, body: &Value) -> Result<u64> {
+    b.services.engine.set_delays(body)?;
+    b.after_now()
+}
+
+/// The residual delay (samples) and phase offset of a cross-power over the judged channels.
+fn residual(cross: &[Complex64], s: &Setup, channels: usize) -> (f64, f64, PhaseLine) {
+    let line = PhaseLine::fit(cross, &s.judged);
+    (
+        line.slope * channels as f64 / std::f64::consts::PI,
+        line.offset,
+        line,
+    )
+}
+
+/// The largest |phase error| (degrees) against a model, and the errors for a plot.
+fn worst(cross: &[Complex64], s: &Setup, model: impl Fn(usize) -> f64) -> (f64, Vec<(f64, f64)>) {
+    let e = phase_errors(cross, &s.judged, model);
+    let w = e.iter().map(|x| deg(x.1).abs()).fold(0.0, f64::max);
+    (w, e.into_iter().map(|(k, r)| (k as f64, deg(r))).collect())
+}
+
+fn error_plot(title: &str, series: Vec<(&str, Vec<(f64, f64)>)>) -> Plot {
+    let mut p = plot(
+        title,
+        "channel",
+        "phase error (degree)",
+        series.into_iter().map(|(n, s)| points(n, s)).collect(),
+    );
+    p.hlines.push(level("+1 degree", PHASE_DEG));
+    p.hlines.push(level("-1 degree", -PHASE_DEG));
+    p
+}
+
+/// Measures the uncompensated delay: a judged figure of the bench's own accuracy.
+fn uncompensated(
+    b: &Bench,
+    s: &Setup,
+    from: u64,
+    spectra: u64,
+    m: &mut Measured,
+    label: &str,
+) -> Result<f64> {
+    let int = b.integrate(from, spectra)?;
+    let (tau, _, _) = residual(&int.cross, s, b.geometry.channels);
+    m.figures.push(Figure::at_most(
+        &format!("{label}: measured delay less dsim's {:.2} samples", s.tau),
+        (tau - s.tau).abs(),
+        "samples",
+        BENCH_SAMPLES,
+    ));
+    Ok(tau)
+}
+
+/// Loads the compensating delay (and `phase`) and measures the residual.
+fn compensated(
+    b: &Bench,
+    s: &Setup,
+    spectra: u64,
+    phase: f64,
+    m: &mut Measured,
+    label: &str,
+) -> Result<Vec<(f64, f64)>> {
+    let from = load(b, &model(b, s.tau, 0.0, phase, 0.0, None))?;
+    let int = b.integrate(from, spectra)?;
+    let (res, _, _) = residual(&int.cross, s, b.geometry.channels);
+    let (w, errors) = worst(&int.cross, s, |_| phase);
+    m.figures.push(Figure::at_most(
+        &format!("{label}: worst residual phase"),
+        w,
+        "degree",
+        PHASE_DEG,
+    ));
+    m.figures.push(Figure::info(
+        &format!("{label}: residual delay"),
+        res / b.geometry.adc_rate * 1e12,
+        "ps",
+    ));
+    Ok(errors)
+}
+
+fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let s = match prepare(b)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Measured::not_run(why)),
+    };
+    let mut m = Measured::default();
+    let tau = uncompensated(b, &s, s.from, plan.spectra, &mut m, "uncompensated")?;
+    progress(&format!(
+        "delay: uncompensated, measured {tau:.4} samples (dsim {TAU})"
+    ));
+    let errors = compensated(b, &s, plan.spectra, 0.0, &mut m, "compensated")?;
+    progress("delay: compensated");
+    b.clear_delays()?;
+    m.plots.push(error_plot(
+        "residual phase with the delay compensated",
+        vec![("channels", errors)],
+    ));
+    Ok(m)
+}
+
+fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let s = match prepare(b)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Measured::not_run(why)),
+    };
+    let mut m = Measured::default();
+    let spectra = (plan.spectra / 2).max(200);
+    let first = compensated(b, &s, spectra, 0.0, &mut m, "loaded")?;
+    progress("delay-enable: loaded");
+    b.clear_delays()?;
+    let from = b.after_now()?;
+    let tau = uncompensated(b, &s, from, spectra, &mut m, "cleared")?;
+    progress(&format!("delay-enable: cleared, {tau:.4} samples"));
+    let again = compensated(b, &s, spectra, 0.0, &mut m, "loaded again")?;
+    progress("delay-enable: loaded again");
+    b.clear_delays()?;
+    m.plots.push(error_plot(
+        "residual phase, loaded and loaded again",
+        vec![("loaded", first), ("loaded again", again)],
+    ));
+    Ok(m)
+}
+
+fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let s = match prepare(b)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Measured::not_run(why)),
+    };
+    let mut m = Measured::default();
+    let errors = compensated(b, &s, plan.spectra, 0.7, &mut m, "phase 0.7 rad")?;
+    progress("phase: measured");
+    b.clear_delays()?;
+    m.plots.push(error_plot(
+        "phase less 0.7 rad, per channel",
+        vec![("channels", errors)],
+    ));
+    Ok(m)
+}
+
+/// The windows of a rate test: (start, end) of each, after a load at `t_load`, and S.
+fn windows(b: &Bench, plan: &Plan, t_load: u64) -> ([(u64, u64); 2], f64) {
+    let step = b.geometry.step();
+    let w = (plan.spectra / 2).max(200) * step;
+    let s = 4 * w;
+    let first = t_load.div_ceil(step) * step + w;
+    ([(first, first + w), (first + s, first + s + w)], s as f64)
+}
+
+fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let s = match prepare(b)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Measured::not_run(why)),
+    };
+    let t_load = s.from.max(b.after_now()?);
+    let (wins, span) = windows(b, plan, t_load);
+    // One sample of drift per S samples; the residual is tau - (tau + rate (t - t_load)).
+    let rate = 1.0 / span;
+    b.services
+        .engine
+        .set_delays(&model(b, s.tau, rate, 0.0, 0.0, Some(t_load)))?;
+    let mut m = Measured::default();
+    let mut measured = Vec::new();
+    for (i, &(w0, w1)) in wins.iter().enumerate() {
+        let int = b.integrate_window(w0, w1)?;
+        let (res, _, _) = residual(&int.cross, &s, b.geometry.channels);
+        let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
+        let want = -rate * (mid - t_load as f64);
+        progress(&format!(
+            "delay-rate: window {}: residual {res:.4} samples, predicted {want:.4}",
+            i + 1
+        ));
+        m.figures.push(Figure::at_most(
+            &format!("window {}: residual delay less prediction", i + 1),
+            (res - want).abs(),
+            "samples",
+            BENCH_SAMPLES,
+        ));
+        measured.push((mid, res, want));
+    }
+    b.clear_delays()?;
+    let got = -(measured[1].1 - measured[0].1) / (measured[1].0 - measured[0].0);
+    m.figures
+        .push(Figure::info("delay rate loaded", rate, "s/s"));
+    m.figures.push(Figure::info(
+        "delay rate measured, relative error",
+        (got / rate - 1.0) * 100.0,
+        "%",
+    ));
+    let t = |x: f64| (x - t_load as f64) / b.geometry.adc_rate;
+    m.plots.push(plot(
+        "residual delay against time since the load",
+        "time since the load (s of ADC time)",
+        "residual delay (samples)",
+        vec![
+            points("measured", measured.iter().map(|x| (t(x.0), x.1)).collect()),
+            super::line(
+                "predicted",
+                measured.iter().map(|x| (t(x.0), x.2)).collect(),
+            ),
+        ],
+    ));
+    Ok(m)
+}
+
+fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let s = match prepare(b)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Measured::not_run(why)),
+    };
+    let t_load = s.from.max(b.after_now()?);
+    let (wins, span) = windows(b, plan, t_load);
+    let fs = b.geometry.adc_rate;
+    // One radian per S samples.
+    let omega = fs / span;
+    b.services
+        .engine
+        .set_delays(&model(b, s.tau, 0.0, 0.0, omega, Some(t_load)))?;
+    let mut m = Measured::default();
+    let mut series = Vec::new();
+    let mut measured = Vec::new();
+    for (i, &(w0, w1)) in wins.iter().enumerate() {
+        let int = b.integrate_window(w0, w1)?;
+        let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
+        let want = omega * (mid - t_load as f64) / fs;
+        let (w, errors) = worst(&int.cross, &s, |_| want);
+        let (_, offset, _) = residual(&int.cross, &s, b.geometry.channels);
+        progress(&format!(
+            "phase-rate: window {}: phase {:.3} rad, predicted {want:.3}, worst error {w:.3} degree",
+            i + 1,
+            offset
+        ));
+        m.figures.push(Figure::at_most(
+            &format!("window {}: worst phase error", i + 1),
+            w,
+            "degree",
+            PHASE_DEG,
+        ));
+        series.push(errors);
+        measured.push((mid, offset, want));
+    }
+    b.clear_delays()?;
+    let got = (measured[1].1 - measured[0].1) / (measured[1].0 - measured[0].0) * fs;
+    m.figures
+        .push(Figure::info("phase rate loaded", omega, "rad/s"));
+    m.figures.push(Figure::info(
+        "phase rate measured, relative error",
+        (got / omega - 1.0) * 100.0,
+        "%",
+    ));
+    let second = series.pop().unwrap_or_default();
+    let first = series.pop().unwrap_or_default();
+    m.plots.push(error_plot(
+        "phase less the model at each window's mid-point",
+        vec![("window 1", first), ("window 2", second)],
+    ));
+    Ok(m)
+}

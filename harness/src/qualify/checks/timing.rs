@@ -1,0 +1,213 @@
+//! Timing: a delay model loaded for a future timestamp takes effect at exactly the predicted
+//! spectrum, and the group delay (where in a spectrum's window an input event lands).
+
+use anyhow::Result;
+use num_complex::Complex64;
+use serde_json::json;
+
+use super::{level, line, plot, points, NOISE};
+use crate::qualify::analysis::crossing;
+use crate::qualify::bench::{noise, tone};
+use crate::qualify::{Bench, Check, Measured, Plan};
+use crate::record::qualify::Figure;
+use crate::response::pfb_weights;
+
+pub(super) const APPLICATION_TIME: Check = Check {
+    name: "application-time",
+    title: "Delay application time",
+    requirement: "A delay model loaded for a future timestamp T takes effect at exactly the first spectrum whose timestamp is at or after T: every spectrum before it has the old model, every one from it the new.",
+    method: "The same noise in both polarisations, no delay. A model for polarisation 1 (delay 2.25 samples, phase pi/2) is loaded for a timestamp a third of a spectrum past a spectrum boundary. Per spectrum, the cross-power of every channel is weighted by the conjugate of the new model's phase and summed: near its magnitude under the new model, near zero under the old one.",
+    run: application_time,
+};
+
+pub(super) const GROUP_DELAY: Check = Check {
+    name: "group-delay",
+    title: "Group delay",
+    requirement: "A tone switched on at timestamp F reaches half its final amplitude in the spectrum the PFB's window predicts: the measured group delay is within 0.1 spectrum (0.2 n samples) of the theory.",
+    method: "dsim switches a tone at a channel centre on at a known timestamp F (its reply names it). The tone channel's amplitude is traced spectrum by spectrum as the windows slide over F; the timestamp where it crosses half its final value, interpolated, gives the group delay F - t_half. The theory is the same construction on the PFB's weights (the partial sums of the window), interpolated the same way.",
+    run: group_delay,
+};
+
+/// The model's delay (samples) and phase (radians).
+const D: f64 = 2.25;
+const P: f64 = std::f64::consts::FRAC_PI_2;
+
+fn application_time(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let g = b.geometry;
+    let n = g.channels;
+    let step = g.step();
+    if g.max_delay_samples < D + 1.0 {
+        return Ok(Measured::not_run(format!(
+            "the engine's --max-delay ({:.2} samples) is below the {D} samples this test loads",
+            g.max_delay_samples
+        )));
+    }
+    b.clear_delays()?;
+    b.set_gain(15.0 / (NOISE * g.full_scale()))?;
+    let from = b.set_signal(vec![noise(NOISE, 501)], vec![noise(NOISE, 501)])?;
+    let start = from.max(b.after_now()?);
+    // A third of a spectrum past a boundary, some spectra on.
+    let t_load = start + 16 * step + step / 3;
+    let want = t_load.div_ceil(step) * step;
+    let body = json!({
+        "load_timestamp": t_load,
+        "pol0": {"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0},
+        "pol1": {"delay": D / g.adc_rate, "delay_rate": 0.0, "phase": P, "phase_rate": 0.0},
+    });
+    b.services.engine.set_delays(&body)?;
+    // The new model turns channel k of x1 conj(x0) by P - pi k D / n; weight by its conjugate.
+    let weights: Vec<Complex64> = (0..n)
+        .map(|k| Complex64::from_polar(1.0, -(P - std::f64::consts::PI * k as f64 * D / n as f64)))
+        .collect();
+    let trace = b.trace(want - 12 * step, want + 12 * step, weights, 0)?;
+    b.clear_delays()?;
+    let scale = trace.values().map(|p| p.cross.norm()).fold(0.0, f64::max);
+    let mut first_new = None;
+    let mut unclear = Vec::new();
+    let mut series = Vec::new();
+    for (&t, p) in &trace {
+        let score = p.cross.re / scale.max(1e-30);
+        series.push((t as f64 - want as f64, score));
+        let new = score > 0.6;
+        if !new && score > 0.4 {
+            unclear.push(t);
+        }
+        if new && first_new.is_none() {
+            first_new = Some(t);
+        }
+        // Every spectrum must sit on its side of the predicted one.
+        if new != (t >= want) {
+            unclear.push(t);
+        }
+    }
+    let mut m = Measured::default();
+    let Some(first) = first_new else {
+        m.failure = Some(format!(
+            "no spectrum in {}..{} shows the new model",
+            want - 12 * step,
+            want + 12 * step
+        ));
+        return Ok(m);
+    };
+    let off = (first as f64 - want as f64) / step as f64;
+    progress(&format!(
+        "application-time: loaded for {t_load}, first spectrum with it {first} (predicted {want}: {off:+} spectra)"
+    ));
+    m.figures.push(Figure::exactly(
+        "first spectrum with the new model, less the predicted one",
+        off,
+        "spectra",
+        0.0,
+    ));
+    m.figures.push(Figure::exactly(
+        "spectra on the wrong side of it, or unclear",
+        unclear.len() as f64,
+        "spectra",
+        0.0,
+    ));
+    m.figures
+        .push(Figure::info("spectra traced", trace.len() as f64, ""));
+    let mut p = plot(
+        "match to the new model, per spectrum",
+        "spectrum timestamp less the predicted first (samples)",
+        "match (1: new model, 0: old)",
+        vec![points("spectra", series)],
+    );
+    p.vlines.push(level("predicted first spectrum", 0.0));
+    p.vlines
+        .push(level("load timestamp", t_load as f64 - want as f64));
+    m.plots.push(p);
+    Ok(m)
+}
+
+fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    let g = b.geometry;
+    let n = g.channels;
+    let step = g.step();
+    let c = n / 4 + n / 16;
+    let f = g.frequency(c as f64);
+    let a = 0.25;
+    b.clear_delays()?;
+    let quiet = 0.002;
+    let gain_from = b.set_gain(b.gain_for(a, 100.0))?;
+    let from = b.set_signal(vec![noise(quiet, 601)], vec![noise(quiet, 602)])?;
+    // The quiet signal and the gain must hold for a whole window before the switch.
+    b.wait_input(from.max(gain_from) + g.window() + g.chunk_samples as u64)?;
+    let change = b.signal_change(
+        vec![tone(f, a), noise(quiet, 601)],
+        vec![tone(f, a), noise(quiet, 602)],
+        [0.0, 0.0],
+    )?;
+    let on = change.from_timestamp;
+    let lo = (on / step).saturating_sub(g.taps as u64 + 4) * step;
+    let hi = (on / step + 6) * step;
+    let trace = b.trace(lo, hi, vec![], c)?;
+    let amp: Vec<(f64, f64)> = trace
+        .iter()
+        .map(|(&t, p)| (t as f64, (p.probe[0].norm() + p.probe[1].norm()) / 2.0))
+        .collect();
+    let settled: Vec<f64> = amp
+        .iter()
+        .filter(|x| x.0 >= on as f64)
+        .map(|x| x.1)
+        .collect();
+    let mut m = Measured::default();
+    if settled.is_empty() {
+        m.failure = Some("no spectrum after the switch was traced".into());
+        return Ok(m);
+    }
+    let full = settled.iter().sum::<f64>() / settled.len() as f64;
+    let measured: Vec<(f64, f64)> = amp.iter().map(|&(t, y)| (t, y / full)).collect();
+    // The theory: spectrum t0 sees the tone in samples i >= on - t0 of its window.
+    let w = pfb_weights(n, g.taps, 1.0);
+    let total: f64 = w.iter().sum();
+    let theory: Vec<(f64, f64)> = measured
+        .iter()
+        .map(|&(t, _)| {
+            let first = (on as f64 - t).max(0.0) as usize;
+            let part: f64 = w.iter().skip(first).sum();
+            (t, (part / total).abs())
+        })
+        .collect();
+    let (Some(t_half), Some(t_theory)) = (crossing(&measured, 0.5), crossing(&theory, 0.5)) else {
+        m.failure = Some("the tone's amplitude never crossed half its final value".into());
+        return Ok(m);
+    };
+    let gd = on as f64 - t_half;
+    let gd_theory = on as f64 - t_theory;
+    progress(&format!(
+        "group-delay: switched on at {on}; half amplitude at {t_half:.1}: {gd:.1} samples (theory {gd_theory:.1})"
+    ));
+    m.figures.push(Figure::at_most(
+        "group delay less the theory",
+        (gd - gd_theory).abs() / step as f64,
+        "spectra",
+        0.1,
+    ));
+    m.figures.push(Figure::info("group delay", gd, "samples"));
+    m.figures
+        .push(Figure::info("group delay", gd / g.adc_rate * 1e6, "us"));
+    m.figures
+        .push(Figure::info("group delay, theory", gd_theory, "samples"));
+    m.figures.push(Figure::info(
+        "half the window (n taps), for reference",
+        (n * g.taps) as f64,
+        "samples",
+    ));
+    let x = |t: f64| (t - on as f64) / step as f64;
+    let mut p = plot(
+        "tone channel amplitude as the windows slide over the switch",
+        "spectrum timestamp less the switch (spectra)",
+        "amplitude / final",
+        vec![
+            points(
+                "measured",
+                measured.iter().map(|&(t, y)| (x(t), y)).collect(),
+            ),
+            line("theory", theory.iter().map(|&(t, y)| (x(t), y)).collect()),
+        ],
+    );
+    p.hlines.push(level("half", 0.5));
+    m.plots.push(p);
+    Ok(m)
+}

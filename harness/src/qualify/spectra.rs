@@ -1,0 +1,323 @@
+//! The suite's view of the engine's output: per channel and polarisation the power, and per
+//! channel the cross-power of the polarisations, summed over spectra whose timestamps fall in a
+//! window; optionally a trace, one entry per spectrum. Each substream keeps its own sums (its
+//! own lock), so the receive threads never wait on each other.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use num_complex::Complex64;
+
+use crate::receive::HeapSink;
+
+/// Sums over the spectra of a window, for the whole band.
+#[derive(Clone, Debug, Default)]
+pub struct Integration {
+    /// Sum of |x_p|^2 per channel, p = 0, 1.
+    pub power: [Vec<f64>; 2],
+    /// Sum of x1 conj(x0) per channel: its phase is pol1's phase minus pol0's.
+    pub cross: Vec<Complex64>,
+    /// Spectra summed: the fewest any substream saw (every channel has at least this many).
+    pub spectra: u64,
+    /// Values with a component at the 8-bit clamp (-128 or 127), per polarisation.
+    pub saturated: [u64; 2],
+    /// Values seen per polarisation (channels x spectra over every substream).
+    pub values: u64,
+}
+
+impl Integration {
+    /// Mean power of a channel in polarisation p.
+    pub fn mean_power(&self, pol: usize, channel: usize) -> f64 {
+        self.power[pol][channel] / self.spectra.max(1) as f64
+    }
+    /// Mean power per channel of polarisation p.
+    pub fn mean_spectrum(&self, pol: usize) -> Vec<f64> {
+        let k = self.spectra.max(1) as f64;
+        self.power[pol].iter().map(|p| p / k).collect()
+    }
+}
+
+/// Per spectrum: the weighted cross sum over every channel, and each polarisation's value of
+/// one probe channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TracePoint {
+    /// Sum over channels of weight_c x1 conj(x0).
+    pub cross: Complex64,
+    /// The probe channel's value per polarisation.
+    pub probe: [Complex64; 2],
+    /// Substreams that contributed (complete when equal to their number).
+    pub parts: usize,
+}
+
+/// What a trace records: the window, the channel weights and the probe channel.
+#[derive(Clone, Debug)]
+struct TraceSpec {
+    weights: Vec<Complex64>,
+    probe: usize,
+}
+
+#[derive(Debug, Default)]
+struct Part {
+    armed: bool,
+    from: u64,
+    to: u64,
+    power: [Vec<f64>; 2],
+    cross: Vec<Complex64>,
+    spectra: u64,
+    saturated: [u64; 2],
+    values: u64,
+    trace: Option<TraceSpec>,
+    points: BTreeMap<u64, TracePoint>,
+}
+
+/// A [`HeapSink`] that integrates the whole band, substream by substream.
+pub struct Spectra {
+    channels: usize,
+    per_substream: usize,
+    parts: Vec<Mutex<Part>>,
+}
+
+/// Spectra a trace may hold (bounded memory whatever the window).
+pub const MAX_TRACE: usize = 1 << 16;
+
+impl Spectra {
+    pub fn new(channels: usize, substreams: usize) -> Self {
+        let substreams = substreams.max(1);
+        Self {
+            channels,
+            per_substream: channels / substreams,
+            parts: (0..substreams)
+                .map(|_| Mutex::new(Part::default()))
+                .collect(),
+        }
+    }
+
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Part> {
+        self.parts[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts fresh sums over spectra with timestamps in `[from, to)`.
+    pub fn arm(&self, from: u64, to: u64) {
+        self.arm_with(from, to, None);
+    }
+
+    /// As [`arm`](Self::arm), and records a trace point per spectrum: the cross sum weighted by
+    /// `weights` (one per channel) and the values of channel `probe`.
+    pub fn arm_trace(&self, from: u64, to: u64, weights: Vec<Complex64>, probe: usize) {
+        self.arm_with(from, to, Some(TraceSpec { weights, probe }));
+    }
+
+    fn arm_with(&self, from: u64, to: u64, trace: Option<TraceSpec>) {
+        for i in 0..self.parts.len() {
+            let mut p = self.lock(i);
+            *p = Part {
+                armed: true,
+                from,
+                to,
+                power: [vec![0.0; self.per_substream], vec![0.0; self.per_substream]],
+                cross: vec![Complex64::default(); self.per_substream],
+                trace: trace.clone(),
+                ..Part::default()
+            };
+        }
+    }
+
+    /// Spectra summed so far (the fewest of any substream).
+    pub fn spectra(&self) -> u64 {
+        (0..self.parts.len())
+            .map(|i| self.lock(i).spectra)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Stops summing and returns the sums of the whole band.
+    pub fn take(&self) -> Integration {
+        let mut out = Integration {
+            power: [vec![0.0; self.channels], vec![0.0; self.channels]],
+            cross: vec![Complex64::default(); self.channels],
+            spectra: u64::MAX,
+            ..Integration::default()
+        };
+        for i in 0..self.parts.len() {
+            let mut p = self.lock(i);
+            p.armed = false;
+            let c0 = i * self.per_substream;
+            for pol in 0..2 {
+                out.power[pol][c0..c0 + self.per_substream].copy_from_slice(&p.power[pol]);
+                out.saturated[pol] += p.saturated[pol];
+            }
+            out.cross[c0..c0 + self.per_substream].copy_from_slice(&p.cross);
+            out.spectra = out.spectra.min(p.spectra);
+            out.values += p.values;
+        }
+        if out.spectra == u64::MAX {
+            out.spectra = 0;
+        }
+        out
+    }
+
+    /// Stops and returns the trace: per spectrum timestamp, the sums over every substream.
+    pub fn take_trace(&self) -> BTreeMap<u64, TracePoint> {
+        let mut out: BTreeMap<u64, TracePoint> = BTreeMap::new();
+        for i in 0..self.parts.len() {
+            let mut p = self.lock(i);
+            p.armed = false;
+            for (&t, q) in &p.points {
+                let e = out.entry(t).or_default();
+                e.cross += q.cross;
+                e.probe[0] += q.probe[0];
+                e.probe[1] += q.probe[1];
+                e.parts += q.parts;
+            }
+        }
+        out
+    }
+}
+
+impl HeapSink for Spectra {
+    fn heap(&self, substream: usize, first_channel: usize, timestamp: u64, data: &[u8]) {
+        let n = self.per_substream;
+        if substream >= self.parts.len() || n == 0 {
+            return;
+        }
+        // (channels, spectra, 2 pols, re/im) int8.
+        let spectra = data.len() / (n * 4);
+        if spectra == 0 || data.len() != n * spectra * 4 {
+            return;
+        }
+        let step = 2 * self.channels as u64;
+        let mut p = self.lock(substream);
+        let (from, to) = (p.from, p.to);
+        let in_window = |s: usize| {
+            let t = timestamp + s as u64 * step;
+            t >= from && t < to
+        };
+        if !p.armed || !(0..spectra).any(in_window) {
+            return;
+        }
+        let v = |b: u8| b as i8 as f64;
+        let clamped = |re: u8, im: u8| {
+            let at = |b: u8| matches!(b as i8, -128 | 127);
+            at(re) || at(im)
+        };
+        let part = &mut *p;
+        let mut counted = 0u64;
+        for c in 0..n {
+            let block = &data[c * spectra * 4..(c + 1) * spectra * 4];
+            for (s, x) in block.chunks_exact(4).enumerate() {
+                if !in_window(s) {
+                    continue;
+                }
+                let x0 = Complex64::new(v(x[0]), v(x[1]));
+                let x1 = Complex64::new(v(x[2]), v(x[3]));
+                part.power[0][c] += x0.norm_sqr();
+                part.power[1][c] += x1.norm_sqr();
+                let cross = x1 * x0.conj();
+                part.cross[c] += cross;
+                part.saturated[0] += clamped(x[0], x[1]) as u64;
+                part.saturated[1] += clamped(x[2], x[3]) as u64;
+                counted += 1;
+                if let Some(spec) = &part.trace {
+                    let t = timestamp + s as u64 * step;
+                    if part.points.len() >= MAX_TRACE && !part.points.contains_key(&t) {
+                        continue;
+                    }
+                    let channel = first_channel + c;
+                    let e = part.points.entry(t).or_default();
+                    if c == 0 {
+                        e.parts += 1;
+                    }
+                    if let Some(w) = spec.weights.get(channel) {
+                        e.cross += w * cross;
+                    }
+                    if channel == spec.probe {
+                        e.probe = [x0, x1];
+                    }
+                }
+            }
+        }
+        part.values += counted;
+        part.spectra += (0..spectra).filter(|&s| in_window(s)).count() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heap of `n` channels x `s` spectra where channel c, spectrum j has pol0 = (c, j) and
+    /// pol1 = (j, -c).
+    fn heap(n: usize, s: usize) -> Vec<u8> {
+        let mut d = Vec::new();
+        for c in 0..n {
+            for j in 0..s {
+                d.extend([
+                    c as i8 as u8,
+                    j as i8 as u8,
+                    j as i8 as u8,
+                    (-(c as i8)) as u8,
+                ]);
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn sums_the_window_only_and_assembles_the_band() {
+        let sp = Spectra::new(8, 2);
+        // Spectra every 16 samples; heaps of 4 spectra.
+        sp.arm(32, 96);
+        sp.heap(0, 0, 0, &heap(4, 4)); // spectra at 0, 16, 32, 48: two in the window
+        sp.heap(1, 4, 0, &heap(4, 4));
+        sp.heap(0, 0, 64, &heap(4, 4)); // 64, 80 in; 96, 112 out
+        sp.heap(1, 4, 64, &heap(4, 4));
+        let i = sp.take();
+        assert_eq!(i.spectra, 4);
+        assert_eq!(i.values, 32);
+        // Channel 3 (first substream) and 7 (second, its local channel 3) see pol0 = (3, j) for
+        // j in {2, 3, 0, 1}: power 4 * 9 + 4 + 9 + 0 + 1.
+        assert_eq!(i.power[0][3], 36.0 + 14.0);
+        assert_eq!(i.power[0][7], 36.0 + 14.0);
+        // cross = x1 conj(x0) = (j - 3i)(3 - ji) = 3j - j^2 i - 9i - 3j = -(j^2 + 9) i.
+        assert_eq!(i.cross[3], Complex64::new(0.0, -(14.0 + 36.0)));
+        // Nothing is added once taken.
+        sp.heap(0, 0, 32, &heap(4, 4));
+        assert_eq!(sp.take().spectra, 4);
+    }
+
+    #[test]
+    fn counts_clamped_values_and_traces_each_spectrum() {
+        let sp = Spectra::new(2, 1);
+        let w = vec![Complex64::new(1.0, 0.0), Complex64::new(0.0, 1.0)];
+        sp.arm_trace(0, 100, w, 1);
+        let mut d = heap(2, 2);
+        d[0] = 127; // channel 0, spectrum 0, pol0 re
+        sp.heap(0, 0, 0, &d);
+        let i = sp.take();
+        assert_eq!(i.saturated, [1, 0]);
+        let t = sp.take_trace();
+        assert_eq!(t.len(), 2);
+        // Spectrum at 4 (j = 1): channel 0 cross (1)(0 - i*1)... x0 = (0, 1), x1 = (1, 0):
+        // x1 conj(x0) = -i; channel 1: x0 = (1, 1), x1 = (1, -1): (1 - i)(1 - i) = -2i,
+        // weighted by i: 2. Sum: 2 - i.
+        assert_eq!(t[&4].cross, Complex64::new(2.0, -1.0));
+        assert_eq!(
+            t[&4].probe,
+            [Complex64::new(1.0, 1.0), Complex64::new(1.0, -1.0)]
+        );
+        assert_eq!(t[&4].parts, 1);
+    }
+
+    #[test]
+    fn ignores_heaps_of_the_wrong_shape() {
+        let sp = Spectra::new(8, 2);
+        sp.arm(0, u64::MAX);
+        sp.heap(0, 0, 0, &[0u8; 15]);
+        sp.heap(5, 0, 0, &heap(4, 1));
+        assert_eq!(sp.take().spectra, 0);
+    }
+}
