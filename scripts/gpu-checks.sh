@@ -5,6 +5,7 @@
 #   scripts/gpu-checks.sh gpu OUT         (GPU host) CUDA tests, kernel/PCIe bench, CPU bench, e2e --backend cuda
 #   scripts/gpu-checks.sh net OUT         (GPU host) loopback transport, dsim and harness-receive benches
 #   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
+#   scripts/gpu-checks.sh qualify OUT     (GPU host) the whole qualification suite, cuda, 32768 channels
 #
 # Each phase writes one log per step into OUT and keeps going past a failed step (the summary at the
 # end lists the exit status of each), so that one session on the GPU host gives every figure it can.
@@ -116,6 +117,13 @@ phase_response() {
     --integration "${INTEGRATION:-3}" --settle 0.5 --floor-db "${FLOOR_DB:--80}" --out-dir "$out/response"
 }
 
+phase_qualify() {
+  # The full suite (32 positions, 4000 spectra per measurement) at a rate the harness's
+  # whole-band integration keeps up with; the report lands in OUT/qualify.
+  step qualify 560 "$carry/harness" qualify --local --backend cuda --channels 32768 \
+    --adc-rate "${QUALIFY_RATE:-100e6}" --dsim-args "--buffer-heaps 2048" --out-dir "$out/qualify"
+}
+
 phase=${1:-}
 out=${2:-gpu-checks-out}
 # Where the staged test executables expect dsim, fengine and harness: the build's target folder as
@@ -123,11 +131,11 @@ out=${2:-gpu-checks-out}
 repo_target=${REPO_TARGET:-$(cat "$carry/target-dir" 2>/dev/null || echo "$PWD/target/release")}
 case $phase in
   stage) stage ;;
-  gpu | net | system | response)
+  gpu | net | system | response | qualify)
     mkdir -p "$out"
     host_setup
     "phase_$phase"
     summary
     ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

@@ -305,3 +305,84 @@ fn response_for_1024_channels_matches_theory_to_half_a_db() {
         .starts_with("<svg"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The qualification suite's quick subset on the CPU backend: every test runs and passes, and
+/// the report is written (JSON and a self-contained HTML page with its plots).
+#[test]
+fn qualify_quick_subset_passes_on_the_cpu_backend() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("qualify");
+    let out = harness(
+        &["qualify", "--quick", "--out-dir", dir.to_str().unwrap()],
+        &bins,
+        &dir,
+        "",
+    );
+    let report = json_file(&dir.join("qualify.json"));
+    let tests = report["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 13, "every test of the suite ran");
+    for t in tests {
+        assert_eq!(
+            t["outcome"],
+            "pass",
+            "{}: {}",
+            t["name"],
+            serde_json::to_string_pretty(t).unwrap()
+        );
+    }
+    assert_eq!(report["pass"], true);
+    assert_eq!(out.status.code(), Some(0));
+    let html = std::fs::read_to_string(dir.join("qualify.html")).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 13,
+        "a plot per test at least"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Bad input: a test that does not exist, and an engine that cannot be reached, are named in
+/// the error and the run exits 2.
+#[test]
+fn qualify_refuses_unknown_tests_and_unreachable_services() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(args)
+            .output()
+            .expect("harness runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["qualify", "--tests", "channelisation,sfdr", "--local"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("\"sfdr\"") && err.contains("group-delay"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "qualify",
+        "--dsim-url",
+        "http://127.0.0.1:9",
+        "--engine-url",
+        "http://127.0.0.1:9",
+        "--dst",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("127.0.0.1:9"), "{err}");
+    let help = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["qualify", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for name in [
+        "channelisation",
+        "linearity",
+        "application-time",
+        "lost-data",
+    ] {
+        assert!(help.contains(name), "--help lists {name}: {help}");
+    }
+}
