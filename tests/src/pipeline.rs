@@ -213,6 +213,31 @@ impl Pipeline {
         Ok(watch)
     }
 
+    /// Runs the harness image with `args` to its end (at most `timeout`); returns its exit code
+    /// and the container, still there to copy files from.
+    pub fn run_harness(
+        &self,
+        role: &str,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<(i64, Container<GenericImage>)> {
+        let c = request(
+            "fgpu/harness",
+            &self.net,
+            &format!("{}-{role}", self.prefix),
+            strings(args),
+        )
+        .start()
+        .with_context(|| format!("starting the {role} container"))?;
+        let mut code = None;
+        wait_until(timeout, &format!("the {role} container to exit"), || {
+            code = c.exit_code()?;
+            Ok(code.is_some())
+        })
+        .with_context(|| log_tail(&c, 40))?;
+        Ok((code.unwrap_or(-1), c))
+    }
+
     /// A one-off container of the dsim image running `bash -c script` on the network (bash's
     /// /dev/udp and /dev/tcp make a small traffic source); returns its exit code and output.
     pub fn run_script(&self, role: &str, script: &str, timeout: Duration) -> Result<(i64, String)> {
