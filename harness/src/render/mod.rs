@@ -3,6 +3,8 @@
 //!
 //! - [`progress`]: the lines on stderr while a command runs.
 //! - [`report`]: the max-rate table, JSON files and SVG plots.
+//! - [`plot`]: one qualification plot as SVG, for that page.
 
+pub mod plot;
 pub mod progress;
 pub mod report;
