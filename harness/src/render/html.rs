@@ -250,8 +250,8 @@ dl.system { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap
 dl.system div { min-width: 0; }
 dl.system dt { font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em;
   color: var(--muted); }
-dl.system dd { margin: 0; font-weight: 600; white-space: nowrap; }
-dl.system dd.url { white-space: normal; overflow-wrap: anywhere; font-weight: 500; }
+dl.system dd { margin: 0; font-weight: 600; }
+dl.system dd.url { overflow-wrap: anywhere; font-weight: 500; }
 section { margin-top: 30px; }
 section.test { border-top: 1px solid var(--rule); padding-top: 22px; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 14px; }
@@ -293,6 +293,7 @@ footer { margin-top: 40px; padding-top: 10px; border-top: 1px solid var(--rule);
   body { max-width: none; padding: 0; font-size: 10.5pt; }
   a { text-decoration: none; }
   header.top, tr, figure.plot, .reason, dl.what { break-inside: avoid; }
+  section.test { break-before: page; border-top: none; padding-top: 0; margin-top: 0; }
   h2 { break-after: avoid; }
   figure.plot svg { border: none; }
 }
