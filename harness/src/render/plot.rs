@@ -366,33 +366,11 @@ where
         }
     }
 
-    // Level labels last, on a light box, so the data does not hide them.
+    // Level labels last, on a light box, so the data does not hide them. A horizontal level's
+    // label sits at the right end, above the line (below it near the top); near the top, with
+    // vertical labels on the right, it moves to the left end.
     let label_font: TextStyle = (FONT, LEVEL_FONT).into();
     let y_frac = |y: f64| (y - r.y.start) / (r.y.end - r.y.start);
-    for l in &hlines {
-        let below = y_frac(l.value) > 0.9;
-        let (dy, v) = if below {
-            (4, VPos::Top)
-        } else {
-            (-4, VPos::Bottom)
-        };
-        let style = label_font.color(&HLINE).pos(Pos::new(HPos::Right, v));
-        let (w, h) = root
-            .estimate_text_size(&l.label, &label_font)
-            .map_err(err)?;
-        let (w, h) = (w as i32, h as i32);
-        let (top, bottom) = if below { (dy, dy + h) } else { (dy - h, dy) };
-        chart
-            .draw_series(std::iter::once(
-                EmptyElement::at((r.x.end, l.value))
-                    + Rectangle::new(
-                        [(-6 - w - 3, top - 1), (-6 + 3, bottom + 1)],
-                        WHITE.mix(0.85).filled(),
-                    )
-                    + Text::new(l.label.clone(), (-6, dy), style),
-            ))
-            .map_err(err)?;
-    }
     let x_frac = |x: f64| {
         if plot.x_log {
             (x.ln() - r.x.start.ln()) / (r.x.end.ln() - r.x.start.ln())
@@ -400,6 +378,38 @@ where
             (x - r.x.start) / (r.x.end - r.x.start)
         }
     };
+    let v_labels_right = vlines.iter().any(|l| x_frac(l.value) > 0.6);
+    for l in &hlines {
+        let high = y_frac(l.value) > 0.8;
+        let below = y_frac(l.value) > 0.9;
+        let left = high && v_labels_right;
+        let (dy, v) = if below {
+            (4, VPos::Top)
+        } else {
+            (-4, VPos::Bottom)
+        };
+        let (w, h) = root
+            .estimate_text_size(&l.label, &label_font)
+            .map_err(err)?;
+        let (w, h) = (w as i32, h as i32);
+        let (top, bottom) = if below { (dy, dy + h) } else { (dy - h, dy) };
+        let (x, dx, hpos, x0) = if left {
+            (r.x.start, 6, HPos::Left, 3)
+        } else {
+            (r.x.end, -6, HPos::Right, -9 - w)
+        };
+        let style = label_font.color(&HLINE).pos(Pos::new(hpos, v));
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((x, l.value))
+                    + Rectangle::new(
+                        [(x0, top - 1), (x0 + w + 6, bottom + 1)],
+                        WHITE.mix(0.85).filled(),
+                    )
+                    + Text::new(l.label.clone(), (dx, dy), style),
+            ))
+            .map_err(err)?;
+    }
     for (k, l) in vlines.iter().enumerate() {
         let (w, h) = root
             .estimate_text_size(&l.label, &label_font)
