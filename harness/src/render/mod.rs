@@ -3,7 +3,10 @@
 //!
 //! - [`progress`]: the lines on stderr while a command runs.
 //! - [`report`]: the max-rate table, JSON files and SVG plots.
+//! - [`html`]: the qualification report, one self-contained page and its JSON.
+//! - [`plot`]: one qualification plot as SVG, for that page.
 
 pub mod html;
+pub mod plot;
 pub mod progress;
 pub mod report;
