@@ -140,9 +140,10 @@ pub fn build_slot(layout: &Layout, generator: &Generator, digitiser_id: u64, s: 
     let mut bytes = vec![0u8; layout.batch * layout.packet_bytes];
     let mut saturated = vec![0u32; layout.batch];
     let mut samples = vec![0i16; layout.heap_samples];
+    let mut scratch = crate::signal::Scratch::default();
     for (i, sat) in saturated.iter_mut().enumerate() {
         let h = (s * layout.batch + i) as u64;
-        *sat = generator.heap(h, &mut samples);
+        *sat = generator.heap_with(h, &mut samples, &mut scratch);
         let at = layout.position(i) * layout.packet_bytes;
         let packet = &mut bytes[at..at + layout.packet_bytes];
         let ptrs = template_pointers(layout, digitiser_id, digitiser_status(*sat));
@@ -208,7 +209,7 @@ pub fn patch(packet: &mut [u8], heap: u64, heap_samples: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SignalSpec;
+    use crate::spec::{Signal, SignalSpec};
     use spead::packet::{Limits, Packet};
 
     #[test]
@@ -236,8 +237,8 @@ mod tests {
     #[test]
     fn slots_hold_valid_packets() {
         let l = Layout::new(256, 10, 2, 2, 10).unwrap();
-        let spec = SignalSpec::default();
-        let g = Generator::new(&spec, 1e6, 1, 256, 10, l.period());
+        let signal = Signal::from_common(&SignalSpec::default());
+        let g = Generator::new(&signal, 1e6, 1, 256, 10, l.period());
         let slots = build_all(&l, &g, 5 * 2 + 1, 2);
         assert_eq!(slots.len(), 2);
         assert_eq!(slots[0].len(), l.slots_per_thread());

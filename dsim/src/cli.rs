@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use spead::transport::Endpoint;
 
 use crate::bench::BenchArgs;
-use crate::config::{self, Config, SignalSpec, Tone};
+use crate::config::{self, Config, PolsRequest, SignalSpec, Tone};
 use crate::faults::{FaultRules, FaultsRequest};
 
 const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
@@ -17,8 +17,11 @@ Digitiser simulator: both polarisations of one digitiser as SPEAD streams in the
 digitiser format (SPEAD-64-48, one heap per packet: timestamp, digitiser id and status items, \
 packed signed samples, most significant bit first), paced to the wall clock.
 
-The signal is tones common to both polarisations, plus Gaussian noise and uniform dither \
-independent per polarisation, quantised with saturation. It is computed once into a buffer of \
+The signal is described per polarisation (--signal: tones with a phase, combs, Gaussian noise \
+named by a seed, a delay and dither each), or in the common form of the flags --tone, --noise, \
+--delay0/1 and --dither: tones common to both polarisations plus noise and dither independent per \
+polarisation. Every component is delayed by its polarisation's delay; then it is quantised with \
+saturation. It is computed once into a buffer of \
 --buffer-heaps heaps that repeats; packets point into it, so sending costs no signal work. \
 Tone frequencies are rounded to a whole number of cycles per buffer, so the buffer wraps \
 without a phase jump; the repetition is harmless as long as the buffer is much longer than \
@@ -32,8 +35,10 @@ to address k mod (N+1); its heap counter is k.";
 
 const AFTER_HELP: &str = "\
 HTTP control (--control): GET /health, /status, /metrics (Prometheus), /signal, /rate, /faults; \
-PUT /signal {\"tones\": [{\"frequency\": 1.5e7, \"amplitude\": 0.5}], \"noise\": 0.05, \"dither\": true, \
-\"delays\": [0, 2.5], \"seed\": 1} (fields left out are kept; the reply names the heap it applies from), \
+PUT /signal, per polarisation {\"pol1\": {\"components\": [{\"kind\": \"noise\", \"rms\": 0.05, \"seed\": 7}], \
+\"delay\": 2.5}} (a polarisation left out keeps its signal) or in the common form {\"tones\": \
+[{\"frequency\": 1.5e7, \"amplitude\": 0.5}], \"noise\": 0.05, \"dither\": true, \"delays\": [0, 2.5], \"seed\": 1} \
+(fields left out are kept); the reply names the heap it applies from, \
 PUT /rate {\"rate\": 1e9} (from a heap shortly ahead, named in the reply; timestamps stay continuous \
 and the signal is unchanged in cycles per sample, so tone frequencies in Hz scale with the rate), PUT /faults {\"pol0\": {\"drop\": {\"probability\": 0.01, \"heaps\": [100], \
 \"ranges\": [[200, 210]]}, \"duplicate\": {...}, \"reorder\": {..., \"window\": 4}, \"corrupt\": {...}}}.
@@ -44,6 +49,10 @@ Logs go to stderr (RUST_LOG sets the filter, default info). On start dsim logs \
 Examples:
   dsim --pol0-dest 127.0.0.1:7148 --pol1-dest 127.0.0.1:7149 --rate 1e8 --tone 1.5e7:0.5 \\
        --noise 0.05 --seed 1 --control 127.0.0.1:8080
+  dsim --pol0-dest 127.0.0.1:7148 --pol1-dest 127.0.0.1:7149 --rate 1e8 --signal \
+       '{\"pol0\": {\"components\": [{\"kind\": \"tone\", \"frequency\": 1.5e7, \"amplitude\": 0.5}, \
+                  {\"kind\": \"noise\", \"rms\": 0.05, \"seed\": 7}]}, \
+         \"pol1\": {\"components\": [{\"kind\": \"noise\", \"rms\": 0.05, \"seed\": 7}], \"delay\": 2.5}}'
   dsim --pol0-dest 239.10.0.1+3:7148 --pol1-dest 239.10.0.5+3:7148 --interface 10.0.0.2
   dsim bench --rate 6.3e9 --seconds 5";
 
@@ -87,6 +96,17 @@ pub fn parse_tone(s: &str) -> Result<Tone, String> {
         frequency,
         amplitude,
     })
+}
+
+/// The per-polarisation signal: JSON, or `@FILE` holding it.
+fn parse_signal(s: &str) -> Result<PolsRequest, String> {
+    let text = match s.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the signal file '{path}': {e}"))?,
+        None => s.to_string(),
+    };
+    crate::spec::parse_pols(&text)
+        .map_err(|e| format!("not a per-polarisation signal ({{\"pol0\": {{\"components\": [...], \"delay\": ..., \"dither\": ...}}, \"pol1\": ..., \"seed\": ...}}): {e}"))
 }
 
 fn parse_faults(s: &str) -> Result<FaultsRequest, String> {
@@ -133,6 +153,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "BITS", default_value_t = config::DEFAULT_SAMPLE_BITS)]
     pub sample_bits: u32,
 
+    /// The signal per polarisation, as JSON or @FILE holding it: {"pol0": {"components": [...],
+    /// "delay": SAMPLES, "dither": BOOL}, "pol1": {...}, "seed": U64}. A component is
+    /// {"kind": "tone", "frequency": HZ, "amplitude": FRACTION, "phase": RAD},
+    /// {"kind": "noise", "rms": FRACTION, "seed": U64} (the same seed is the same noise, in either
+    /// polarisation) or {"kind": "comb", "start": HZ, "spacing": HZ, "count": N, "amplitude":
+    /// FRACTION}. A polarisation left out gets the default signal (noise of 0.05, dithered).
+    /// Instead of the common-form flags --tone, --noise, --dither, --no-dither, --delay0 and
+    /// --delay1; --seed seeds the dither and the faults unless the JSON gives "seed".
+    #[arg(
+        long,
+        value_name = "JSON|@FILE",
+        value_parser = parse_signal,
+        conflicts_with_all = ["tones", "noise", "dither", "no_dither", "delay0", "delay1"]
+    )]
+    pub signal: Option<PolsRequest>,
+
     /// A tone common to both polarisations: frequency in Hz (0 to rate/2; rounded to whole
     /// cycles per buffer) and amplitude as a fraction of full scale (1.0 = 2^(bits-1) counts).
     /// Repeat for several tones. Default: none.
@@ -140,7 +176,8 @@ pub struct RunArgs {
     pub tones: Vec<Tone>,
 
     /// Gaussian noise rms as a fraction of full scale, independent per polarisation
-    /// (0.05 of a 10-bit full scale is 25.6 counts).
+    /// (0.05 of a 10-bit full scale is 25.6 counts); each polarisation's noise is delayed with
+    /// it.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.05)]
     pub noise: f64,
 
@@ -154,8 +191,8 @@ pub struct RunArgs {
     pub no_dither: bool,
 
     /// Delay of polarisation 0 in samples (fractional allowed): it emits x(t + delay0), the
-    /// geometric delay an engine loaded with the same delay removes. Applies to the tones; the
-    /// noise is independent per polarisation, so its delay is immaterial.
+    /// geometric delay an engine loaded with the same delay removes. Applies to the tones and the
+    /// noise (independent per polarisation in this form, so only the tones show it).
     #[arg(
         long,
         value_name = "SAMPLES",
@@ -173,8 +210,8 @@ pub struct RunArgs {
     )]
     pub delay1: f64,
 
-    /// Seed of the noise, the dither and the random faults: the same seed gives the same
-    /// samples.
+    /// Seed of the dither and the random faults, and (in the common form) of each polarisation's
+    /// noise: the same seed gives the same samples.
     #[arg(long, value_name = "U64", default_value_t = 1)]
     pub seed: u64,
 
@@ -267,6 +304,7 @@ impl RunArgs {
         c.socket_buffer = self.socket_buffer;
         c.faults = self.faults.clone().unwrap_or_default();
         c.max_late = self.max_late;
+        c.signal_pols = self.signal.clone();
         c
     }
 }
@@ -345,6 +383,96 @@ mod tests {
         assert!(parse(&[]));
         assert!(!parse(&["--no-dither"]));
         assert!(parse(&["--no-dither", "--dither"]));
+    }
+
+    const DESTS: [&str; 5] = [
+        "dsim",
+        "--pol0-dest",
+        "127.0.0.1:1",
+        "--pol1-dest",
+        "127.0.0.1:2",
+    ];
+
+    fn with(extra: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(DESTS.iter().chain(extra).copied())
+    }
+
+    #[test]
+    fn signal_takes_the_per_pol_form_as_json_or_a_file() {
+        let json = r#"{"pol1": {"components": [{"kind": "noise", "rms": 0.1, "seed": 7},
+                                              {"kind": "tone", "frequency": 1e6, "amplitude": 0.2, "phase": 1.5}],
+                                "delay": 2.5, "dither": false}, "seed": 9}"#;
+        let c = with(&["--signal", json, "--seed", "4"])
+            .unwrap()
+            .run
+            .to_config();
+        c.validate().unwrap();
+        let s = c.start_signal();
+        assert_eq!(s.seed, 9, "the JSON's seed wins over --seed");
+        assert_eq!(s.pols[1].delay, 2.5);
+        assert_eq!(s.pols[1].components.len(), 2);
+        // pol0, left out, has the default signal: noise of 0.05 of its own, dithered.
+        assert_eq!(
+            s.pols[0],
+            crate::spec::Signal::from_common(&SignalSpec {
+                seed: 4,
+                ..Default::default()
+            })
+            .pols[0]
+        );
+
+        let path = std::env::temp_dir().join(format!("dsim-signal-{}.json", std::process::id()));
+        std::fs::write(&path, json).unwrap();
+        let arg = format!("@{}", path.display());
+        let from_file = with(&["--signal", &arg]).unwrap().run.to_config();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(from_file.signal_pols, c.signal_pols);
+    }
+
+    #[test]
+    fn signal_refuses_the_common_flags_and_names_a_wrong_field() {
+        let flags: [&[&str]; 6] = [
+            &["--tone", "1e6:0.1"],
+            &["--noise", "0.1"],
+            &["--delay0", "2"],
+            &["--delay1", "2"],
+            &["--dither"],
+            &["--no-dither"],
+        ];
+        for flag in flags {
+            let args: Vec<&str> = ["--signal", "{}"].iter().chain(flag).copied().collect();
+            let err = with(&args).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{flag:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("--signal") && text.contains(flag[0]),
+                "{text}"
+            );
+        }
+        let err = with(&[
+            "--signal",
+            r#"{"pol0": {"components": [{"kind": "noise", "rms": 1}]}}"#,
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("pol0.components[0]: missing field `seed`"),
+            "{err}"
+        );
+        let err = with(&["--signal", "@/nonexistent/signal.json"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read the signal file"), "{err}");
+        // Values are checked by the configuration, with the sentence the API gives.
+        let c = with(&["--signal", r#"{"pol1": {"components": [], "delay": 1e12}}"#])
+            .unwrap()
+            .run
+            .to_config();
+        assert!(c.validate().unwrap_err().0.contains("pol1 delay"));
     }
 
     #[test]

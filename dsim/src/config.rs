@@ -5,7 +5,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use spead::transport::Endpoint;
 
-pub use fgpu_api::dsim::{SignalSpec, SignalUpdate, Tone};
+use crate::spec::Signal;
+
+pub use crate::spec::{
+    ApplyUpdate, PolSignal, PolsRequest, SignalRules, SignalSpec, SignalUpdate, Tone,
+    MAX_DELAY_SAMPLES, MAX_TONES,
+};
 
 /// A request or configuration that cannot be honoured; the text is one sentence for the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,79 +48,6 @@ pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), BadRe
     }
 }
 
-/// Largest |delay| accepted, in samples: far beyond any geometric delay, small enough that the
-/// phase arithmetic keeps full precision.
-pub const MAX_DELAY_SAMPLES: f64 = 1e9;
-/// Most tones in one signal (each costs a little generation time per sample).
-pub const MAX_TONES: usize = 64;
-
-/// dsim's rules for the signal types it shares through [`fgpu_api::dsim`].
-pub trait SignalRules {
-    /// Checks the signal against the sample rate it will be generated for.
-    fn validate(&self, rate: f64) -> Result<(), BadRequest>;
-}
-
-impl SignalRules for SignalSpec {
-    fn validate(&self, rate: f64) -> Result<(), BadRequest> {
-        ensure(self.tones.len() <= MAX_TONES, || {
-            format!(
-                "{} tones were given; at most {MAX_TONES} are allowed.",
-                self.tones.len()
-            )
-        })?;
-        for (i, t) in self.tones.iter().enumerate() {
-            ensure(
-                t.frequency.is_finite() && t.frequency >= 0.0 && t.frequency <= rate / 2.0,
-                || {
-                    format!(
-                        "tone {i} has frequency {} Hz, outside 0 to {} Hz (half the sample rate).",
-                        t.frequency,
-                        rate / 2.0
-                    )
-                },
-            )?;
-            ensure(t.amplitude.is_finite() && t.amplitude >= 0.0, || {
-                format!(
-                    "tone {i} has amplitude {}; it must be a finite fraction of full scale, 0 or more.",
-                    t.amplitude
-                )
-            })?;
-        }
-        ensure(self.noise.is_finite() && self.noise >= 0.0, || {
-            format!(
-                "noise {} is not a finite rms of 0 or more (a fraction of full scale).",
-                self.noise
-            )
-        })?;
-        for (p, d) in self.delays.iter().enumerate() {
-            ensure(d.is_finite() && d.abs() <= MAX_DELAY_SAMPLES, || {
-                format!(
-                    "delay of polarisation {p} is {d} samples; it must be finite and at most {MAX_DELAY_SAMPLES:e} in size."
-                )
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// How a partial signal (PUT /signal) combines with the signal in force.
-pub trait ApplyUpdate {
-    /// The signal in force with the fields given here replaced.
-    fn apply_to(&self, current: &SignalSpec) -> SignalSpec;
-}
-
-impl ApplyUpdate for SignalUpdate {
-    fn apply_to(&self, current: &SignalSpec) -> SignalSpec {
-        SignalSpec {
-            tones: self.tones.clone().unwrap_or_else(|| current.tones.clone()),
-            noise: self.noise.unwrap_or(current.noise),
-            dither: self.dither.unwrap_or(current.dither),
-            delays: self.delays.unwrap_or(current.delays),
-            seed: self.seed.unwrap_or(current.seed),
-        }
-    }
-}
-
 /// Everything a run needs. [`Config::validate`] is called by `Dsim::start`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -127,7 +59,12 @@ pub struct Config {
     pub sync_time: Option<f64>,
     pub heap_samples: usize,
     pub sample_bits: u32,
+    /// The signal in the common form (today's flags): tones common to both polarisations, noise
+    /// independent per polarisation.
     pub signal: SignalSpec,
+    /// The per-polarisation form (`--signal`), applied over `signal` at start: each polarisation
+    /// it gives replaces what `signal` describes for it.
+    pub signal_pols: Option<PolsRequest>,
     /// Heaps in the repeating signal buffer (rounded up to whole send batches per thread).
     pub buffer_heaps: usize,
     /// Sender threads per polarisation; 0 picks from the rate.
@@ -164,6 +101,7 @@ impl Config {
             heap_samples: DEFAULT_HEAP_SAMPLES,
             sample_bits: DEFAULT_SAMPLE_BITS,
             signal: SignalSpec::default(),
+            signal_pols: None,
             buffer_heaps: DEFAULT_BUFFER_HEAPS,
             threads: 0,
             interface: None,
@@ -238,7 +176,20 @@ impl Config {
             "heaps 0 would send nothing; give 1 or more.".into()
         })?;
         crate::faults::FaultRules::validate(&self.faults)?;
-        self.signal.validate(self.rate)
+        self.signal.validate(self.rate)?;
+        match &self.signal_pols {
+            Some(p) => p.validate(self.rate),
+            None => Ok(()),
+        }
+    }
+
+    /// The signal to start with: the common form, with the per-polarisation form over it.
+    pub fn start_signal(&self) -> Signal {
+        let common = Signal::from_common(&self.signal);
+        match &self.signal_pols {
+            Some(p) => common.with(p),
+            None => common,
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 //! | GET /health | | 200 `ok` |
 //! | GET /status | | [`crate::Status`] |
 //! | GET /metrics | | Prometheus text |
-//! | GET /signal | | the signal in force |
-//! | PUT /signal | [`crate::SignalUpdate`] | [`crate::SignalChange`]: the heap it applies from |
+//! | GET /signal | | the signal in force ([`crate::spec::SignalStatus`]) |
+//! | PUT /signal | [`crate::SignalRequest`]: per polarisation or common | [`crate::SignalChange`]: the heap it applies from |
 //! | PUT /rate | `{"rate": samples_per_s}` | [`crate::RateChange`] |
 //! | GET /faults, PUT /faults | [`crate::FaultsRequest`] | the faults in force |
 
@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
 use crate::config::RequestError;
-use crate::{Controller, FaultsRequest, SignalUpdate};
+use crate::{Controller, FaultsRequest};
 
 pub use fgpu_api::dsim::RateRequest;
 
@@ -107,9 +107,11 @@ async fn faults(State(c): State<Controller>) -> impl IntoResponse {
 }
 
 async fn put_signal(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
-    let update: SignalUpdate = parse("signal", &body)?;
+    // Read by its keys, so that an error names the form it was read as and the wrong field.
+    let request =
+        crate::spec::parse_request(&body).map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))?;
     // Building the buffer is CPU work of up to seconds: keep it off the async workers.
-    let change = tokio::task::spawn_blocking(move || c.set_signal(&update))
+    let change = tokio::task::spawn_blocking(move || c.set_signal(&request))
         .await
         .map_err(|e| {
             Refusal(

@@ -10,7 +10,8 @@
 //! handle.stop();
 //! ```
 //!
-//! Modules: [`config`] (what to do), [`signal`] (samples), [`buffer`] (packets of the repeating
+//! Modules: [`config`] (what to do), [`spec`] (the signal in force and its forms), [`signal`]
+//! (samples), [`buffer`] (packets of the repeating
 //! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`faults`],
 //! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`].
 
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod schedule;
 pub mod sender;
 pub mod signal;
+pub mod spec;
 pub mod state;
 pub mod status;
 
@@ -37,11 +39,12 @@ use spead::transport::{Sender, SocketConfig, UdpSocket};
 
 pub use config::{BadRequest, Config, RequestError, SignalSpec, SignalUpdate, Tone};
 pub use faults::{FaultsRequest, PolFaults};
-pub use fgpu_api::dsim::{RateChange, SignalChange};
+pub use fgpu_api::dsim::{RateChange, SignalChange, SignalRequest};
+pub use spec::{Component, PolSignal, PolsRequest, Signal};
 pub use status::Status;
 
-use config::{ApplyUpdate, SignalRules};
 use faults::FaultRules;
+use spec::{ApplyUpdate, SignalRules};
 
 use buffer::Layout;
 use faults::FaultPlan;
@@ -74,10 +77,11 @@ impl Dsim {
         let layouts = common_layouts(&config, threads)?;
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let built = Instant::now();
+        let signal = config.start_signal();
         let generators: Vec<Generator> = (0..2)
             .map(|p| {
                 Generator::new(
-                    &config.signal,
+                    &signal,
                     config.rate,
                     p,
                     hs,
@@ -161,7 +165,7 @@ impl Dsim {
             faults: Versioned::new(
                 [&config.faults.pol0, &config.faults.pol1][p]
                     .as_ref()
-                    .map(|f| FaultPlan::new(f, config.signal.seed, p))
+                    .map(|f| FaultPlan::new(f, signal.seed, p))
                     .unwrap_or_default(),
             ),
             fault_counters: Default::default(),
@@ -175,8 +179,12 @@ impl Dsim {
             pols: [pol_state(0, ch0), pol_state(1, ch1)],
             schedule: Versioned::new(Schedule::new(sync_time, first_heap, config.rate, hs)),
             signal: Mutex::new(SignalState {
-                spec: config.signal.clone(),
-                tone_frequencies: generators[0].tone_frequencies(config.rate),
+                common: SignalSpec {
+                    seed: signal.seed,
+                    ..config.signal.clone()
+                },
+                tone_frequencies: [0, 1].map(|p| generators[p].tone_frequencies(config.rate)),
+                signal,
                 rate: config.rate,
                 from_heap: first_heap,
             }),
@@ -396,34 +404,48 @@ impl Controller {
         Ok(change)
     }
 
-    /// Builds the new signal (fields left out keep their values) and switches to it at a batch
-    /// boundary shortly ahead, named in the reply. Blocks while the buffer is built.
-    pub fn set_signal(&self, update: &SignalUpdate) -> Result<SignalChange, RequestError> {
+    /// Builds the new signal and switches to it at a batch boundary shortly ahead, named in the
+    /// reply. Blocks while the buffer is built.
+    ///
+    /// The per-polarisation form replaces the polarisations it gives (and the seed, if given).
+    /// The common form rebuilds both polarisations from the latest common-form signal with the
+    /// fields given replaced (fields left out keep their values there): a per-polarisation signal
+    /// set since is replaced as a whole.
+    pub fn set_signal(&self, request: &SignalRequest) -> Result<SignalChange, RequestError> {
         let s = &self.shared;
         let _one_at_a_time = s.signal_busy.lock().unwrap_or_else(|e| e.into_inner());
-        let current = s
-            .signal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .spec
-            .clone();
-        let spec = update.apply_to(&current);
+        let current = s.signal.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let rate = s.schedule.load().latest_rate();
-        spec.validate(rate)?;
+        let (signal, common) = match request {
+            SignalRequest::Common(update) => {
+                let common = update.apply_to(&current.common);
+                common.validate(rate)?;
+                (Signal::from_common(&common), common)
+            }
+            SignalRequest::Pols(pols) => {
+                pols.validate(rate)?;
+                let signal = current.signal.with(pols);
+                let common = SignalSpec {
+                    seed: signal.seed,
+                    ..current.common
+                };
+                (signal, common)
+            }
+        };
         self.ensure_running()?;
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let mut freqs = Vec::new();
+        let mut freqs: [Vec<f64>; 2] = Default::default();
         let mut built = Vec::new();
         for p in &s.pols {
             let g = Generator::new(
-                &spec,
+                &signal,
                 rate,
                 p.pol,
                 s.heap_samples,
                 s.config.sample_bits,
                 p.layout.period(),
             );
-            freqs = g.tone_frequencies(rate);
+            freqs[p.pol] = g.tone_frequencies(rate);
             built.push(buffer::build_all(
                 &p.layout,
                 &g,
@@ -444,22 +466,19 @@ impl Controller {
             }
         }
         let state = SignalState {
-            spec,
+            signal,
+            common,
             tone_frequencies: freqs,
             rate,
             from_heap: k,
         };
         *s.signal.lock().unwrap_or_else(|e| e.into_inner()) = state.clone();
-        tracing::info!(from_heap = k, signal = ?state.spec, "signal changed");
+        tracing::info!(from_heap = k, signal = ?state.signal, "signal changed");
         Ok(SignalChange {
             from_heap: k,
             from_timestamp: k * s.heap_samples as u64,
             from_unix_time: s.schedule.load().unix_due(k),
-            signal: status::SignalStatus {
-                spec: state.spec,
-                tone_frequencies: state.tone_frequencies,
-                from_heap: k,
-            },
+            signal: state.status(),
         })
     }
 
@@ -467,7 +486,13 @@ impl Controller {
     /// sends. Returns the faults now in force.
     pub fn set_faults(&self, req: &FaultsRequest) -> Result<FaultsRequest, RequestError> {
         req.validate()?;
-        let seed = self.shared.config.signal.seed;
+        let seed = self
+            .shared
+            .signal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .signal
+            .seed;
         for (p, f) in [&req.pol0, &req.pol1].into_iter().enumerate() {
             if let Some(f) = f {
                 let plan = FaultPlan::new(f, seed, p);

@@ -8,9 +8,10 @@ use std::time::Instant;
 use spead::transport::Endpoint;
 
 use crate::buffer::{Layout, Slot};
-use crate::config::{Config, SignalSpec};
+use crate::config::Config;
 use crate::faults::{FaultCounters, FaultPlan};
 use crate::schedule::{Schedule, Versioned};
+use crate::spec::{Signal, SignalSpec, SignalStatus};
 use crate::status::RateWindow;
 
 /// Totals of one send thread (each on its own cache lines, so threads never contend; readers
@@ -117,12 +118,24 @@ impl PolState {
 /// The signal in force (or about to be).
 #[derive(Clone, Debug)]
 pub struct SignalState {
-    pub spec: SignalSpec,
-    /// Tone frequencies as generated (rounded to whole cycles per buffer), Hz at `rate`.
-    pub tone_frequencies: Vec<f64>,
+    /// Per polarisation, and the seed.
+    pub signal: Signal,
+    /// The common form an update in the common form applies to: the latest signal given in that
+    /// form (at start, the flags), its seed kept equal to the signal's.
+    pub common: SignalSpec,
+    /// Each polarisation's tone frequencies as generated (rounded to whole cycles per buffer), Hz
+    /// at `rate`.
+    pub tone_frequencies: [Vec<f64>; 2],
     /// The sample rate the frequencies were converted with.
     pub rate: f64,
     pub from_heap: u64,
+}
+
+impl SignalState {
+    pub fn status(&self) -> SignalStatus {
+        self.signal
+            .status(self.tone_frequencies.clone(), self.from_heap)
+    }
 }
 
 pub struct Shared {

@@ -124,7 +124,7 @@ pub fn status(shared: &Shared) -> Status {
         .signal
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .clone();
+        .status();
     Status {
         state: state.into(),
         rate: schedule.latest_rate(),
@@ -148,11 +148,7 @@ pub fn status(shared: &Shared) -> Status {
         threads_per_pol: shared.threads,
         heaps_per_batch: [shared.pols[0].layout.batch, shared.pols[1].layout.batch],
         buffer_heaps: shared.pols[0].layout.buffer_heaps,
-        signal: SignalStatus {
-            spec: signal.spec,
-            tone_frequencies: signal.tone_frequencies,
-            from_heap: signal.from_heap,
-        },
+        signal,
         pols,
         uptime_s: shared.started_at.elapsed().as_secs_f64(),
     }

@@ -26,6 +26,7 @@ fn help_explains_every_option_with_its_unit_and_default() {
         "--sync-time",
         "--heap-samples",
         "--sample-bits",
+        "--signal",
         "--tone",
         "--noise",
         "--dither",
@@ -84,6 +85,32 @@ fn bad_arguments_exit_with_a_reason() {
         err.contains("sample width 17 bits is not between 2 and 16."),
         "{err}"
     );
+
+    // The per-polarisation signal instead of the common-form flags, not with them.
+    let out = dsim()
+        .args(["--pol0-dest", "127.0.0.1:1", "--pol1-dest", "127.0.0.1:2"])
+        .args([
+            "--signal",
+            r#"{"pol1": {"components": []}}"#,
+            "--tone",
+            "1e6:0.1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--signal") && err.contains("--tone") && err.contains("cannot be used with"),
+        "{err}"
+    );
+    let out = dsim()
+        .args(["--pol0-dest", "127.0.0.1:1", "--pol1-dest", "127.0.0.1:2"])
+        .args(["--signal", r#"{"pol1": {"componets": []}}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pol1: unknown field `componets`"), "{err}");
 }
 
 /// Reads dsim's log lines from stderr on a thread; sends each one on.

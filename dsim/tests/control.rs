@@ -103,7 +103,12 @@ fn reads_health_status_and_metrics() {
     }
     assert!(m.body.contains("dsim_heaps_sent_total{pol=\"1\"}"));
     assert!(m.body.contains("# TYPE dsim_bytes_sent_total counter"));
-    assert_eq!(call(&d, "GET", "/signal", None).json()["noise"], 0.0);
+    // No noise (the tests' config), so no components; the default seed.
+    let signal = call(&d, "GET", "/signal", None).json();
+    assert_eq!(signal["pols"][0]["components"], json!([]));
+    assert_eq!(signal["pols"][1]["dither"], true);
+    assert_eq!(signal["seed"], 1);
+    assert_eq!(signal, s["signal"]);
     assert_eq!(call(&d, "GET", "/rate", None).json()["rate"], 1e7);
     d.stop();
     drop(cap.finish(Duration::from_millis(50)));
@@ -141,7 +146,64 @@ fn bad_requests_get_a_4xx_sentence_and_change_nothing() {
             "tone 0 has frequency",
         ),
         ("PUT", "/signal", Some(r#"{"noise": -1}"#), 422, "noise -1"),
-        ("PUT", "/signal", Some(r#"{"delays": [0]}"#), 400, "signal"),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"delays": [0]}"#),
+            400,
+            "read as the common form, and delays: invalid length 1",
+        ),
+        (
+            "PUT",
+            "/signal",
+            Some(
+                r#"{"pol0": {"components": [{"kind": "tone", "frequency": 1e6, "amplitude": 0.1, "phse": 0}]}}"#,
+            ),
+            400,
+            "read as the per-polarisation form, and pol0.components[0]: unknown field `phse`",
+        ),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"pol1": {"components": [{"kind": "sawtooth"}]}}"#),
+            400,
+            "pol1.components[0].kind: unknown variant `sawtooth`",
+        ),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"pol0": {"components": []}, "noise": 0.1}"#),
+            400,
+            "per-polarisation form, and unknown field `noise`",
+        ),
+        (
+            "PUT",
+            "/signal",
+            // A good pol0 does not go in with a bad pol1.
+            Some(
+                r#"{"pol0": {"components": [{"kind": "noise", "rms": 0.1, "seed": 1}]},
+                    "pol1": {"components": [{"kind": "noise", "rms": 0.1, "seed": 1},
+                                            {"kind": "comb", "start": 1e6, "spacing": 1e6, "count": 5000, "amplitude": 0.1}]}}"#,
+            ),
+            422,
+            "pol1 component 1 (comb): count 5000 is not 1 to 4096",
+        ),
+        (
+            "PUT",
+            "/signal",
+            Some(
+                r#"{"pol0": {"components": [{"kind": "tone", "frequency": 6e6, "amplitude": 0.1}]}}"#,
+            ),
+            422,
+            "pol0 component 0 (tone): frequency 6000000 Hz is outside 0 to 5000000 Hz",
+        ),
+        (
+            "PUT",
+            "/signal",
+            Some(r#"{"pol0": {"components": [], "delay": 1e10}}"#),
+            422,
+            "pol0 delay is 10000000000 samples",
+        ),
         (
             "PUT",
             "/signal",
@@ -216,8 +278,11 @@ fn put_signal_applies_from_the_heap_the_reply_names() {
     let reply = r.json();
     let k = reply["from_heap"].as_u64().unwrap();
     assert_eq!(reply["from_timestamp"].as_u64().unwrap(), k * HS);
-    assert_eq!(reply["signal"]["tones"][0]["amplitude"], 0.4);
-    assert_eq!(reply["signal"]["dither"], false, "fields left out are kept");
+    for p in 0..2 {
+        let pol = &reply["signal"]["pols"][p];
+        assert_eq!(pol["components"][0]["amplitude"], 0.4);
+        assert_eq!(pol["dither"], false, "fields left out are kept");
+    }
     // Run on until well past the switch.
     while d
         .status()
@@ -326,4 +391,118 @@ fn put_faults_drops_the_listed_heaps_and_counts_them() {
     let (lo, hi) = (*seen.first().unwrap(), *seen.last().unwrap());
     let missing: Vec<u64> = (lo..=hi).filter(|k| !seen.contains(k)).collect();
     assert_eq!(missing, drop.to_vec());
+}
+
+/// The per-polarisation form replaces the polarisation it names (GET /signal and /status show it,
+/// and the samples follow from the heap the reply names); the other keeps its signal. A common
+/// form update then rebuilds both polarisations from the common form. A bad request changes
+/// nothing.
+#[test]
+fn put_signal_per_polarisation_changes_one_and_the_common_form_rebuilds_both() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let cap = Capture::start([1, 1]);
+    let mut cfg = config(&cap);
+    cfg.rate = 2e7;
+    cfg.control = Some("127.0.0.1:0".parse().unwrap());
+    // Constants, without dither: 0.2 of full scale = 102.4 counts, rounded to 102.
+    cfg.signal.tones = vec![Tone {
+        frequency: 0.0,
+        amplitude: 0.2,
+    }];
+    cfg.signal.dither = false;
+    let d = Dsim::start(cfg).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let before = call(&d, "GET", "/signal", None).json();
+
+    // pol1 alone: 0.3 of full scale (153.6, rounded to 154), plus a tone at 0 Hz whose phase
+    // pi/2 makes it zero and a silent comb (teeth on whole cycles per 96-heap buffer: 200, 600
+    // and 1000 times rate / 4096).
+    let body = json!({"pol1": {"components": [
+        {"kind": "tone", "frequency": 0.0, "amplitude": 0.3},
+        {"kind": "tone", "frequency": 0.0, "amplitude": 0.2, "phase": std::f64::consts::FRAC_PI_2},
+        {"kind": "comb", "start": 976562.5, "spacing": 1953125.0, "count": 3, "amplitude": 0.0}],
+        "dither": false}, "seed": 42})
+    .to_string();
+    let r = call(&d, "PUT", "/signal", Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    let k1 = reply["from_heap"].as_u64().unwrap();
+    assert_eq!(reply["from_timestamp"].as_u64().unwrap(), k1 * HS);
+    assert!(reply["from_unix_time"].as_f64().unwrap() > 1e9);
+    let signal = &reply["signal"];
+    assert_eq!(signal["pols"][0], before["pols"][0], "pol0 is kept");
+    assert_eq!(signal["seed"], 42);
+    assert_eq!(signal["from_heap"].as_u64(), Some(k1));
+    assert_eq!(signal["pols"][1]["delay"], 0.0, "delay defaults to 0");
+    assert_eq!(
+        signal["pols"][1]["tone_frequencies"],
+        json!([0.0, 0.0, 976562.5, 2929687.5, 4882812.5])
+    );
+    assert_eq!(signal["pols"][1]["components"][2]["kind"], "comb");
+    assert_eq!(call(&d, "GET", "/signal", None).json(), *signal);
+    assert_eq!(call(&d, "GET", "/status", None).json()["signal"], *signal);
+    assert_eq!(d.status().signal.strongest_tone(1).unwrap().amplitude, 0.3);
+
+    // A bad request changes nothing.
+    let bad = r#"{"pol0": {"components": [{"kind": "noise", "rms": -1, "seed": 1}]}}"#;
+    let r = call(&d, "PUT", "/signal", Some(bad));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        r.body.contains("pol0 component 0 (noise): rms -1"),
+        "{}",
+        r.body
+    );
+    assert_eq!(call(&d, "GET", "/signal", None).json(), *signal);
+
+    // The common form: both polarisations from the common form (0 Hz tone, no dither) with the
+    // tone replaced: 0.4 of full scale, 204.8 rounded to 205.
+    let r = call(
+        &d,
+        "PUT",
+        "/signal",
+        Some(r#"{"tones": [{"frequency": 0, "amplitude": 0.4}]}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    let k2 = reply["from_heap"].as_u64().unwrap();
+    for p in 0..2 {
+        let pol = &reply["signal"]["pols"][p];
+        assert_eq!(
+            pol["components"],
+            json!([{"kind": "tone", "frequency": 0.0, "amplitude": 0.4, "phase": 0.0}])
+        );
+        assert_eq!(pol["dither"], false);
+    }
+    assert_eq!(reply["signal"]["seed"], 42, "the seed stays");
+
+    while d
+        .status()
+        .pols
+        .iter()
+        .any(|p| p.timestamp.unwrap_or(0) < (k2 + 50) * HS)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = d.stop();
+    let got = cap.finish(Duration::from_millis(200));
+    for (p, arrivals) in got.iter().enumerate() {
+        let (heaps, _) = decode(arrivals, 10);
+        contiguous(&heaps, HS);
+        // Around each switch (unpacking everything is slow in debug builds).
+        for h in heaps.iter().filter(|h| {
+            let near = |k: u64| h.heap_cnt + 50 > k && h.heap_cnt < k + 50;
+            near(k1) || near(k2) || h.heap_cnt == status.first_heap
+        }) {
+            let want = match (p, h.heap_cnt) {
+                (_, c) if c >= k2 => 205,
+                (1, c) if c >= k1 => 154,
+                _ => 102,
+            };
+            assert!(
+                h.samples().iter().all(|&s| s == want),
+                "pol {p} heap {} (switches at {k1}, {k2}) is not {want}",
+                h.heap_cnt
+            );
+        }
+    }
 }

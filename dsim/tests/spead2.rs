@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use dsim::config::SignalSpec;
 use dsim::signal::Generator;
+use dsim::Signal;
 use dsim::Tone;
 use serde_json::Value;
 
@@ -120,7 +121,7 @@ fn spead2_decodes_what_dsim_sends() {
         assert!((amp - 0.5).abs() < 0.005, "amplitude {amp}");
 
         let first = r["first_ts"].as_u64().unwrap() / HS as u64;
-        let g = Generator::new(&spec, RATE, p, HS, 10, 96 * HS as u64);
+        let g = Generator::new(&Signal::from_common(&spec), RATE, p, HS, 10, 96 * HS as u64);
         let mut want = vec![0i16; HS];
         g.heap(first % 96, &mut want);
         let got: Vec<i16> = r["first_samples"]

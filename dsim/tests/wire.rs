@@ -7,7 +7,7 @@ use std::f64::consts::TAU;
 use std::sync::Arc;
 
 use common::{config, contiguous_samples, decode, fft, run, Capture};
-use dsim::Tone;
+use dsim::{Component, PolSignal, PolsRequest, Tone};
 use spead::assemble::{Event, HeapAssembler};
 use spead::packet::Limits;
 use spead::{items, RejectCounters};
@@ -81,7 +81,12 @@ fn tone_lands_in_its_bin_at_its_amplitude() {
     }];
     cfg.signal.noise = 0.01;
     let (status, got) = run(cap, cfg, 16);
-    assert_eq!(status.signal.tone_frequencies[0], bin_frequency(BIN, 1e8));
+    for p in 0..2 {
+        assert_eq!(
+            status.signal.pols[p].tone_frequencies,
+            [bin_frequency(BIN, 1e8)]
+        );
+    }
     for arrivals in &got {
         let (heaps, _) = decode(arrivals, 10);
         let (_, x) = contiguous_samples(&heaps, HS);
@@ -196,6 +201,57 @@ fn polarisations_correlate_through_the_tone_only_with_the_delay_as_phase() {
     assert!((phase - want).abs() < 0.01, "phase {phase}, want {want}");
     let coherence = (x1[BIN] * x0[BIN].conj()).norm() / (x0[BIN].norm() * x1[BIN].norm());
     assert!(coherence > 0.999);
+}
+
+/// The per-polarisation form: the same noise seed in both polarisations and pol1 delayed by 2.5
+/// samples. The polarisations are fully correlated, and their cross-spectrum's phase runs as
+/// 2 pi f 2.5 over the band (the delay applies to the noise).
+#[test]
+fn correlated_noise_with_pol1_delayed_shows_the_delay_across_the_band() {
+    let cap = Capture::start([1, 1]);
+    let mut cfg = config(&cap);
+    let noise = |delay| PolSignal {
+        components: vec![Component::Noise { rms: 0.1, seed: 21 }],
+        delay,
+        dither: true,
+    };
+    cfg.signal_pols = Some(PolsRequest {
+        pol0: Some(noise(0.0)),
+        pol1: Some(noise(2.5)),
+        seed: None,
+    });
+    let (status, got) = run(cap, cfg, 16);
+    assert_eq!(status.signal.pols[1].signal.delay, 2.5);
+    let spectra: Vec<_> = got
+        .iter()
+        .map(|a| {
+            let (heaps, _) = decode(a, 10);
+            let (t0, x) = contiguous_samples(&heaps, HS);
+            (t0, fft(&x))
+        })
+        .collect();
+    assert_eq!(spectra[0].0, spectra[1].0, "same timestamps");
+    let (x0, x1) = (&spectra[0].1, &spectra[1].1);
+    // Bands of 512 bins up to 0.9 of Nyquist.
+    let top = N / 2 * 9 / 10;
+    for band in (1..top).collect::<Vec<_>>().chunks(512) {
+        let (mut cross, mut p0, mut p1) = (rustfft::num_complex::Complex::new(0.0, 0.0), 0.0, 0.0);
+        for &k in band {
+            cross += x1[k] * x0[k].conj();
+            p0 += x0[k].norm_sqr();
+            p1 += x1[k].norm_sqr();
+        }
+        let f = (band[0] + band[band.len() - 1]) as f64 / 2.0 / N as f64;
+        let want = (TAU * f * 2.5 + std::f64::consts::PI).rem_euclid(TAU) - std::f64::consts::PI;
+        let phase = cross.arg();
+        let error = (phase - want + std::f64::consts::PI).rem_euclid(TAU) - std::f64::consts::PI;
+        assert!(
+            error.abs().to_degrees() < 0.5,
+            "f {f}: phase {phase}, want {want}"
+        );
+        let coherence = cross.norm() / (p0 * p1).sqrt();
+        assert!(coherence > 0.99, "f {f}: coherence {coherence}");
+    }
 }
 
 #[test]
