@@ -510,6 +510,15 @@ mod tests {
         let r = parse_request(br#"{"pol1": {"components": [{"kind": "noise", "rms": 0.1, "seed": 3}], "delay": 2.5}}"#)
             .unwrap();
         assert!(matches!(r, SignalRequest::Pols(p) if p.pol1.as_ref().unwrap().delay == 2.5));
+        // A polarisation named as null: the per-polarisation form, changing only the seed.
+        let r = parse_request(br#"{"pol0": null, "seed": 5}"#).unwrap();
+        assert_eq!(
+            r,
+            SignalRequest::Pols(PolsRequest {
+                seed: Some(5),
+                ..Default::default()
+            })
+        );
         let r = parse_request(br#"{"noise": 0.1, "seed": 2}"#).unwrap();
         assert!(matches!(r, SignalRequest::Common(u) if u.noise == Some(0.1) && u.seed == Some(2)));
         for (body, expect) in [
