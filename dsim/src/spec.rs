@@ -44,8 +44,10 @@ pub struct Signal {
 
 /// The seed of polarisation `pol`'s noise when the signal is given in the common form: derived
 /// from the signal's seed, different per polarisation, so that the two noises are independent.
+/// Kept below 2^53, so that it survives a JSON reader that reads numbers as doubles (the status
+/// shows it, and a client may send it back).
 pub fn common_noise_seed(seed: u64, pol: usize) -> u64 {
-    mix(mix(seed ^ 0x636f_6d6d_6f6e_0000).wrapping_add(pol as u64))
+    mix(mix(seed ^ 0x636f_6d6d_6f6e_0000).wrapping_add(pol as u64)) & ((1 << 53) - 1)
 }
 
 impl Signal {
@@ -385,6 +387,7 @@ mod tests {
         }
         assert_ne!(common_noise_seed(9, 0), common_noise_seed(9, 1));
         assert_ne!(common_noise_seed(9, 0), common_noise_seed(10, 0));
+        assert!((0..1000).all(|seed| common_noise_seed(seed, 1) < 1 << 53));
         // No noise, no noise component.
         let quiet = Signal::from_common(&SignalSpec { noise: 0.0, ..spec });
         assert_eq!(quiet.pols[1].components.len(), 2);
@@ -507,6 +510,15 @@ mod tests {
         let r = parse_request(br#"{"pol1": {"components": [{"kind": "noise", "rms": 0.1, "seed": 3}], "delay": 2.5}}"#)
             .unwrap();
         assert!(matches!(r, SignalRequest::Pols(p) if p.pol1.as_ref().unwrap().delay == 2.5));
+        // A polarisation named as null: the per-polarisation form, changing only the seed.
+        let r = parse_request(br#"{"pol0": null, "seed": 5}"#).unwrap();
+        assert_eq!(
+            r,
+            SignalRequest::Pols(PolsRequest {
+                seed: Some(5),
+                ..Default::default()
+            })
+        );
         let r = parse_request(br#"{"noise": 0.1, "seed": 2}"#).unwrap();
         assert!(matches!(r, SignalRequest::Common(u) if u.noise == Some(0.1) && u.seed == Some(2)));
         for (body, expect) in [
