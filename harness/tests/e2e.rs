@@ -73,7 +73,11 @@ fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &st
     let taps = TAPS.to_string();
     let logs = dir.join("logs");
     // A short signal buffer: dsim rebuilds it on every tone change.
-    let dsim_args = format!("--buffer-heaps 512 {extra_dsim}");
+    let dsim_args = if extra_dsim.contains("--buffer-heaps") {
+        extra_dsim.to_string()
+    } else {
+        format!("--buffer-heaps 512 {extra_dsim}")
+    };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_harness"));
     cmd.args(args).args([
         "--local",
@@ -317,7 +321,8 @@ fn qualify_quick_subset_passes_on_the_cpu_backend() {
         &["qualify", "--quick", "--out-dir", dir.to_str().unwrap()],
         &bins,
         &dir,
-        "",
+        // A buffer longer than an integration, so that the noise does not repeat within one.
+        "--buffer-heaps 2048",
     );
     let report = json_file(&dir.join("qualify.json"));
     let tests = report["tests"].as_array().unwrap();

@@ -166,6 +166,22 @@ impl Bench {
         Ok(())
     }
 
+    /// Waits until the engine has computed every frame holding timestamp `t` (its counters then
+    /// cover everything before `t`).
+    pub fn wait_computed(&self, t: u64) -> Result<()> {
+        self.wait_input(t + self.geometry.chunk_samples as u64)?;
+        let start = Instant::now();
+        while self.services.engine.status()?.frames.last_timestamp
+            < t + self.geometry.chunk_samples as u64
+        {
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("the engine computed no frame past timestamp {t} within a minute");
+            }
+            signals::sleep(Duration::from_millis(50)).map_err(|_| anyhow!("interrupted"))?;
+        }
+        Ok(())
+    }
+
     /// Sums `spectra` spectra from timestamp `from` on.
     pub fn integrate(&self, from: Timestamp, spectra: u64) -> Result<Integration> {
         let to = from + spectra * self.geometry.step();

@@ -200,7 +200,9 @@ pub fn fmt_value(v: f64) -> String {
         return format!("{v}");
     }
     let a = v.abs();
-    if !(1e-3..1e6).contains(&a) {
+    if v.fract() == 0.0 && a < 1e9 {
+        format!("{v:.0}")
+    } else if !(1e-3..1e6).contains(&a) {
         format!("{v:.3e}")
     } else if a >= 100.0 {
         format!("{v:.1}")

@@ -48,7 +48,8 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
             vec![tone(f, amplitude), noise(NOISE, 101)],
             vec![tone(f, amplitude), noise(NOISE, 102)],
         )?;
-        let int = b.integrate(from, plan.spectra)?;
+        // Twice the usual: the floor of the cross-power falls as the square root of it.
+        let int = b.integrate(from, 2 * plan.spectra)?;
         let cross = cross_power(&int.cross, int.spectra);
         let peaks = [
             argmax(&int.mean_spectrum(0)),

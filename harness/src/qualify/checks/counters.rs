@@ -18,7 +18,7 @@ pub(super) const SATURATION: Check = Check {
     name: "saturation",
     title: "Saturation counters",
     requirement: "A tone driven into clipping makes the engine count clamped output values at the rate the harness sees them (within 5%); an undriven signal counts none.",
-    method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it sent, and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
+    method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it computed, and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
     run: saturation,
 };
 
@@ -30,7 +30,8 @@ pub(super) const LOST_DATA: Check = Check {
     run: lost_data,
 };
 
-/// The engine's saturation counters and values sent per polarisation.
+/// The engine's saturation counters and the values it computed per polarisation (both counted
+/// where a frame is computed, so that their ratio needs no alignment with the output).
 fn engine_counts(b: &Bench) -> Result<([u64; 2], u64)> {
     let st = b.services.engine.status()?;
     let out = st
@@ -40,7 +41,8 @@ fn engine_counts(b: &Bench) -> Result<([u64; 2], u64)> {
         out.saturated.first().copied().unwrap_or(0),
         out.saturated.get(1).copied().unwrap_or(0),
     ];
-    let values = out.heaps_sent * (out.channels_per_substream * out.spectra_per_heap) as u64;
+    let values =
+        st.frames.computed * (out.heaps_per_frame * out.spectra_per_heap * out.channels) as u64;
     Ok((sat, values))
 }
 
@@ -67,17 +69,17 @@ fn saturation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
             vec![tone(f, a), noise(NOISE, 701)],
             vec![tone(f, a), noise(NOISE, 702)],
         )?;
-        b.wait_input(from.max(gain_from) + 2 * g.chunk_samples as u64)?;
+        b.wait_computed(from.max(gain_from) + g.window())?;
         let clipped0 = dsim_clipped(b)?;
         let (sat0, values0) = engine_counts(b)?;
         let start = b.after_now()?;
         let int = b.integrate(start, plan.spectra)?;
         let (sat1, values1) = engine_counts(b)?;
         let clipped = dsim_clipped(b)? - clipped0;
-        let sent = values1.saturating_sub(values0).max(1) as f64;
+        let computed = values1.saturating_sub(values0).max(1) as f64;
         let seen = int.values.max(1) as f64;
         for pol in 0..2 {
-            let engine = (sat1[pol] - sat0[pol]) as f64 / sent;
+            let engine = (sat1[pol] - sat0[pol]) as f64 / computed;
             let harness = int.saturated[pol] as f64 / seen;
             progress(&format!(
                 "saturation: tone {a} of full scale, pol {pol}: engine {:.3e}, harness {:.3e} of values clamped; dsim clipped {clipped} samples",

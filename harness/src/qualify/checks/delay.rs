@@ -260,7 +260,7 @@ fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
 /// The windows of a rate test: (start, end) of each, after a load at `t_load`, and S.
 fn windows(b: &Bench, plan: &Plan, t_load: u64) -> ([(u64, u64); 2], f64) {
     let step = b.geometry.step();
-    let w = (plan.spectra / 2).max(200) * step;
+    let w = plan.spectra.max(200) * step;
     let s = 4 * w;
     let first = t_load.div_ceil(step) * step + w;
     ([(first, first + w), (first + s, first + s + w)], s as f64)
