@@ -121,7 +121,8 @@ phase_qualify() {
   # The full suite (32 positions, 4000 spectra per measurement) at a rate the harness's
   # whole-band integration keeps up with; the report lands in OUT/qualify.
   step qualify 560 "$carry/harness" qualify --local --backend cuda --channels 32768 \
-    --adc-rate "${QUALIFY_RATE:-100e6}" --dsim-args "--buffer-heaps 2048" --out-dir "$out/qualify"
+    --adc-rate "${QUALIFY_RATE:-200e6}" --substreams 8 --dsim-args "--buffer-heaps 2048" \
+    --out-dir "$out/qualify"
 }
 
 phase=${1:-}
