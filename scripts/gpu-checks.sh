@@ -119,9 +119,10 @@ phase_response() {
 
 phase_qualify() {
   # The full suite (32 positions, 4000 spectra per measurement) at a rate the harness's
-  # whole-band integration keeps up with; the report lands in OUT/qualify.
+  # whole-band integration keeps up with; the report lands in OUT/qualify. dsim's buffer holds
+  # 1024 spectra of distinct noise at 32768 channels: the SFDR's floor falls with it.
   step qualify 560 "$carry/harness" qualify --local --backend cuda --channels 32768 \
-    --adc-rate "${QUALIFY_RATE:-200e6}" --substreams 8 --dsim-args "--buffer-heaps 2048" \
+    --adc-rate "${QUALIFY_RATE:-200e6}" --substreams 8 --dsim-args "--buffer-heaps 16384" \
     --out-dir "$out/qualify"
 }
 

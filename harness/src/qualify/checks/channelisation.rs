@@ -88,9 +88,19 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
     m.figures.push(Figure::info("gain", gain, ""));
     m.figures.push(Figure::info(
         "spectra per position",
-        plan.spectra as f64,
+        2.0 * plan.spectra as f64,
         "",
     ));
+    // dsim's signal repeats every buffer: beyond one period the noise repeats too, and the
+    // cross-power's floor stops falling.
+    if let Ok(d) = b.services.dsim.status() {
+        let period = (d.buffer_heaps * d.heap_samples) as u64 / g.step();
+        m.figures.push(Figure::info(
+            "spectra of distinct noise per position (dsim's buffer)",
+            period.min(2 * plan.spectra) as f64,
+            "",
+        ));
+    }
     if !misses.is_empty() {
         m.failure = Some(misses.join("; "));
     }

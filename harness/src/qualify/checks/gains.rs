@@ -26,16 +26,23 @@ fn gains(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
     let n = g.channels;
     b.clear_delays()?;
     let g0 = 12.0 / (NOISE * g.full_scale());
-    let wanted: Vec<Complex64> = (0..n as u64)
+    // The engine keeps gains in float32: send them so (a compact body, ~28 bytes a channel),
+    // and hold the measurement to exactly what was sent.
+    let pol1: Vec<[f32; 2]> = (0..n as u64)
         .map(|k| {
             let db = (uniform(301, k) - 0.5) * 12.0;
             let phase = (uniform(302, k) - 0.5) * std::f64::consts::TAU;
-            Complex64::from_polar(10f64.powf(db / 20.0), phase)
+            let w = Complex64::from_polar(10f64.powf(db / 20.0), phase) * g0;
+            [w.re as f32, w.im as f32]
         })
         .collect();
-    let pol1: Vec<[f64; 2]> = wanted.iter().map(|w| [w.re * g0, w.im * g0]).collect();
+    let g0 = g0 as f32 as f64;
+    let wanted: Vec<Complex64> = pol1
+        .iter()
+        .map(|w| Complex64::new(w[0] as f64, w[1] as f64) / g0)
+        .collect();
     b.set_signal(vec![noise(NOISE, 303)], vec![noise(NOISE, 303)])?;
-    let from = b.set_gains(&json!({ "pol0": g0, "pol1": pol1 }))?;
+    let from = b.set_gains(&json!({ "pol0": g0 as f32, "pol1": pol1 }))?;
     progress("gains: random gains loaded; integrating");
     let int = b.integrate(from, (plan.spectra / 2).max(200))?;
     let mut worst_db = 0.0f64;
