@@ -236,13 +236,13 @@ code { font-family: ui-monospace, "DejaVu Sans Mono", "Liberation Mono", monospa
 a { color: inherit; }
 header.top { display: flex; gap: 28px; align-items: flex-start; padding-bottom: 18px;
   border-bottom: 3px solid var(--ink); }
-.verdict { flex: none; width: 224px; text-align: center; color: #fff; border-radius: 10px;
+.verdict { flex: none; width: 250px; text-align: center; color: #fff; border-radius: 10px;
   padding: 14px 10px 12px; }
 .verdict.pass { background: var(--pass); }
 .verdict.fail { background: var(--fail); }
 .verdict .word { display: block; font-size: 54px; font-weight: 800; letter-spacing: 3px;
   line-height: 1; }
-.verdict .counts { display: block; margin-top: 8px; font-size: 12.5px; font-weight: 600;
+.verdict .counts { display: block; margin-top: 8px; font-size: 12px; font-weight: 600;
   white-space: nowrap; }
 .about { flex: 1; min-width: 0; }
 dl.system { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 6px 16px;

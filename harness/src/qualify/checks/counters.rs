@@ -87,12 +87,6 @@ fn saturation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
             ));
             fractions.push((harness, engine));
             if i == 0 {
-                m.figures.push(Figure::at_least(
-                    &format!("pol {pol}, driven: values the harness saw clamped"),
-                    int.saturated[pol] as f64,
-                    "values",
-                    1.0,
-                ));
                 let ratio = if harness > 0.0 { engine / harness } else { 0.0 };
                 m.figures.push(Figure::at_most(
                     &format!(
@@ -101,6 +95,12 @@ fn saturation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
                     (ratio - 1.0).abs(),
                     "",
                     0.05,
+                ));
+                m.figures.push(Figure::at_least(
+                    &format!("pol {pol}, driven: values the harness saw clamped"),
+                    int.saturated[pol] as f64,
+                    "values",
+                    1.0,
                 ));
             } else {
                 m.figures.push(Figure::exactly(
