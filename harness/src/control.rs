@@ -77,17 +77,28 @@ impl Client {
         Ok(body)
     }
 
-    /// PUT a JSON body; the reply's JSON (Null when the reply is not JSON).
-    fn put_json(&self, path: &str, body: &Value) -> Result<Value> {
+    /// PUT a JSON body; the reply's JSON (Null when the reply is not JSON). A typed body keeps
+    /// its own number formats (float32 stays short).
+    fn put_json(&self, path: &str, body: &impl Serialize) -> Result<Value> {
         let url = format!("{}{path}", self.base);
+        let text = serde_json::to_string(body)?;
         let mut reply = self
             .agent
             .put(&url)
-            .send_json(body)
-            .with_context(|| format!("PUT {url} {body}"))?;
+            .header("content-type", "application/json")
+            .send(&text)
+            .with_context(|| format!("PUT {url} {}", shorten(&text)))?;
         let text = reply.body_mut().read_to_string().unwrap_or_default();
         refused("PUT", &url, reply.status(), &text)?;
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+/// A body for an error message: at most 200 characters of it.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((i, _)) => format!("{}... ({} bytes)", &text[..i], text.len()),
+        None => text.to_string(),
     }
 }
 
@@ -272,7 +283,7 @@ impl Engine {
     }
     /// Sets the wideband output's gains: per polarisation a number, `[re, im]`, or one
     /// `[re, im]` per channel (the engine's PUT /gains body).
-    pub fn set_gains(&self, body: &Value) -> Result<Value> {
+    pub fn set_gains(&self, body: &impl Serialize) -> Result<Value> {
         self.client.put_json("/gains", body)
     }
     /// The wideband output's gains, in the shape PUT /gains takes.

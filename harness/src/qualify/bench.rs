@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use fgpu_api::dsim::{Component, PolSignal, PolsRequest, SignalChange, SignalRequest};
 use num_complex::Complex64;
-use serde_json::Value;
 
 use super::spectra::{Integration, Spectra, TracePoint};
 use crate::receive::Receiver;
@@ -134,7 +133,7 @@ impl Bench {
     }
 
     /// Sets the wideband gains and returns the first timestamp they surely hold for.
-    pub fn set_gains(&self, body: &Value) -> Result<Timestamp> {
+    pub fn set_gains(&self, body: &impl serde::Serialize) -> Result<Timestamp> {
         self.services.engine.set_gains(body)?;
         self.after_now()
     }

@@ -2,7 +2,6 @@
 
 use anyhow::Result;
 use num_complex::Complex64;
-use serde_json::json;
 
 use super::{level, plot, points, uniform, NOISE};
 use crate::qualify::analysis::deg;
@@ -42,7 +41,15 @@ fn gains(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         .map(|w| Complex64::new(w[0] as f64, w[1] as f64) / g0)
         .collect();
     b.set_signal(vec![noise(NOISE, 303)], vec![noise(NOISE, 303)])?;
-    let from = b.set_gains(&json!({ "pol0": g0 as f32, "pol1": pol1 }))?;
+    #[derive(serde::Serialize)]
+    struct Body {
+        pol0: f32,
+        pol1: Vec<[f32; 2]>,
+    }
+    let from = b.set_gains(&Body {
+        pol0: g0 as f32,
+        pol1,
+    })?;
     progress("gains: random gains loaded; integrating");
     let int = b.integrate(from, (plan.spectra / 2).max(200))?;
     let mut worst_db = 0.0f64;
