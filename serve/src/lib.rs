@@ -85,7 +85,7 @@ impl FromStr for Token {
     /// One to 1024 visible ASCII characters: the token travels in an HTTP header.
     fn from_str(s: &str) -> Result<Self, String> {
         if s.is_empty() {
-            return Err("the control token is empty: give one, or leave the option out".into());
+            return Err("the control token is empty: give one, or leave it out (and its environment variable unset)".into());
         }
         if s.len() > 1024 || !s.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(
