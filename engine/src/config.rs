@@ -47,6 +47,14 @@ HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metri
     Gains belong to an output: /gains is the wideband output's, /outputs/NAME/gains any output's
     (today's one output is named wideband).
   A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
+Limits: a request body of at most 128 bytes per channel of the largest output, and at least
+1 MiB (8 MiB at 65536 channels: room for a PUT /gains with one [re, im] per channel for both
+polarisations in compact JSON), else 413; a request's headers within 20 s of the connection or
+of its previous reply, else the connection is closed; its body within 10 s of its headers, else
+408; 64 connections at a time, more wait to be accepted.
+With --control-token (or FENGINE_CONTROL_TOKEN), every change (PUT) needs the header
+\"Authorization: Bearer TOKEN\", else 401; GET stays open. --control binds loopback unless told
+otherwise (0.0.0.0:7147: every interface).
 
 Logs go to stderr (RUST_LOG sets the filter, default info).
 
@@ -176,9 +184,22 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
     /// HTTP control and monitoring address (GET /status, /metrics, /health; PUT /delays, /gains).
-    /// Port 0 picks a free port; the log says which ("control listening on ADDR:PORT").
-    #[arg(long, default_value = "0.0.0.0:7147", value_name = "ADDR:PORT")]
+    /// Loopback by default: give 0.0.0.0:PORT to reach it from other hosts (or a container's
+    /// published port), ideally with --control-token. Port 0 picks a free port; the log says
+    /// which ("control listening on ADDR:PORT").
+    #[arg(long, default_value = "127.0.0.1:7147", value_name = "ADDR:PORT")]
     pub control: SocketAddr,
+    /// Bearer token that every change (PUT, POST, DELETE) must carry as "Authorization: Bearer
+    /// TOKEN", else 401; reads (GET) stay open. Prefer the environment variable: a command line
+    /// shows in the process list. Default: no token, anyone who reaches the port may change
+    /// delays and gains.
+    #[arg(
+        long,
+        env = "FENGINE_CONTROL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub control_token: Option<fgpu_serve::Token>,
     /// Initial complex gain, real part, for every channel of both polarisations (default
     /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18).
     #[arg(long, allow_negative_numbers = true)]
@@ -264,6 +285,8 @@ pub struct EngineConfig {
     pub backend: BackendKind,
     pub gpu: usize,
     pub control: SocketAddr,
+    /// The bearer token that changes over HTTP need, if any.
+    pub control_token: Option<fgpu_serve::Token>,
 }
 
 /// The engine's input: both polarisations of one digitiser.
@@ -521,6 +544,7 @@ impl EngineConfig {
             backend: a.backend,
             gpu: a.gpu,
             control: a.control,
+            control_token: a.control_token.clone(),
         })
     }
 
@@ -617,6 +641,22 @@ mod tests {
         assert!(g.input.overlap_samples >= lag + c.max_delay_samples as usize);
         assert_eq!(g.input.overlap_samples % 8, 0);
         assert_eq!(out.gain, 1.0);
+        // The control API is not reachable from other hosts unless asked for, and open.
+        assert_eq!(c.control, "127.0.0.1:7147".parse().unwrap());
+        assert!(c.control.ip().is_loopback());
+        assert!(c.control_token.is_none());
+    }
+
+    /// --control-token takes a visible ASCII token; an empty or spaced one is a sentence.
+    #[test]
+    fn the_control_token_is_checked() {
+        let c = EngineConfig::from_args(&args(&["--control-token", "a-b_c.d~e+f/g="]).unwrap())
+            .unwrap();
+        assert_eq!(format!("{:?}", c.control_token), "Some(Token(hidden))");
+        for bad in ["", "two words"] {
+            let e = args(&["--control-token", bad]).unwrap_err().to_string();
+            assert!(e.contains("control token"), "{e}");
+        }
     }
 
     #[test]
