@@ -11,7 +11,9 @@
 //! - **Body:** the body must arrive whole within [`Limits::body_timeout`] of the head and be at most
 //!   [`Limits::max_body`] bytes, before any handler sees the request: else 408 or 413 with one
 //!   sentence, the connection closed and nothing changed. A whole request therefore arrives
-//!   within `header_timeout + body_timeout` or is cut off.
+//!   within `header_timeout + body_timeout` or is cut off. A body up to 4 times the limit is
+//!   read to its end and discarded before the 413, so that the client (which sends its body
+//!   before it reads) sees the reply; a larger one is refused as soon as its length is known.
 //! - **Token:** with [`Limits::token`] set, every request but GET and HEAD must carry
 //!   `Authorization: Bearer TOKEN` (compared in constant time), else 401 with one sentence. GET
 //!   (health, status, metrics and every other read) stays open.
@@ -35,7 +37,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use subtle::ConstantTimeEq;
@@ -54,6 +56,10 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(20);
 /// engine's per-channel gains, a few MiB) takes well under a second on any link a control client
 /// uses.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A body past the limit is still read (and discarded) up to this many times the limit, so that
+/// the client sees the 413 rather than a connection reset; past that it is cut off at once.
+const DRAIN_FACTOR: usize = 4;
 
 /// How long [`serve`], once told to stop, waits for the requests in flight to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -195,21 +201,21 @@ async fn check(State(c): State<Arc<Checks>>, req: Request, next: Next) -> Respon
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > c.max_body as u64) {
+    let drain = c.max_body.saturating_mul(DRAIN_FACTOR);
+    if announced.is_some_and(|n| n > drain as u64) {
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let read = Limited::new(body, c.max_body).collect();
+    let read = read_body(body, c.max_body, drain);
     match tokio::time::timeout(c.body_timeout, read).await {
-        Ok(Ok(body)) => {
-            next.run(Request::from_parts(parts, Body::from(body.to_bytes())))
-                .await
-        }
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => too_large(),
+        Ok(Ok(Some(body))) => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Ok(Ok(None)) => too_large(),
         Ok(Err(e)) => refuse(
             StatusCode::BAD_REQUEST,
             format!("the request body could not be read: {e}."),
         ),
+        // Announced too large and slow to drain: it is the size that is wrong.
+        Err(_) if announced.is_some_and(|n| n > c.max_body as u64) => too_large(),
         Err(_) => refuse(
             StatusCode::REQUEST_TIMEOUT,
             format!(
@@ -218,6 +224,31 @@ async fn check(State(c): State<Arc<Checks>>, req: Request, next: Next) -> Respon
             ),
         ),
     }
+}
+
+/// `body` whole if it is at most `max` bytes, else `None`. Past `max` it reads on and discards,
+/// up to `drain` bytes in all: a client sends its whole body before it reads the reply, and one
+/// whose body is left unread gets a reset connection instead of the 413. Memory stays within
+/// `max`.
+async fn read_body(
+    mut body: Body,
+    max: usize,
+    drain: usize,
+) -> Result<Option<Vec<u8>>, axum::Error> {
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        total = total.saturating_add(data.len());
+        if total <= max {
+            kept.extend_from_slice(&data);
+        } else if total > drain {
+            return Ok(None);
+        }
+    }
+    Ok((total <= max).then_some(kept))
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, at most `limits.max_connections`

@@ -196,11 +196,13 @@ fn a_slow_body_gets_408() {
 }
 
 /// A body past the limit gets 413 and one sentence, announced (Content-Length) or not (chunked),
-/// and never reaches the handler; one at the limit is served.
+/// and never reaches the handler; one at the limit is served. A body up to 4 times the limit is
+/// read to its end first, so that the client, still sending, gets the reply and not a reset; a
+/// larger one is refused as soon as its length is known, without waiting for it.
 #[test]
 fn a_body_over_the_limit_gets_413() {
     let s = Server::start(limits());
-    let (code, body) = s.exchange(&put(&"x".repeat(1001), ""));
+    let (code, body) = s.exchange(&put(&"x".repeat(3000), ""));
     assert_eq!(code, 413);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
@@ -215,6 +217,10 @@ fn a_body_over_the_limit_gets_413() {
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
     assert_eq!(s.exchange(&chunked).0, 413);
+    let t0 = Instant::now();
+    let head = b"PUT /thing HTTP/1.1\r\nHost: x\r\nContent-Length: 4001\r\n\r\n";
+    assert_eq!(s.exchange(head).0, 413);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     assert_eq!(s.handled.load(SeqCst), 0);
     assert_eq!(
         s.exchange(&put(&"x".repeat(1000), "")),
