@@ -8,7 +8,7 @@
 #   scripts/gpu-checks.sh qualify OUT     (GPU host) the whole qualification suite, cuda, 32768 channels
 #
 # Each phase writes one log per step into OUT and keeps going past a failed step (the summary at the
-# end lists the exit status of each), so that one session on the GPU host gives every figure it can.
+# end lists the exit status of each), so that one run on the GPU host gives every figure it can.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=.carry
@@ -18,10 +18,18 @@ stage() {
   cargo test --workspace --release --no-run
   cargo build --release --workspace --examples
   cargo bench -p spead --no-run
+  # The build's folder as cargo has it (CARGO_TARGET_DIR or a cargo config may move it from
+  # ./target).
+  local release
+  release=$(cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"] + "/release")')
   rm -rf "$carry" && mkdir -p "$carry"
-  cp target/release/{dsim,fengine,harness} target/release/examples/{cuda_bench,rx_bench} "$carry/"
-  # The newest test/bench executable of each name (cargo's hashed names in target/release/deps).
-  newest() { ls -t target/release/deps/$1-* | grep -v '\.d$' | head -1; }
+  cp "$release"/{dsim,fengine,harness} "$release"/examples/{cuda_bench,rx_bench} "$carry/"
+  # The newest test/bench executable of each name (cargo's hashed names in deps/).
+  newest() {
+    find "$release/deps" -maxdepth 1 -type f -name "$1-*" ! -name '*.d' -printf '%T@ %p\n' \
+      | sort -rn | head -1 | cut -d' ' -f2-
+  }
   cp "$(newest_for fengine src/lib.rs)" "$carry/fengine-unit"
   cp "$(newest_for fengine tests/e2e/main.rs)" "$carry/fengine-e2e"
   cp "$(newest_for harness tests/e2e.rs)" "$carry/harness-e2e"
@@ -31,9 +39,7 @@ stage() {
   strip "$carry"/*
   # Test executables find their sibling binaries by the absolute path cargo built them under
   # (CARGO_BIN_EXE_*): record it, so that the GPU host can put the binaries there.
-  cargo metadata --format-version 1 --no-deps \
-    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"] + "/release")' \
-    > "$carry/target-dir"
+  echo "$release" > "$carry/target-dir"
   du -sh "$carry"
 }
 
@@ -108,7 +114,7 @@ phase_system() {
   (while sleep 10; do date +%T; top -H -b -n 1 -w 160 | sed -n '7,40p'; done) > "$out/threads.log" 2>&1 &
   local sampler=$!
   LOW=${LOW:-3e9} HIGH=${HIGH:-9e9} RESOLUTION=${RESOLUTION:-100e6} WARMUP=${WARMUP:-3} WINDOW=${WINDOW:-8} \
-    step max-rate ${MAX_RATE_LIMIT:-420} harness/scripts/gpu-max-rate.sh "$carry" "$out/max-rate"
+    step max-rate "${MAX_RATE_LIMIT:-420}" harness/scripts/gpu-max-rate.sh "$carry" "$out/max-rate"
   kill "$sampler" 2>/dev/null
 }
 

@@ -42,6 +42,11 @@ PUT /signal, per polarisation {\"pol1\": {\"components\": [{\"kind\": \"noise\",
 PUT /rate {\"rate\": 1e9} (from a heap shortly ahead, named in the reply; timestamps stay continuous \
 and the signal is unchanged in cycles per sample, so tone frequencies in Hz scale with the rate), PUT /faults {\"pol0\": {\"drop\": {\"probability\": 0.01, \"heaps\": [100], \
 \"ranges\": [[200, 210]]}, \"duplicate\": {...}, \"reorder\": {..., \"window\": 4}, \"corrupt\": {...}}}.
+Limits: a request body of at most 1 MiB, else 413; a request's headers within 20 s of the \
+connection or of its previous reply, else the connection is closed; its body within 10 s of its \
+headers, else 408; 64 connections at a time, more wait to be accepted. With --control-token (or \
+DSIM_CONTROL_TOKEN), every change (PUT) needs the header \"Authorization: Bearer TOKEN\", else 401; \
+GET stays open.
 
 Logs go to stderr (RUST_LOG sets the filter, default info). On start dsim logs \
 `control listening on ADDR:PORT` and `sending` with the sync time and first timestamp.
@@ -247,9 +252,22 @@ pub struct RunArgs {
     pub duration: Option<f64>,
 
     /// Serve the HTTP control API on ADDR:PORT (port 0: any free port; the address is logged
-    /// as 'control listening on ADDR:PORT'). Default: no control server.
+    /// as 'control listening on ADDR:PORT'). 127.0.0.1:PORT keeps it to this host; 0.0.0.0:PORT
+    /// opens it to every interface, ideally with --control-token. Default: no control server.
     #[arg(long, value_name = "ADDR:PORT")]
     pub control: Option<SocketAddr>,
+
+    /// Bearer token that every change (PUT) must carry as "Authorization: Bearer TOKEN", else
+    /// 401; reads (GET) stay open. Prefer the environment variable: a command line shows in the
+    /// process list. Default: no token, anyone who reaches the port may change the signal, rate
+    /// and faults.
+    #[arg(
+        long,
+        env = "DSIM_CONTROL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub control_token: Option<fgpu_serve::Token>,
 
     /// When the run ends, send a SPEAD stream-stop heap to every destination.
     #[arg(long)]
@@ -300,6 +318,7 @@ impl RunArgs {
         c.heaps = self.heaps;
         c.duration = self.duration;
         c.control = self.control;
+        c.control_token = self.control_token.clone();
         c.send_stop = self.send_stop;
         c.socket_buffer = self.socket_buffer;
         c.faults = self.faults.clone().unwrap_or_default();
@@ -491,5 +510,30 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("FREQ_HZ:AMPLITUDE"));
         assert!(Cli::try_parse_from(["dsim", "bench", "--seconds", "1"]).is_ok());
+    }
+
+    /// No control server unless asked for; a token is checked and never shown.
+    #[test]
+    fn control_is_off_by_default_and_its_token_checked() {
+        let base = [
+            "dsim",
+            "--pol0-dest",
+            "127.0.0.1:1",
+            "--pol1-dest",
+            "127.0.0.1:2",
+        ];
+        let parse = |extra: &[&str]| {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            Cli::try_parse_from(args).map(|c| c.run.to_config())
+        };
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.control, None);
+        assert!(c.control_token.is_none());
+        let c = parse(&["--control", "127.0.0.1:0", "--control-token", "t0k"]).unwrap();
+        assert_eq!(format!("{:?}", c.control_token), "Some(Token(hidden))");
+        for bad in ["", "t 0k"] {
+            let e = parse(&["--control-token", bad]).unwrap_err().to_string();
+            assert!(e.contains("control token"), "{e}");
+        }
     }
 }

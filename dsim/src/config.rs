@@ -80,6 +80,8 @@ pub struct Config {
     pub duration: Option<f64>,
     /// Address for the HTTP control server (port 0: any free port).
     pub control: Option<SocketAddr>,
+    /// The bearer token that changes over HTTP need, if any.
+    pub control_token: Option<fgpu_serve::Token>,
     /// Send a SPEAD stream-stop heap to every destination when the run ends.
     pub send_stop: bool,
     /// Socket send buffer in bytes.
@@ -110,6 +112,7 @@ impl Config {
             heaps: None,
             duration: None,
             control: None,
+            control_token: None,
             send_stop: false,
             socket_buffer: 16 << 20,
             faults: Default::default(),

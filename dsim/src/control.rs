@@ -11,6 +11,11 @@
 //! | PUT /signal | [`crate::SignalRequest`]: per polarisation or common | [`crate::SignalChange`]: the heap it applies from |
 //! | PUT /rate | `{"rate": samples_per_s}` | [`crate::RateChange`] |
 //! | GET /faults, PUT /faults | [`crate::FaultsRequest`] | the faults in force |
+//!
+//! In front of it, `fgpu_serve` ([`limits`]): bodies of at most [`MAX_BODY`] bytes (413), a
+//! request's headers within 20 s and its body within 10 s after them (else the connection is
+//! closed, or 408), 64 connections at a time, and with a token the bearer token on every change
+//! (401).
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
@@ -27,6 +32,16 @@ use crate::config::RequestError;
 use crate::{Controller, FaultsRequest};
 
 pub use fgpu_api::dsim::RateRequest;
+
+/// Largest request body: 1 MiB, far above any signal, rate or faults request (a faults list of
+/// 100 000 heap numbers is under 1 MiB).
+pub const MAX_BODY: usize = 1 << 20;
+
+/// What the control server allows a client: [`MAX_BODY`], the token, `fgpu_serve`'s timeouts
+/// and connection cap.
+pub fn limits(token: Option<fgpu_serve::Token>) -> fgpu_serve::Limits {
+    fgpu_serve::Limits::new(MAX_BODY, token)
+}
 
 /// A refusal: status code and a sentence (sent as text, with a JSON twin for clients that ask).
 struct Refusal(StatusCode, String);
@@ -58,6 +73,7 @@ fn parse<T: DeserializeOwned>(what: &str, body: &Bytes) -> Result<T, Refusal> {
     })
 }
 
+/// The API's routes, without the limits ([`protect`](fgpu_serve::protect) adds them).
 pub fn router(controller: Controller) -> Router {
     Router::new()
         .route("/health", get(|| async { "ok\n" }))
@@ -141,8 +157,12 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Binds `addr` (port 0: any free port) before returning, so the address is known and a
-    /// taken port is an error here, then serves on a thread of its own.
-    pub fn spawn(addr: SocketAddr, controller: Controller) -> anyhow::Result<Self> {
+    /// taken port is an error here, then serves on a thread of its own, with [`limits`].
+    pub fn spawn(
+        addr: SocketAddr,
+        token: Option<fgpu_serve::Token>,
+        controller: Controller,
+    ) -> anyhow::Result<Self> {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("cannot listen for control on {addr}: {e}."))?;
         listener.set_nonblocking(true)?;
@@ -164,15 +184,12 @@ impl ControlServer {
                             return;
                         }
                     };
-                    let app = router(controller);
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(async {
-                            let _ = rx.await;
-                        })
-                        .await;
-                    if let Err(e) = served {
-                        tracing::error!(error = %e, "control server failed");
-                    }
+                    let limits = limits(token);
+                    let app = fgpu_serve::protect(router(controller), &limits);
+                    fgpu_serve::serve(listener, app, &limits, async {
+                        let _ = rx.await;
+                    })
+                    .await;
                 });
             })?;
         tracing::info!("control listening on {addr}");

@@ -229,7 +229,11 @@ impl Dsim {
             shared: shared.clone(),
         };
         let control = match shared.config.control {
-            Some(addr) => Some(control::ControlServer::spawn(addr, controller.clone())?),
+            Some(addr) => Some(control::ControlServer::spawn(
+                addr,
+                shared.config.control_token.clone(),
+                controller.clone(),
+            )?),
             None => None,
         };
         tracing::info!(

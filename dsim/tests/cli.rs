@@ -42,6 +42,7 @@ fn help_explains_every_option_with_its_unit_and_default() {
         "--heaps",
         "--duration",
         "--control",
+        "--control-token",
         "--send-stop",
         "--faults",
     ] {
@@ -201,4 +202,50 @@ fn sigterm_stops_it_cleanly() {
     assert!(killed.success());
     wait_for(&lines, "SIGTERM: stopping");
     assert!(child.wait().unwrap().success());
+}
+
+/// DSIM_CONTROL_TOKEN sets the token: changes need it, reads do not, and --help names the
+/// variable without showing its value.
+#[test]
+fn the_control_token_comes_from_the_environment() {
+    let help = dsim()
+        .arg("--help")
+        .env("DSIM_CONTROL_TOKEN", "env-t0ken")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("[env: DSIM_CONTROL_TOKEN]"), "{help}");
+    assert!(!help.contains("env-t0ken"), "--help shows the token");
+
+    let mut child = dsim()
+        .args(["--pol0-dest", "127.0.0.1:9", "--pol1-dest", "127.0.0.1:9"])
+        .args(["--rate", "1e6", "--buffer-heaps", "12", "--threads", "1"])
+        .args(["--control", "127.0.0.1:0"])
+        .env("DSIM_CONTROL_TOKEN", "env-t0ken")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = log_lines(&mut child);
+    let addr = wait_for(&lines, "control listening on ");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let url = |path: &str| format!("http://{addr}{path}");
+    let put = |auth: Option<&str>| {
+        let r = agent.put(url("/rate"));
+        let r = match auth {
+            Some(a) => r.header("Authorization", a),
+            None => r,
+        };
+        r.send(r#"{"rate": 2e6}"#).unwrap().status().as_u16()
+    };
+    assert_eq!(put(None), 401);
+    assert_eq!(put(Some("Bearer env-t0ke")), 401);
+    assert_eq!(put(Some("Bearer env-t0ken")), 200);
+    let status = agent.get(url("/status")).call().unwrap();
+    assert_eq!(status.status().as_u16(), 200);
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -32,13 +32,31 @@ impl Reply {
 }
 
 fn call(d: &DsimHandle, method: &str, path: &str, body: Option<&str>) -> Reply {
+    call_as(d, None, method, path, body)
+}
+
+/// [`call`] with `Authorization: Bearer TOKEN` when a token is given.
+fn call_as(
+    d: &DsimHandle,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Reply {
     let url = format!("http://{}{path}", d.control_addr().unwrap());
     let a = agent();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    fn with<B>(r: ureq::RequestBuilder<B>, auth: &Option<String>) -> ureq::RequestBuilder<B> {
+        match auth {
+            Some(v) => r.header("authorization", v),
+            None => r,
+        }
+    }
     let r = match (method, body) {
-        ("GET", _) => a.get(&url).call(),
-        ("POST", _) => a.post(&url).send(body.unwrap_or("")),
-        (_, Some(b)) => a.put(&url).send(b),
-        _ => a.put(&url).send_empty(),
+        ("GET", _) => with(a.get(&url), &auth).call(),
+        ("POST", _) => with(a.post(&url), &auth).send(body.unwrap_or("")),
+        (_, Some(b)) => with(a.put(&url), &auth).send(b),
+        _ => with(a.put(&url), &auth).send_empty(),
     };
     let mut r = r.unwrap();
     let content_type = r
@@ -505,4 +523,69 @@ fn put_signal_per_polarisation_changes_one_and_the_common_form_rebuilds_both() {
             );
         }
     }
+}
+
+/// A body past the 1 MiB limit is refused with 413 and a sentence before it is parsed (here
+/// faults that would be valid but for their padding) and changes nothing; one at the limit is
+/// taken.
+#[test]
+fn a_body_over_the_limit_is_refused_and_changes_nothing() {
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 1e7, None);
+    let faults_before = call(&d, "GET", "/faults", None).body;
+    let padded = |len: usize| {
+        let head = r#"{"pol0": {"drop": {"heaps": [123456789]}}"#;
+        format!("{head}{}}}", " ".repeat(len - head.len() - 1))
+    };
+    let r = call(
+        &d,
+        "PUT",
+        "/faults",
+        Some(&padded(dsim::control::MAX_BODY + 1)),
+    );
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(
+        r.json()["error"],
+        "the request body is larger than this server's limit of 1048576 bytes."
+    );
+    assert_eq!(call(&d, "GET", "/faults", None).body, faults_before);
+    let r = call(&d, "PUT", "/faults", Some(&padded(dsim::control::MAX_BODY)));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(call(&d, "GET", "/faults", None).body.contains("123456789"));
+    d.stop();
+    drop(cap.finish(Duration::from_millis(50)));
+}
+
+/// With a control token, a change without it or with another is refused (401, a sentence,
+/// nothing changed); with it, it is taken; reads need none.
+#[test]
+fn the_token_guards_changes_and_leaves_reads_open() {
+    let cap = Capture::start([1, 1]);
+    let mut cfg = config(&cap);
+    cfg.rate = 1e7;
+    cfg.control = Some("127.0.0.1:0".parse().unwrap());
+    cfg.control_token = Some("d-s3cret".parse().unwrap());
+    let d = Dsim::start(cfg).unwrap();
+    let rate = Some(r#"{"rate": 2e7}"#);
+    for token in [None, Some("d-s3cre"), Some("d-s3cret2")] {
+        let r = call_as(&d, token, "PUT", "/rate", rate);
+        assert_eq!(r.status, 401, "token {token:?}: {}", r.body);
+        let msg = r.json()["error"].as_str().unwrap().to_string();
+        assert!(
+            msg.contains("Authorization: Bearer") && msg.ends_with('.'),
+            "{msg}"
+        );
+    }
+    assert_eq!(call(&d, "PUT", "/faults", Some("{}")).status, 401);
+    for path in [
+        "/health", "/status", "/metrics", "/signal", "/rate", "/faults",
+    ] {
+        assert_eq!(call(&d, "GET", path, None).status, 200, "GET {path}");
+    }
+    assert_eq!(call(&d, "GET", "/rate", None).json()["rate"], 1e7);
+    let r = call_as(&d, Some("d-s3cret"), "PUT", "/rate", rate);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(call(&d, "GET", "/rate", None).json()["rate"], 2e7);
+    d.stop();
+    drop(cap.finish(Duration::from_millis(50)));
 }

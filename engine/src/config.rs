@@ -47,6 +47,14 @@ HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metri
     Gains belong to an output: /gains is the wideband output's, /outputs/NAME/gains any output's
     (today's one output is named wideband).
   A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
+Limits: a request body of at most 128 bytes per channel of the largest output, and at least
+1 MiB (8 MiB at 65536 channels: room for a PUT /gains with one [re, im] per channel for both
+polarisations in compact JSON), else 413; a request's headers within 20 s of the connection or
+of its previous reply, else the connection is closed; its body within 10 s of its headers, else
+408; 64 connections at a time, more wait to be accepted.
+With --control-token (or FENGINE_CONTROL_TOKEN), every change (PUT) needs the header
+\"Authorization: Bearer TOKEN\", else 401; GET stays open. --control binds loopback unless told
+otherwise (0.0.0.0:7147: every interface).
 
 Logs go to stderr (RUST_LOG sets the filter, default info).
 
@@ -75,6 +83,40 @@ pub struct Cli {
     /// `fengine ARGS` is `fengine run ARGS`.
     #[command(flatten)]
     pub run: Option<RunArgs>,
+}
+
+/// The environment variable that gives the control token when `--control-token` does not.
+pub const CONTROL_TOKEN_ENV: &str = "FENGINE_CONTROL_TOKEN";
+
+impl Cli {
+    /// The command line with the run's `--control-token` taken from [`CONTROL_TOKEN_ENV`] where
+    /// the line gives none. Not clap's `env`: with the run options flattened beside the
+    /// subcommands, a value from the environment counts as a run option given at the top level,
+    /// and `fengine run ...` and `fengine bench` then fail to parse.
+    pub fn with_env_token(self) -> Result<Self, String> {
+        self.with_token_from(std::env::var_os(CONTROL_TOKEN_ENV))
+    }
+
+    /// [`with_env_token`](Self::with_env_token) with the variable's value given.
+    pub fn with_token_from(mut self, value: Option<std::ffi::OsString>) -> Result<Self, String> {
+        let run = match &mut self.command {
+            Some(Command::Run(r)) => Some(r),
+            Some(Command::Bench(_)) => None,
+            None => self.run.as_mut(),
+        };
+        let (Some(run), Some(value)) = (run, value) else {
+            return Ok(self);
+        };
+        if run.control_token.is_none() {
+            let token = value
+                .to_str()
+                .ok_or_else(|| format!("{CONTROL_TOKEN_ENV} is not valid UTF-8."))?
+                .parse()
+                .map_err(|e| format!("{CONTROL_TOKEN_ENV} is not a usable token: {e}."))?;
+            run.control_token = Some(token);
+        }
+        Ok(self)
+    }
 }
 
 // Parsed once at start: the size of the largest variant does not matter.
@@ -176,9 +218,18 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
     /// HTTP control and monitoring address (GET /status, /metrics, /health; PUT /delays, /gains).
-    /// Port 0 picks a free port; the log says which ("control listening on ADDR:PORT").
-    #[arg(long, default_value = "0.0.0.0:7147", value_name = "ADDR:PORT")]
+    /// Loopback by default: give 0.0.0.0:PORT to reach it from other hosts (or a container's
+    /// published port), ideally with --control-token. Port 0 picks a free port; the log says
+    /// which ("control listening on ADDR:PORT").
+    #[arg(long, default_value = "127.0.0.1:7147", value_name = "ADDR:PORT")]
     pub control: SocketAddr,
+    /// Bearer token that every change (PUT, POST, DELETE) must carry as "Authorization: Bearer
+    /// TOKEN", else 401; reads (GET) stay open. Also read from the environment variable
+    /// FENGINE_CONTROL_TOKEN when this option is not given: prefer that, a command line shows in
+    /// the process list. Default: no token, anyone who reaches the port may change delays and
+    /// gains.
+    #[arg(long, value_name = "TOKEN")]
+    pub control_token: Option<fgpu_serve::Token>,
     /// Initial complex gain, real part, for every channel of both polarisations (default
     /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18).
     #[arg(long, allow_negative_numbers = true)]
@@ -264,6 +315,8 @@ pub struct EngineConfig {
     pub backend: BackendKind,
     pub gpu: usize,
     pub control: SocketAddr,
+    /// The bearer token that changes over HTTP need, if any.
+    pub control_token: Option<fgpu_serve::Token>,
 }
 
 /// The engine's input: both polarisations of one digitiser.
@@ -521,6 +574,7 @@ impl EngineConfig {
             backend: a.backend,
             gpu: a.gpu,
             control: a.control,
+            control_token: a.control_token.clone(),
         })
     }
 
@@ -617,6 +671,65 @@ mod tests {
         assert!(g.input.overlap_samples >= lag + c.max_delay_samples as usize);
         assert_eq!(g.input.overlap_samples % 8, 0);
         assert_eq!(out.gain, 1.0);
+        // The control API is not reachable from other hosts unless asked for, and open.
+        assert_eq!(c.control, "127.0.0.1:7147".parse().unwrap());
+        assert!(c.control.ip().is_loopback());
+        assert!(c.control_token.is_none());
+    }
+
+    /// FENGINE_CONTROL_TOKEN fills --control-token of the run, given at the top level or with
+    /// `run`, unless the option is given; `bench` ignores it; a bad value is a sentence.
+    #[test]
+    fn the_control_token_comes_from_the_environment_too() {
+        let token = |cli: &Cli| {
+            let run = match &cli.command {
+                Some(Command::Run(r)) => r,
+                _ => cli.run.as_ref().unwrap(),
+            };
+            run.control_token.as_ref().map(|t| format!("{t:?}"))
+        };
+        let line = ["--src-pol0", "127.0.0.1:1", "--src-pol1", "127.0.0.1:2"];
+        let top: Vec<&str> = ["fengine"].iter().chain(&line).copied().collect();
+        let run: Vec<&str> = ["fengine", "run"].iter().chain(&line).copied().collect();
+        for argv in [&top, &run] {
+            let mut argv = argv.clone();
+            argv.extend(["--dst", "127.0.0.1:3"]);
+            let env = Some("from-env".into());
+            let cli = Cli::try_parse_from(&argv).unwrap();
+            assert_eq!(token(&cli), None);
+            let cli = cli.with_token_from(env.clone()).unwrap();
+            assert_eq!(token(&cli).as_deref(), Some("Token(hidden)"));
+            let e = Cli::try_parse_from(&argv)
+                .unwrap()
+                .with_token_from(Some("".into()))
+                .unwrap_err();
+            assert!(
+                e.starts_with("FENGINE_CONTROL_TOKEN is not a usable token"),
+                "{e}"
+            );
+        }
+        // The option wins over the variable (even a bad one).
+        let mut argv = top.clone();
+        argv.extend(["--dst", "127.0.0.1:3", "--control-token", "given"]);
+        let cli = Cli::try_parse_from(&argv)
+            .unwrap()
+            .with_token_from(Some("".into()))
+            .unwrap();
+        assert!(token(&cli).is_some());
+        let bench = Cli::try_parse_from(["fengine", "bench"]).unwrap();
+        assert!(bench.with_token_from(Some("x y".into())).is_ok());
+    }
+
+    /// --control-token takes a visible ASCII token; an empty or spaced one is a sentence.
+    #[test]
+    fn the_control_token_is_checked() {
+        let c = EngineConfig::from_args(&args(&["--control-token", "a-b_c.d~e+f/g="]).unwrap())
+            .unwrap();
+        assert_eq!(format!("{:?}", c.control_token), "Some(Token(hidden))");
+        for bad in ["", "two words"] {
+            let e = args(&["--control-token", bad]).unwrap_err().to_string();
+            assert!(e.contains("control token"), "{e}");
+        }
     }
 
     #[test]

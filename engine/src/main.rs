@@ -6,7 +6,13 @@ use clap::Parser;
 use fengine::config::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::parse().with_env_token() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

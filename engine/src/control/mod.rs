@@ -11,6 +11,11 @@
 //!
 //! A bad request gets a 4xx with `{"error": "<one sentence>"}` and changes nothing. The thread
 //! also turns SIGINT and SIGTERM into the engine's stop flag.
+//!
+//! In front of it all, `fgpu_serve` ([`limits`]): 64 connections at a time, a request's headers
+//! within 20 s and its body within 10 s after them (else the connection is closed, or 408), a
+//! body of at most [`max_body`] bytes (else 413), and with `--control-token` the bearer token on
+//! every change (else 401). Its refusals are counted with the rest.
 
 mod delays;
 mod gains;
@@ -114,6 +119,28 @@ impl ControlState {
 
 type Shared = Arc<ControlState>;
 
+/// Bytes of request body allowed per channel of the largest output: a PUT of its gains gives one
+/// `[re, im]` per channel for each of the two polarisations, and 64 bytes holds one written
+/// compactly even as two float64 at full precision (`[-0.10000000149011612,0.5],` is 29; with
+/// exponents and spaces at most about 54).
+const BODY_BYTES_PER_CHANNEL: usize = POLS * 64;
+
+/// The body limit of an engine with few channels: far above any delay model or single gain.
+const MIN_BODY_BYTES: usize = 1 << 20;
+
+/// Largest request body this engine accepts: 128 bytes per channel of its largest output, at
+/// least 1 MiB (8 MiB at 65536 channels, the most an output may have).
+pub fn max_body(cfg: &EngineConfig) -> usize {
+    let channels = cfg.outputs.iter().map(|o| o.geometry.channels).max();
+    (channels.unwrap_or(0) * BODY_BYTES_PER_CHANNEL).max(MIN_BODY_BYTES)
+}
+
+/// What the control server allows a client: [`max_body`], the token, `fgpu_serve`'s timeouts and
+/// connection cap.
+pub fn limits(cfg: &EngineConfig) -> fgpu_serve::Limits {
+    fgpu_serve::Limits::new(max_body(cfg), cfg.control_token.clone())
+}
+
 /// Binds `state.cfg.control`, logs `control listening on ADDR:PORT`, and serves until the stop
 /// flag is set.
 pub fn start(state: ControlState) -> Result<(SocketAddr, JoinHandle<()>), String> {
@@ -167,12 +194,8 @@ async fn serve(listener: std::net::TcpListener, state: Shared) {
             }
         }
     };
-    if let Err(e) = axum::serve(listener, router(state))
-        .with_graceful_shutdown(wait)
-        .await
-    {
-        tracing::error!("control server failed: {e}");
-    }
+    let limits = limits(&state.cfg);
+    fgpu_serve::serve(listener, router(state), &limits, wait).await;
 }
 
 /// SIGINT or SIGTERM: stop the engine cleanly.
@@ -192,8 +215,9 @@ async fn watch_signals(stop: Arc<AtomicBool>) {
     stop.store(true, Relaxed);
 }
 
+/// The routes behind `fgpu_serve`'s checks ([`limits`]), every refusal counted.
 pub fn router(state: Shared) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/health", get(health))
         .route("/status", get(status::get_status))
         .route("/metrics", get(prometheus))
@@ -213,11 +237,11 @@ pub fn router(state: Shared) -> Router {
                 "that method is not allowed here: read with GET, change with PUT",
             )
         })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            count_rejections,
-        ))
-        .with_state(state)
+        .with_state(state.clone());
+    fgpu_serve::protect(routes, &limits(&state.cfg)).layer(axum::middleware::from_fn_with_state(
+        state,
+        count_rejections,
+    ))
 }
 
 /// Counts every refused request (4xx), whichever handler or extractor refused it.
@@ -294,7 +318,14 @@ mod tests {
     /// A control state over a small engine configuration, and the pipeline's end of its
     /// command queue.
     pub(super) fn state() -> (ControlState, crossbeam_channel::Receiver<Command>) {
-        let args = crate::config::test_args(&[
+        state_with(&[])
+    }
+
+    /// The same with `extra` flags.
+    pub(super) fn state_with(
+        extra: &[&str],
+    ) -> (ControlState, crossbeam_channel::Receiver<Command>) {
+        let mut flags = vec![
             "--channels",
             "16",
             "--taps",
@@ -307,8 +338,9 @@ mod tests {
             "1e6",
             "--max-delay",
             "1e-3",
-        ])
-        .unwrap();
+        ];
+        flags.extend_from_slice(extra);
+        let args = crate::config::test_args(&flags).unwrap();
         let cfg = EngineConfig::from_args(&args).unwrap();
         let stats = Arc::new(Stats::for_config(&cfg));
         let (tx, rx) = crossbeam_channel::bounded(8);
@@ -316,7 +348,8 @@ mod tests {
         (st, rx)
     }
 
-    /// Sends raw HTTP requests to a router serving `s`; the status code and body of each reply.
+    /// Sends raw HTTP requests to the control server of `s` (its router behind `fgpu_serve`, with
+    /// the engine's limits); the status code and body of each reply.
     pub(super) fn exchange(s: Shared, requests: &[String]) -> Vec<(String, String)> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -327,8 +360,11 @@ mod tests {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let addr = listener.local_addr().unwrap();
+        let limits = limits(&s.cfg);
         let app = router(s);
-        rt.spawn(async move { axum::serve(listener, app).await });
+        rt.spawn(
+            async move { fgpu_serve::serve(listener, app, &limits, std::future::pending()).await },
+        );
         requests
             .iter()
             .map(|req| {
@@ -364,6 +400,116 @@ mod tests {
             .map(|(code, _)| code)
             .collect();
         assert_eq!(codes, ["200", "404", "405", "400"]);
+        assert_eq!(s.stats.control_rejected.load(Relaxed), 3);
+    }
+
+    fn put(path: &str, body: &str, extra: &str) -> String {
+        format!(
+            "PUT {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    }
+
+    /// The body limit follows the largest output: 128 bytes per channel, at least 1 MiB, so 8 MiB
+    /// at the most channels an output may have.
+    #[test]
+    fn the_body_limit_follows_the_channels() {
+        let (s, _rx) = state();
+        assert_eq!(max_body(&s.cfg), 1 << 20);
+        let args = crate::config::test_args(&["--channels", "65536"]).unwrap();
+        let cfg = EngineConfig::from_args(&args).unwrap();
+        assert_eq!(max_body(&cfg), 8 << 20);
+        // Room for the largest PUT /gains: one [re, im] per channel for both polarisations,
+        // written as full float64 by a client that does not know the engine keeps f32.
+        let pair = "[-0.10000000149011612,0.30000001192092896]";
+        let list = vec![pair; 65536].join(",");
+        let body = format!("{{\"pol0\":[{list}],\"pol1\":[{list}]}}");
+        assert!(body.len() < max_body(&cfg), "{} bytes", body.len());
+    }
+
+    /// A body past the limit is refused with 413 and a sentence before it is parsed (here one that
+    /// would be a valid gain but for its padding), changes nothing and is counted; one at the
+    /// limit is taken.
+    #[test]
+    fn a_body_over_the_limit_is_refused_and_changes_nothing() {
+        let (s, rx) = state();
+        let s: Shared = Arc::new(s);
+        let limit = max_body(&s.cfg);
+        let padded = |len: usize| {
+            let head = r#"{"pol0": 0.25"#;
+            format!("{head}{}}}", " ".repeat(len - head.len() - 1))
+        };
+        let replies = exchange(
+            s.clone(),
+            &[
+                put("/gains", &padded(limit + 1), ""),
+                get("/gains"),
+                put("/gains", &padded(limit), ""),
+            ],
+        );
+        assert_eq!(replies[0].0, "413");
+        let refusal: serde_json::Value = serde_json::from_str(&replies[0].1).unwrap();
+        assert_eq!(
+            refusal["error"],
+            "the request body is larger than this server's limit of 1048576 bytes."
+        );
+        assert_eq!(
+            (replies[1].0.as_str(), replies[1].1.as_str()),
+            ("200", r#"{"pol0":[1.0,0.0],"pol1":[1.0,0.0]}"#)
+        );
+        assert_eq!(replies[2].0, "200", "{}", replies[2].1);
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "only the PUT at the limit reached the pipeline"
+        );
+        assert_eq!(s.stats.control_rejected.load(Relaxed), 1);
+    }
+
+    /// With --control-token, a change without the token or with another is refused (401, counted,
+    /// nothing changed); with it, it is taken; reads need none.
+    #[test]
+    fn the_token_guards_changes_and_leaves_reads_open() {
+        let (s, rx) = state_with(&["--control-token", "s3cret"]);
+        let s: Shared = Arc::new(s);
+        let body = r#"{"pol0": 0.5}"#;
+        let replies = exchange(
+            s.clone(),
+            &[
+                put("/gains", body, ""),
+                put("/gains", body, "Authorization: Bearer s3cre\r\n"),
+                put("/delays", r#"{"pol0": {"delay": 0}}"#, ""),
+                get("/gains"),
+                get("/status"),
+                get("/metrics"),
+                put("/gains", body, "Authorization: Bearer s3cret\r\n"),
+                get("/gains"),
+            ],
+        );
+        let codes: Vec<&str> = replies.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["401", "401", "401", "200", "200", "200", "200", "200"]
+        );
+        for (_, body) in &replies[..3] {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let e = v["error"].as_str().unwrap();
+            assert!(
+                e.contains("Authorization: Bearer") && e.ends_with('.'),
+                "{e}"
+            );
+        }
+        assert_eq!(replies[3].1, r#"{"pol0":[1.0,0.0],"pol1":[1.0,0.0]}"#);
+        assert_eq!(replies[7].1, r#"{"pol0":[0.5,0.0],"pol1":[1.0,0.0]}"#);
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "only the PUT with the token reached the pipeline"
+        );
         assert_eq!(s.stats.control_rejected.load(Relaxed), 3);
     }
 }

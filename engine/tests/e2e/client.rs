@@ -34,10 +34,24 @@ impl Control {
 
     /// Any method, with or without a JSON body: (status code, body text).
     pub fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
-        let request = ureq::http::Request::builder()
+        self.send_with(method, path, body, &[])
+    }
+
+    /// [`send`](Self::send) with extra headers (e.g. `Authorization`).
+    pub fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        let mut request = ureq::http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         let reply = match body {
             Some(b) => self.agent.run(request.body(b.to_string()).unwrap()),
             None => self.agent.run(request.body(()).unwrap()),

@@ -9,6 +9,8 @@
 //!   clean output resumes within a few seconds without restarting the engine.
 //! - `delay_step_aligns_polarisations`: PUT /delays with dsim's per-polarisation delays makes the
 //!   cross-power phase flat across the band.
+//! - `the_control_token_comes_from_the_environment`: an engine started with FENGINE_CONTROL_TOKEN
+//!   refuses a change without it (401) and takes one with it; GET stays open.
 //!
 //! The dsim binary is looked for next to the engine's (`target/<profile>/dsim`) and built with
 //! `cargo build -p dsim` first (a no-op when it is fresh; set FENGINE_E2E_NO_BUILD=1 to skip).
@@ -27,7 +29,8 @@
 //! - [`system`]: the engine and dsim as child processes, their binaries.
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
 //! - [`capture`]: the receiver of the engine's output heaps.
-//! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`delays`].
+//! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`delays`],
+//!   [`token`].
 
 mod capture;
 mod client;
@@ -37,4 +40,5 @@ mod system;
 mod delays;
 mod dropped_heaps;
 mod restart;
+mod token;
 mod tone;

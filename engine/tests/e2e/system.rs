@@ -108,7 +108,7 @@ impl Drop for Proc {
 
 /// The engine binary: `FENGINE_E2E_BIN_DIR/fengine` when that is set (binaries copied to a host
 /// without cargo, such as the GPU machine), else the one cargo built for this test.
-fn fengine_binary() -> PathBuf {
+pub fn fengine_binary() -> PathBuf {
     match std::env::var_os("FENGINE_E2E_BIN_DIR") {
         Some(dir) => PathBuf::from(dir).join("fengine"),
         None => PathBuf::from(env!("CARGO_BIN_EXE_fengine")),
@@ -181,6 +181,11 @@ pub struct System {
 impl System {
     /// Starts the engine (sources on free ports) and a receiver for its output.
     pub fn start(setup: Setup, gain: f64, max_delay: f64) -> Self {
+        Self::start_with_env(setup, gain, max_delay, &[])
+    }
+
+    /// [`start`](Self::start) with extra environment variables for the engine.
+    pub fn start_with_env(setup: Setup, gain: f64, max_delay: f64, env: &[(&str, &str)]) -> Self {
         let out = Output::start();
         // One address: port 0 and the engine reports the port. Several: one free port for all.
         let src = |_| {
@@ -212,7 +217,8 @@ impl System {
             .args(["--control", "127.0.0.1:0"])
             // Loopback never refuses data: keep the sockets within the kernel's default caps.
             .args(["--socket-buffer", &(4 << 20).to_string()])
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied());
         let mut engine = Proc::spawn("fengine", cmd);
         let engine_ctl = Control::new(engine.control_addr());
         let status = engine_ctl.engine_status();
