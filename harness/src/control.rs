@@ -6,6 +6,9 @@
 //! - fengine: `GET /status`, `GET /metrics` (Prometheus text, with the missing-input and
 //!   skipped-output counters, read by name pattern so that another engine's names can be given),
 //!   `PUT /gains`, `PUT /delays`.
+//!
+//! Services started with a control token (`--control-token`) refuse mutating requests without
+//! it: the clients send `DSIM_CONTROL_TOKEN` and `FENGINE_CONTROL_TOKEN` from the environment.
 
 use std::time::Duration;
 
@@ -39,13 +42,21 @@ pub fn normalise_url(url: &str) -> String {
 struct Client {
     base: String,
     agent: ureq::Agent,
+    /// The bearer token mutating requests carry, when the service asks for one.
+    token: Option<String>,
 }
 
 impl Client {
-    fn new(url: &str) -> Self {
+    /// A client of the service at `url`; its token, if any, from the environment variable
+    /// `token_var` (the same one the service reads, so one export covers both ends, and local
+    /// children inherit it).
+    fn new(url: &str, token_var: &str) -> Self {
         Self {
             base: normalise_url(url),
             agent: agent(Duration::from_secs(10)),
+            token: std::env::var(token_var)
+                .ok()
+                .filter(|t| !t.trim().is_empty()),
         }
     }
 
@@ -82,10 +93,14 @@ impl Client {
     fn put_json(&self, path: &str, body: &impl Serialize) -> Result<Value> {
         let url = format!("{}{path}", self.base);
         let text = serde_json::to_string(body)?;
-        let mut reply = self
+        let mut request = self
             .agent
             .put(&url)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            request = request.header("authorization", format!("Bearer {t}"));
+        }
+        let mut reply = request
             .send(&text)
             .with_context(|| format!("PUT {url} {}", shorten(&text)))?;
         let text = reply.body_mut().read_to_string().unwrap_or_default();
@@ -135,7 +150,7 @@ pub struct Dsim(Client);
 
 impl Dsim {
     pub fn new(url: &str) -> Self {
-        Self(Client::new(url))
+        Self(Client::new(url, "DSIM_CONTROL_TOKEN"))
     }
     pub fn url(&self) -> &str {
         &self.0.base
@@ -245,7 +260,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(url: &str, names: CounterNames) -> Self {
         Self {
-            client: Client::new(url),
+            client: Client::new(url, "FENGINE_CONTROL_TOKEN"),
             names,
         }
     }
