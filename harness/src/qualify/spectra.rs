@@ -19,6 +19,9 @@ pub struct Integration {
     pub cross: Vec<Complex64>,
     /// Spectra summed: the fewest any substream saw (every channel has at least this many).
     pub spectra: u64,
+    /// Spectra summed per channel (its substream's count: a heap lost on the way leaves one
+    /// substream short).
+    pub counts: Vec<u64>,
     /// Values with a component at the 8-bit clamp (-128 or 127), per polarisation.
     pub saturated: [u64; 2],
     /// Values seen per polarisation (channels x spectra over every substream).
@@ -26,14 +29,30 @@ pub struct Integration {
 }
 
 impl Integration {
+    fn count(&self, channel: usize) -> f64 {
+        self.counts
+            .get(channel)
+            .copied()
+            .unwrap_or(self.spectra)
+            .max(1) as f64
+    }
     /// Mean power of a channel in polarisation p.
     pub fn mean_power(&self, pol: usize, channel: usize) -> f64 {
-        self.power[pol][channel] / self.spectra.max(1) as f64
+        self.power[pol][channel] / self.count(channel)
     }
     /// Mean power per channel of polarisation p.
     pub fn mean_spectrum(&self, pol: usize) -> Vec<f64> {
-        let k = self.spectra.max(1) as f64;
-        self.power[pol].iter().map(|p| p / k).collect()
+        (0..self.power[pol].len())
+            .map(|c| self.mean_power(pol, c))
+            .collect()
+    }
+    /// The magnitude of each channel's mean cross-power.
+    pub fn mean_cross_power(&self) -> Vec<f64> {
+        self.cross
+            .iter()
+            .enumerate()
+            .map(|(c, x)| x.norm() / self.count(c))
+            .collect()
     }
 }
 
@@ -140,6 +159,7 @@ impl Spectra {
             power: [vec![0.0; self.channels], vec![0.0; self.channels]],
             cross: vec![Complex64::default(); self.channels],
             spectra: u64::MAX,
+            counts: vec![0; self.channels],
             ..Integration::default()
         };
         for i in 0..self.parts.len() {
@@ -151,6 +171,7 @@ impl Spectra {
                 out.saturated[pol] += p.saturated[pol];
             }
             out.cross[c0..c0 + self.per_substream].copy_from_slice(&p.cross);
+            out.counts[c0..c0 + self.per_substream].fill(p.spectra);
             out.spectra = out.spectra.min(p.spectra);
             out.values += p.values;
         }
@@ -278,6 +299,7 @@ mod tests {
         let i = sp.take();
         assert_eq!(i.spectra, 4);
         assert_eq!(i.values, 32);
+        assert_eq!(i.counts, vec![4; 8]);
         // Channel 3 (first substream) and 7 (second, its local channel 3) see pol0 = (3, j) for
         // j in {2, 3, 0, 1}: power 4 * 9 + 4 + 9 + 0 + 1.
         assert_eq!(i.power[0][3], 36.0 + 14.0);

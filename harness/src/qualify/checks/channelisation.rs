@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{cross_power, level, line, plot, points, spectrum_series, NOISE};
+use super::{level, line, plot, points, spectrum_series, NOISE};
 use crate::content::db;
 use crate::qualify::analysis::{argmax, sfdr_db};
 use crate::qualify::bench::{noise, tone};
@@ -50,7 +50,7 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
         )?;
         // Twice the usual: the floor of the cross-power falls as the square root of it.
         let int = b.integrate(from, 2 * plan.spectra)?;
-        let cross = cross_power(&int.cross, int.spectra);
+        let cross = int.mean_cross_power();
         let peaks = [
             argmax(&int.mean_spectrum(0)),
             argmax(&int.mean_spectrum(1)),

@@ -1,7 +1,5 @@
 //! The checks, one module per family, and the helpers they share.
 
-use num_complex::Complex64;
-
 use super::Check;
 use crate::record::qualify::{Level, Plot, Series, Style};
 
@@ -112,10 +110,4 @@ pub(super) fn uniform(seed: u64, i: u64) -> f64 {
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^= x >> 31;
     (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// The magnitude of each channel's cross-power per spectrum.
-pub(super) fn cross_power(cross: &[Complex64], spectra: u64) -> Vec<f64> {
-    let k = spectra.max(1) as f64;
-    cross.iter().map(|c| c.norm() / k).collect()
 }
