@@ -144,7 +144,6 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         spectra,
         response,
         geometry,
-        integration: plan.spectra,
     };
     eprintln!(
         "qualify: {} test(s) on a {} engine, {} channels, {} taps, {:.6} Gsample/s, {} run",

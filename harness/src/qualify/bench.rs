@@ -62,8 +62,6 @@ pub struct Bench {
     /// The `response` measurement's accumulator (one channel), for the shape check.
     pub response: Arc<CrossAccumulator>,
     pub geometry: Geometry,
-    /// Spectra to integrate for a measurement that wants "many" (the quick subset uses fewer).
-    pub integration: u64,
 }
 
 /// A signal's start: the first timestamp that carries it, as dsim answered.
@@ -119,14 +117,7 @@ impl Bench {
     /// The first spectrum timestamp no engine frame computed before now can hold: a command
     /// sent now (gains) is in force from there on.
     pub fn after_now(&self) -> Result<Timestamp> {
-        let st = self.services.engine.status()?;
-        let newest = st
-            .input
-            .pols
-            .iter()
-            .map(|p| p.last_timestamp)
-            .max()
-            .unwrap_or(0);
+        let newest = self.newest_input()?;
         // Spectra of a frame starting after `newest` have timestamps from newest - lag on; a
         // frame holding `newest` was not computed yet either, so two chunks on is safe.
         Ok(self.clear_of(newest + 2 * self.geometry.chunk_samples as u64))
@@ -206,7 +197,6 @@ impl Bench {
         self.spectra.arm_trace(from, to, weights, probe);
         let want = (to - from) / self.geometry.step();
         self.wait(from, to, || self.spectra.spectra() >= want)?;
-        let _ = self.spectra.take();
         Ok(self.spectra.take_trace())
     }
 

@@ -111,10 +111,6 @@ impl Spectra {
         }
     }
 
-    pub fn channels(&self) -> usize {
-        self.channels
-    }
-
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Part> {
         self.parts[i].lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -122,13 +122,13 @@ fn load(b: &Bench, body: &Value) -> Result<u64> {
     b.after_now()
 }
 
-/// The residual delay (samples) and phase offset of a cross-power over the judged channels.
-fn residual(cross: &[Complex64], s: &Setup, channels: usize) -> (f64, f64, PhaseLine) {
+/// The residual delay (samples) and phase offset (radians) of a cross-power over the judged
+/// channels.
+fn residual(cross: &[Complex64], s: &Setup, channels: usize) -> (f64, f64) {
     let line = PhaseLine::fit(cross, &s.judged);
     (
         line.slope * channels as f64 / std::f64::consts::PI,
         line.offset,
-        line,
     )
 }
 
@@ -161,7 +161,7 @@ fn uncompensated(
     label: &str,
 ) -> Result<f64> {
     let int = b.integrate(from, spectra)?;
-    let (tau, _, _) = residual(&int.cross, s, b.geometry.channels);
+    let (tau, _) = residual(&int.cross, s, b.geometry.channels);
     m.figures.push(Figure::at_most(
         &format!("{label}: measured delay less dsim's {:.2} samples", s.tau),
         (tau - s.tau).abs(),
@@ -182,7 +182,7 @@ fn compensated(
 ) -> Result<Vec<(f64, f64)>> {
     let from = load(b, &model(b, s.tau, 0.0, phase, 0.0, None))?;
     let int = b.integrate(from, spectra)?;
-    let (res, _, _) = residual(&int.cross, s, b.geometry.channels);
+    let (res, _) = residual(&int.cross, s, b.geometry.channels);
     let (w, errors) = worst(&int.cross, s, |_| phase);
     m.figures.push(Figure::at_most(
         &format!("{label}: worst residual phase"),
@@ -284,7 +284,7 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let mut measured = Vec::new();
     for (i, &(w0, w1)) in wins.iter().enumerate() {
         let int = b.integrate_window(w0, w1)?;
-        let (res, _, _) = residual(&int.cross, &s, b.geometry.channels);
+        let (res, _) = residual(&int.cross, &s, b.geometry.channels);
         let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
         let want = -rate * (mid - t_load as f64);
         progress(&format!(
@@ -345,7 +345,7 @@ fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
         let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
         let want = omega * (mid - t_load as f64) / fs;
         let (w, errors) = worst(&int.cross, &s, |_| want);
-        let (_, offset, _) = residual(&int.cross, &s, b.geometry.channels);
+        let (_, offset) = residual(&int.cross, &s, b.geometry.channels);
         progress(&format!(
             "phase-rate: window {}: phase {:.3} rad, predicted {want:.3}, worst error {w:.3} degree",
             i + 1,
