@@ -1,13 +1,13 @@
 //! End-to-end tests: the harness binary against real `dsim` and `fengine` binaries (CPU and null
 //! backends) launched as local processes over loopback.
 //!
-//! NEEDS THE OTHER BINARIES: `dsim` and `fengine` next to the harness binary
-//! (`target/<profile>/`), as `cargo test --workspace` builds them. Without them these tests print
-//! SKIP and pass, except in CI (`CI` set), where they fail.
+//! NEEDS THE OTHER BINARIES (see [`support`]): without them these tests print SKIP and pass,
+//! except in CI (`CI` set), where they fail.
 //!
-//! The tests run one at a time (a shared lock): each starts a whole system. The ADC rate they
-//! use is HARNESS_E2E_RATE (sample/s, default 16e6), low enough for a 2-core CI machine; a debug
-//! build of the engine needs about 1e6.
+//! The tests run one at a time (a shared lock): each starts a whole system, at the rate
+//! [`support::rate`] gives.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,48 +15,11 @@ use std::sync::Mutex;
 
 use harness::gaps::{engine_heap_span, outputs_hit};
 use serde_json::Value;
+use support::{binaries, rate, CHANNELS, SPECTRA, TAPS};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const CHANNELS: u64 = 1024;
-const SPECTRA: u64 = 64;
-const TAPS: u64 = 16;
 const HEAP_SAMPLES: u64 = 4096;
-
-fn rate() -> f64 {
-    std::env::var("HARNESS_E2E_RATE")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(16e6)
-}
-
-/// The dsim and fengine binaries, if built (and real: a placeholder has no --src-pol0).
-fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let harness = PathBuf::from(env!("CARGO_BIN_EXE_harness"));
-    let dir = harness.parent().expect("binary has a directory");
-    let dsim = dir.join("dsim");
-    let fengine = dir.join("fengine");
-    let real = |bin: &Path, flag: &str| {
-        Command::new(bin)
-            .arg("--help")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
-            .unwrap_or(false)
-    };
-    if real(&dsim, "--pol0-dest") && real(&fengine, "--src-pol0") {
-        return Some((dsim, fengine));
-    }
-    let msg = format!(
-        "dsim and fengine binaries not found (or not complete) in {}: build the workspace \
-         (cargo test --workspace builds them)",
-        dir.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("SKIP: {msg}");
-    None
-}
 
 fn out_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("harness-e2e-{name}-{}", std::process::id()));
@@ -67,10 +30,6 @@ fn out_dir(name: &str) -> PathBuf {
 
 /// Runs the harness with the local-system arguments every test shares.
 fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &str) -> Output {
-    let rate = rate().to_string();
-    let channels = CHANNELS.to_string();
-    let spectra = SPECTRA.to_string();
-    let taps = TAPS.to_string();
     let logs = dir.join("logs");
     // A short signal buffer: dsim rebuilds it on every tone change.
     let dsim_args = if extra_dsim.contains("--buffer-heaps") {
@@ -78,36 +37,11 @@ fn harness(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, extra_dsim: &st
     } else {
         format!("--buffer-heaps 512 {extra_dsim}")
     };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_harness"));
-    cmd.args(args).args([
-        "--local",
-        "--dsim-bin",
-        bins.0.to_str().unwrap(),
-        "--fengine-bin",
-        bins.1.to_str().unwrap(),
-        "--channels",
-        &channels,
-        "--spectra-per-heap",
-        &spectra,
-        "--taps",
-        &taps,
-        "--adc-rate",
-        &rate,
-        "--substreams",
-        "4",
-        // Each polarisation over two loopback addresses, one engine receive thread each.
-        "--input-addresses",
-        "2",
-        "--log-dir",
-        logs.to_str().unwrap(),
-        "--dsim-args",
-        &dsim_args,
-        // Small frames: the engine's latency is a few frames, and the tests are short. Two send
-        // threads (two substreams each), so that the gap checks cover the split output.
-        "--fengine-args",
-        "--heaps-per-frame 2 --send-threads 2 --recv-threads 2",
-    ]);
-    let out = cmd.output().expect("harness runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .args(support::local_system(bins, &logs, &dsim_args))
+        .output()
+        .expect("harness runs");
     eprintln!(
         "harness {:?} exited {:?}\n--- stderr ---\n{}",
         args,
