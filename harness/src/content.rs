@@ -5,7 +5,7 @@
 //! major (docs/wire-formats.md). Reading every heap at 12 GB/s would cost the harness the cores the
 //! engine needs, so the monitor samples heaps at a bounded rate per substream.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -176,6 +176,55 @@ pub fn check(peaks: &[Option<Peak>; 2], expected: f64) -> Verdict {
     verdict
 }
 
+/// The tone's channel the content check expects. A live page that moves dsim's tone moves it
+/// too, and the check rests a moment while the new tone makes its way to the output (an interval
+/// of the old tone and the new says nothing).
+#[derive(Clone, Debug, Default)]
+pub struct Expected(Arc<Mutex<ExpectedState>>);
+
+#[derive(Debug, Default)]
+struct ExpectedState {
+    channel: Option<f64>,
+    resume_at: Option<Instant>,
+}
+
+impl Expected {
+    pub fn new(channel: Option<f64>) -> Self {
+        Self(Arc::new(Mutex::new(ExpectedState {
+            channel,
+            resume_at: None,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ExpectedState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The channel expected now, resting or not (None: content is not checked).
+    pub fn channel(&self) -> Option<f64> {
+        self.lock().channel
+    }
+
+    /// The channel to check this interval against: None while resting (or when not checked).
+    pub fn checking(&self) -> Option<f64> {
+        let s = self.lock();
+        match s.resume_at {
+            Some(t) if Instant::now() < t => None,
+            _ => s.channel,
+        }
+    }
+
+    /// The tone moved to `channel`: check against it after `rest`. A run that does not check
+    /// content (the null backend) is left so.
+    pub fn retune(&self, channel: f64, rest: Duration) {
+        let mut s = self.lock();
+        if s.channel.is_some() {
+            s.channel = Some(channel);
+            s.resume_at = Some(Instant::now() + rest);
+        }
+    }
+}
+
 /// Samples heaps (at most one per substream per `interval`) into a [`ChannelPower`] that the
 /// progress loop takes once a second.
 pub struct ContentMonitor {
@@ -248,6 +297,23 @@ mod tests {
             }
         }
         d
+    }
+
+    #[test]
+    fn the_expected_channel_rests_after_a_retune() {
+        let e = Expected::new(Some(4.0));
+        assert_eq!(e.checking(), Some(4.0));
+        e.retune(9.0, Duration::from_secs(60));
+        assert_eq!((e.channel(), e.checking()), (Some(9.0), None));
+        e.retune(10.0, Duration::ZERO);
+        assert_eq!(e.checking(), Some(10.0));
+        let off = Expected::new(None);
+        off.retune(3.0, Duration::ZERO);
+        assert_eq!(
+            off.checking(),
+            None,
+            "a run without a content check stays without"
+        );
     }
 
     #[test]

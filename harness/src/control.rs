@@ -267,6 +267,10 @@ impl Engine {
     pub fn url(&self) -> &str {
         &self.client.base
     }
+    /// Which series hold the counters.
+    pub fn counter_names(&self) -> &CounterNames {
+        &self.names
+    }
     pub fn status_json(&self) -> Result<Value> {
         self.client.get_json("/status")
     }

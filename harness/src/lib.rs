@@ -27,6 +27,7 @@
 //! - [`record`]: what the loops produce (per interval, per trial, per step) and the reports.
 //! - [`feed`]: a record stream several readers can follow.
 //! - [`render`]: progress lines, tables, JSON and SVG from the records.
+//! - [`dashboard`]: the live page of `watch --http`, another reader of the watch feed.
 //!
 //! - [`commands`]: `watch`, `max-rate`, `response` and `qualify`, each wiring the above together.
 
@@ -35,6 +36,7 @@ pub mod commands;
 pub mod content;
 pub mod control;
 pub mod cpu;
+pub mod dashboard;
 pub mod feed;
 pub mod gaps;
 pub mod qualify;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::content::{self, ContentMonitor, Verdict};
+use crate::content::{self, ContentMonitor, Expected, Verdict};
 use crate::control::{dsim_skipped_reason, Dsim, Engine};
 use crate::feed::Feed;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
@@ -19,8 +19,8 @@ use crate::signals;
 pub struct WatchOptions {
     /// Stop after this long (None: until Ctrl-C).
     pub duration: Option<Duration>,
-    /// The tone's fractional channel, when known.
-    pub expected_channel: Option<f64>,
+    /// The tone's fractional channel, when known (a live page may move it).
+    pub expected: Expected,
     /// How often an interval record is published.
     pub progress_interval: Duration,
 }
@@ -43,7 +43,7 @@ pub fn run(
     let rcvbuf_before = udp_rcvbuf_errors();
     let start = Instant::now();
     let mut content = ContentSummary {
-        expected_channel: opts.expected_channel,
+        expected_channel: opts.expected.channel(),
         ..Default::default()
     };
     let mut prev = rx.snapshot();
@@ -65,7 +65,7 @@ pub fn run(
             content.last_peaks = peaks;
         }
         let mut verdict = None;
-        if let Some(expected) = opts.expected_channel {
+        if let Some(expected) = opts.expected.checking() {
             // An interval in which the tone's substream was not sampled (the engine stopping or
             // starting) says nothing about the tone.
             let v = if power.sampled(expected.round() as usize) {
@@ -93,8 +93,9 @@ pub fn run(
             malformed: now.malformed(),
             socket_drops: now.socket_drops(),
             peaks,
-            expected_channel: opts.expected_channel,
+            expected_channel: opts.expected.channel(),
             verdict,
+            power: Arc::new(power),
         });
         prev = now;
         let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
@@ -104,11 +105,12 @@ pub fn run(
     }
     let duration_s = start.elapsed().as_secs_f64();
     let last = rx.stop();
+    content.expected_channel = opts.expected.channel();
     let mut summary = summarise(
         last.substreams,
         duration_s,
         content,
-        opts.expected_channel.is_some(),
+        opts.expected.channel().is_some(),
     );
     summary.engine = engine_before
         .zip(engine.and_then(|e| e.counters().ok()))

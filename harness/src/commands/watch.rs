@@ -1,6 +1,7 @@
 //! `harness watch`: join the engine's output, check every heap, print a progress line a second
 //! and end with a JSON summary.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -11,7 +12,8 @@ use clap::Args;
 
 use super::announce;
 use crate::bringup::{self, Setup, SystemArgs};
-use crate::content::{tone_channel, ContentMonitor};
+use crate::content::{tone_channel, ContentMonitor, Expected};
+use crate::dashboard::{self, Dashboard};
 use crate::feed::{Feed, Next, Reader};
 use crate::record::WatchInterval;
 use crate::render::progress::watch_line;
@@ -42,6 +44,16 @@ pub struct WatchArgs {
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Serve a live page here (e.g. 127.0.0.1:8080; port 0 picks one): per polarisation the
+    /// spectrum and a waterfall, the counters, the rate, and controls for dsim's tone and the
+    /// engine's gain and delay. Open http://ADDR:PORT/ in a browser; GET /api/status gives the
+    /// same as JSON. Its controls are open to whoever reaches the address: bind 127.0.0.1
+    /// unless the network is yours.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<SocketAddr>,
+    /// With --http: show, do not control (the control requests answer 403).
+    #[arg(long, requires = "http")]
+    pub http_read_only: bool,
 }
 
 /// Runs `harness watch`; true when the run was clean.
@@ -67,13 +79,31 @@ pub fn run(a: WatchArgs) -> Result<bool> {
             }
         }
     };
+    let expected = Expected::new(expected_channel);
     let opts = watch::WatchOptions {
         duration: a.duration.map(|d| Duration::from_secs_f64(d.max(0.0))),
-        expected_channel,
+        expected: expected.clone(),
         progress_interval: Duration::from_secs(1),
     };
-    // The progress lines are one reader of the interval feed; a live page can be another.
+    // The progress lines are one reader of the interval feed; the live page is another.
     let feed = Feed::new(FEED_KEEP);
+    let page = match a.http {
+        Some(addr) => {
+            let ctx = dashboard::Config {
+                engine: Some(s.services.engine.clone()),
+                dsim: Some(s.services.dsim.clone()),
+                adc_rate: s.adc_rate,
+                backend: s.backend.clone(),
+                channels: s.geometry.channels,
+                expected,
+                controls: !a.http_read_only,
+            };
+            let page = Dashboard::start(addr, ctx, feed.reader())?;
+            eprintln!("watch: live page on http://{}/", page.addr());
+            Some(page)
+        }
+        None => None,
+    };
     let printer = (!a.quiet).then(|| print_intervals(feed.reader()));
     let Setup { services, rx, .. } = s;
     let summary = watch::run(
@@ -87,6 +117,9 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     feed.close();
     if let Some(p) = printer {
         let _ = p.join();
+    }
+    if let Some(p) = page {
+        p.join();
     }
     let summary = summary?;
     drop(services);

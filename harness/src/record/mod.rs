@@ -3,11 +3,12 @@
 //! limit it was held to where there is one, and whether it passed. The loops only make these;
 //! [`render`](crate::render) turns them into progress lines, tables, JSON and SVG.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::content::{Peak, Verdict};
+use crate::content::{ChannelPower, Peak, Verdict};
 use crate::control::EngineCounters;
 use crate::cpu::Cores;
 use crate::gaps::SeqCounts;
@@ -38,6 +39,9 @@ pub struct WatchInterval {
     pub expected_channel: Option<f64>,
     /// The content check of this interval, when the tone is known.
     pub verdict: Option<Verdict>,
+    /// The interval's channel power, for a live page to draw (not part of the JSON record).
+    #[serde(skip)]
+    pub power: Arc<ChannelPower>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
