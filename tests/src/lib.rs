@@ -34,7 +34,7 @@ use testcontainers::{Container, GenericImage};
 
 pub use http::Http;
 pub use pipeline::Pipeline;
-pub use session::{docker, in_ci, Network, Session, IMAGES, LABEL};
+pub use session::{docker, image_tag, in_ci, Network, Session, IMAGES, LABEL};
 pub use watch::{progress_heaps_per_s, RunningWatch, Watch};
 
 /// The demo's CPU configuration (compose.yaml + compose.cpu.yaml), used by every test: a rate the

@@ -12,8 +12,8 @@ use testcontainers::{Container, GenericImage, ImageExt};
 use crate::http::wideband;
 use crate::watch::RunningWatch;
 use crate::{
-    log_tail, wait_until, Http, Network, Session, CHANNELS, CONTROL_PORT, HEAP_SAMPLES, LABEL,
-    OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
+    image_tag, log_tail, wait_until, Http, Network, Session, CHANNELS, CONTROL_PORT, HEAP_SAMPLES,
+    LABEL, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
 };
 
 fn request(
@@ -22,7 +22,7 @@ fn request(
     container_name: &str,
     cmd: Vec<String>,
 ) -> testcontainers::core::ContainerRequest<GenericImage> {
-    GenericImage::new(img, "latest")
+    GenericImage::new(img, &image_tag())
         .with_cmd(cmd)
         .with_network(net.name.clone())
         .with_container_name(container_name)
@@ -241,7 +241,7 @@ impl Pipeline {
     /// A one-off container of the dsim image running `bash -c script` on the network (bash's
     /// /dev/udp and /dev/tcp make a small traffic source); returns its exit code and output.
     pub fn run_script(&self, role: &str, script: &str, timeout: Duration) -> Result<(i64, String)> {
-        let c = GenericImage::new("fgpu/dsim", "latest")
+        let c = GenericImage::new("fgpu/dsim", &image_tag())
             .with_entrypoint("bash")
             .with_cmd(["-c", script])
             .with_network(self.net.name.clone())

@@ -12,12 +12,17 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::docker_proxy;
 
-/// The images under test, as docker/build.sh tags them.
-pub const IMAGES: [(&str, &str); 3] = [
-    ("fgpu/dsim", "latest"),
-    ("fgpu/fengine", "latest"),
-    ("fgpu/harness", "latest"),
-];
+/// The images under test, as docker/build.sh names them.
+pub const IMAGES: [&str; 3] = ["fgpu/dsim", "fgpu/fengine", "fgpu/harness"];
+
+/// Their tag: FGPU_TAG, as docker/build.sh reads it (default `latest`), so that two checkouts
+/// can test their own images side by side.
+pub fn image_tag() -> String {
+    std::env::var("FGPU_TAG")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "latest".into())
+}
 
 /// Label on every container and network the tests make.
 pub const LABEL: &str = "fgpu-acceptance";
@@ -61,9 +66,10 @@ fn missing_prerequisite() -> Option<String> {
     if let Err(e) = docker(&["version", "--format", "{{.Server.Version}}"]) {
         return Some(format!("Docker is not usable ({e:#})"));
     }
+    let tag = image_tag();
     let missing: Vec<String> = IMAGES
         .iter()
-        .map(|(n, t)| format!("{n}:{t}"))
+        .map(|n| format!("{n}:{tag}"))
         .filter(|i| docker(&["image", "inspect", "--format", "{{.Id}}", i]).is_err())
         .collect();
     (!missing.is_empty()).then(|| {
