@@ -43,8 +43,18 @@ if [ -x "$bin/spead-chain" ]; then
   echo "transport alone held ${chain:-none of the rates} Gsample/s per polarisation (see $out.chain.txt)"
 fi
 
+# Both references go into the report and onto the plot's axes (max-rate --reference).
+refs=()
+if [ -n "$chain" ]; then
+  refs+=(--reference "transport alone (chain bench)=${chain}e9")
+fi
+if [ -n "$ceiling" ]; then
+  # Loopback bytes per sample per polarisation, as below.
+  refs+=(--reference "loopback UDP ceiling=$(awk -v g="$ceiling" 'BEGIN { printf "%.4g", g * 1e9 / (2 * 1.25 * 5192 / 5120 + 2) }')")
+fi
+
 status=0
-"$bin/harness" max-rate --local --backend cuda --compare-null \
+"$bin/harness" max-rate --local --backend cuda --compare-null "${refs[@]}" \
   --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
   --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams "${SUBSTREAMS:-8}" \
   --input-addresses "${INPUT_ADDRESSES:-4}" \

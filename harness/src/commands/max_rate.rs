@@ -11,9 +11,9 @@ use serde_json::json;
 use super::announce;
 use crate::bringup::{self, Setup, SystemArgs};
 use crate::gsps;
-use crate::record::{MaxRateReport, SearchReport};
+use crate::record::{MaxRateReport, Reference, SearchReport};
 use crate::render::progress::{trial_line, TrialBar};
-use crate::render::report;
+use crate::render::{self, report};
 use crate::search::{self, SearchConfig};
 use crate::trial::{self, TrialConfig};
 
@@ -56,7 +56,13 @@ pub struct MaxRateArgs {
     /// URL mode with --compare-null: the null-backend engine's output substreams.
     #[arg(long)]
     pub null_dst: Option<String>,
-    /// Where the table (max-rate.txt), JSON (max-rate.json) and plot (max-rate.svg) go.
+    /// A rate measured beside the search, NAME=RATE in sample/s per polarisation (e.g. the
+    /// transport alone from spead's chain bench in the same run): in the report and drawn on the
+    /// plot's axes. Repeatable.
+    #[arg(long = "reference", value_name = "NAME=RATE")]
+    pub references: Vec<Reference>,
+    /// Where the table (max-rate.txt), JSON (max-rate.json) and plot (max-rate.svg) go; an
+    /// index.html there links every report in the folder.
     #[arg(long, default_value = "harness-max-rate")]
     pub out_dir: PathBuf,
 }
@@ -88,6 +94,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
     let mut report = MaxRateReport {
         searches: Vec::new(),
         ratio_to_null: None,
+        references: a.references.clone(),
         system: json!({
             "mode": if a.system.local { "local" } else { "url" },
             "channels": a.system.channels,
@@ -212,6 +219,11 @@ fn write_max_rate(dir: &Path, report: &mut MaxRateReport) -> Result<()> {
     std::fs::write(dir.join("max-rate.txt"), &table)?;
     report::write_json(&dir.join("max-rate.json"), report)?;
     report::plot_trials(&dir.join("max-rate.svg"), report)?;
-    eprintln!("wrote {}/max-rate.{{txt,json,svg}}", dir.display());
+    let index = render::index::write(dir)?;
+    eprintln!(
+        "wrote {}/max-rate.{{txt,json,svg}} and {}",
+        dir.display(),
+        index.display()
+    );
     Ok(())
 }

@@ -203,7 +203,13 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
     };
     let (html, json) = render::html::write(&a.out_dir, &report)?;
     println!("{}", render::progress::qualify_table(&report));
-    println!("report: {} (and {})", html.display(), json.display());
+    let index = render::index::write(&a.out_dir)?;
+    println!(
+        "report: {} (and {}; {} links every report in the folder)",
+        html.display(),
+        json.display(),
+        index.display()
+    );
     if crate::signals::interrupted() {
         bail!("interrupted");
     }

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::announce;
 use crate::bringup::{self, Setup, SystemArgs};
 use crate::render::progress::response_step_line;
-use crate::render::report;
+use crate::render::{self, report};
 use crate::response::{self, CrossAccumulator, ResponseConfig, ResponseGeometry};
 use crate::signals;
 
@@ -140,6 +140,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
             "tolerance_db": a.tolerance_db,
             "json": a.out_dir.join("response.json"),
             "svg": a.out_dir.join("response.svg"),
+            "index": render::index::write(&a.out_dir)?,
         }))?
     );
     Ok(r.pass)

@@ -157,11 +157,46 @@ pub struct SearchReport {
     pub trials: Vec<TrialRecord>,
 }
 
+/// A rate measured outside the search and set beside it (e.g. the transport alone, from spead's
+/// chain bench in the same run).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Reference {
+    pub name: String,
+    /// Sample/s per polarisation.
+    pub rate: f64,
+}
+
+impl std::str::FromStr for Reference {
+    type Err = String;
+
+    /// `NAME=RATE`, the rate in sample/s per polarisation (e.g. `transport alone=6.3e9`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, rate) = s
+            .rsplit_once('=')
+            .ok_or_else(|| format!("'{s}' is not NAME=RATE (e.g. 'transport alone=6.3e9')"))?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(format!("'{s}' has no name before '='"));
+        }
+        match rate.trim().parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(Self {
+                name: name.into(),
+                rate: r,
+            }),
+            _ => Err(format!(
+                "'{rate}' is not a positive rate in sample/s per polarisation"
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct MaxRateReport {
     pub searches: Vec<SearchReport>,
     /// best / best of the null backend, with --compare-null.
     pub ratio_to_null: Option<f64>,
+    /// Rates measured beside the search (--reference), drawn on the same axes.
+    pub references: Vec<Reference>,
     /// How the system was set up (mode, geometry, arguments).
     pub system: serde_json::Value,
 }

@@ -5,8 +5,10 @@
 //! - [`report`]: the max-rate table, JSON files and SVG plots.
 //! - [`html`]: the qualification report, one self-contained page and its JSON.
 //! - [`plot`]: one qualification plot as SVG, for that page.
+//! - [`index`]: a report folder's index.html, linking every report in it.
 
 pub mod html;
+pub mod index;
 pub mod plot;
 pub mod progress;
 pub mod report;

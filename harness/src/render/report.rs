@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use plotters::chart::SeriesAnno;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -64,6 +65,23 @@ pub fn table(report: &MaxRateReport) -> String {
     if let Some(r) = report.ratio_to_null {
         out.push_str(&format!("ratio to the null backend: {r:.3}\n"));
     }
+    for r in &report.references {
+        let against: Vec<String> = report
+            .searches
+            .iter()
+            .filter_map(|s| Some(format!("{} {:.3}", s.backend, s.best? / r.rate)))
+            .collect();
+        out.push_str(&format!(
+            "reference {}: {} Gsample/s per polarisation{}\n",
+            r.name,
+            gsps(r.rate),
+            if against.is_empty() {
+                String::new()
+            } else {
+                format!(" (best found as a fraction of it: {})", against.join(", "))
+            }
+        ));
+    }
     out
 }
 
@@ -78,91 +96,196 @@ fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 const COLOURS: [RGBColor; 4] = [BLUE, RGBColor(230, 120, 0), RGBColor(0, 150, 60), MAGENTA];
 
-/// Rate against outcome: pass at 1, fail at 0, one colour per backend (offset a little so the
-/// searches do not hide each other), a dashed line at each search's best rate.
+/// Offered against received rate, one colour per backend, a filled circle for a trial that
+/// passed and a cross for one that failed, the line where they are equal, each search's best
+/// and each reference (--reference) as a dashed vertical line; below it, on the same rate axis,
+/// the host's cores busy in each trial against the cores it has.
 pub fn plot_trials(path: &Path, report: &MaxRateReport) -> Result<()> {
-    let rates: Vec<f64> = report
-        .searches
-        .iter()
-        .flat_map(|s| s.trials.iter().map(|t| t.rate / 1e9))
+    let trials = || report.searches.iter().flat_map(|s| s.trials.iter());
+    let rates: Vec<f64> = trials()
+        .flat_map(|t| [t.rate, t.received_rate])
+        .chain(report.references.iter().map(|r| r.rate))
+        .filter(|r| r.is_finite())
+        .map(|r| r / 1e9)
         .collect();
-    let (lo, hi) = rates
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &r| (a.min(r), b.max(r)));
+    let hi = rates.iter().copied().fold(0.0, f64::max);
+    let lo = rates.iter().copied().fold(hi, f64::min);
+    let pad = ((hi - lo) * 0.06).max(hi * 0.02).max(1e-6);
     let (lo, hi) = if rates.is_empty() {
         (0.0, 1.0)
     } else {
-        let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.01).max(1e-6);
-        (lo - pad, hi + pad)
+        ((lo - pad).max(0.0), hi + pad)
     };
-    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    let root = SVGBackend::new(path, (900, 680)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("max-rate trials", ("sans-serif", 22))
+    let (top, bottom) = root.split_vertically(470);
+
+    let mut chart = ChartBuilder::on(&top)
+        .caption(
+            "max-rate: offered and received rate per trial",
+            ("sans-serif", 22),
+        )
         .margin(15)
-        .x_label_area_size(45)
+        .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(lo..hi, -0.5f64..1.5f64)
+        .build_cartesian_2d(lo..hi, lo..hi)
         .map_err(plot_err)?;
     chart
         .configure_mesh()
-        .x_desc("ADC rate per polarisation (Gsample/s)")
-        .y_desc("outcome")
-        .y_labels(3)
-        .y_label_formatter(&|y| {
-            if (*y - 1.0).abs() < 0.01 {
-                "pass".into()
-            } else if y.abs() < 0.01 {
-                "fail".into()
-            } else {
-                String::new()
-            }
-        })
+        .light_line_style(RGBColor(244, 245, 248))
+        .x_desc("offered: ADC rate per polarisation (Gsample/s)")
+        .y_desc("received (Gsample/s)")
         .draw()
         .map_err(plot_err)?;
+    chart
+        .draw_series(DashedLineSeries::new(
+            vec![(lo, lo), (hi, hi)],
+            4,
+            4,
+            RGBColor(150, 150, 150).stroke_width(1),
+        ))
+        .map_err(plot_err)?
+        .label("received = offered")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150)));
     for (i, s) in report.searches.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let dy = 0.06 * i as f64;
-        let points: Vec<(f64, f64, bool)> = s
-            .trials
-            .iter()
-            .map(|t| (t.rate / 1e9, if t.pass { 1.0 } else { 0.0 } - dy, t.pass))
-            .collect();
         chart
-            .draw_series(points.iter().map(|&(x, y, pass)| {
-                if pass {
-                    Circle::new((x, y), 6, colour.filled()).into_dyn()
+            .draw_series(s.trials.iter().map(|t| {
+                let p = (t.rate / 1e9, t.received_rate / 1e9);
+                if t.pass {
+                    Circle::new(p, 5, colour.filled()).into_dyn()
                 } else {
-                    Cross::new((x, y), 6, colour.stroke_width(2)).into_dyn()
+                    Cross::new(p, 6, colour.stroke_width(2)).into_dyn()
                 }
             }))
             .map_err(plot_err)?
             .label(match s.best {
-                Some(b) => format!("{}: best {} Gsample/s", s.backend, gsps(b)),
-                None => format!("{}: no rate sustained", s.backend),
+                Some(b) => format!("{}: best {} Gsample/s (x failed)", s.backend, gsps(b)),
+                None => format!("{}: no rate sustained (x failed)", s.backend),
             })
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
         if let Some(b) = s.best {
-            let x = b / 1e9;
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(x, -0.5), (x, 1.5)],
-                    6,
-                    4,
-                    colour.stroke_width(1),
-                ))
-                .map_err(plot_err)?;
+            vline(&mut chart, b / 1e9, (lo, hi), colour, 1)?;
         }
+    }
+    for (i, r) in report.references.iter().enumerate() {
+        let colour = REFERENCE_COLOURS[i % REFERENCE_COLOURS.len()];
+        vline(&mut chart, r.rate / 1e9, (lo, hi), colour, 2)?
+            .label(format!("{}: {} Gsample/s", r.name, gsps(r.rate)))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
+        .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::MiddleLeft)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(plot_err)?;
+
+    // Cores busy, on the same rate axis.
+    let host_cores = trials().filter_map(|t| t.cores.host_cores).max();
+    let busy_max = trials()
+        .filter_map(|t| t.cores.host_busy)
+        .fold(0.0, f64::max);
+    let ytop = host_cores
+        .map_or(busy_max, |c| c as f64)
+        .max(busy_max)
+        .max(1.0)
+        * 1.08;
+    let mut cores = ChartBuilder::on(&bottom)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(lo..hi, 0.0..ytop)
+        .map_err(plot_err)?;
+    cores
+        .configure_mesh()
+        .light_line_style(RGBColor(244, 245, 248))
+        .x_desc("offered: ADC rate per polarisation (Gsample/s)")
+        .y_desc("host cores busy")
+        .y_labels(5)
+        .draw()
+        .map_err(plot_err)?;
+    if let Some(c) = host_cores {
+        let c = c as f64;
+        cores
+            .draw_series(DashedLineSeries::new(
+                vec![(lo, c), (hi, c)],
+                4,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(plot_err)?
+            .label(format!("the host's {c} cores"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    }
+    for (i, s) in report.searches.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let mut points: Vec<(f64, f64, bool)> = s
+            .trials
+            .iter()
+            .filter_map(|t| Some((t.rate / 1e9, t.cores.host_busy?, t.pass)))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        cores
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (p.0, p.1)),
+                colour.mix(0.5).stroke_width(1),
+            ))
+            .map_err(plot_err)?;
+        cores
+            .draw_series(points.iter().map(|&(x, y, pass)| {
+                if pass {
+                    Circle::new((x, y), 4, colour.filled()).into_dyn()
+                } else {
+                    Cross::new((x, y), 5, colour.stroke_width(2)).into_dyn()
+                }
+            }))
+            .map_err(plot_err)?
+            .label(format!("{}: cores busy", s.backend))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, colour.filled()));
+    }
+    cores
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(plot_err)?;
     root.present().map_err(plot_err)?;
     Ok(())
+}
+
+const REFERENCE_COLOURS: [RGBColor; 3] = [
+    RGBColor(200, 30, 30),
+    RGBColor(120, 60, 160),
+    RGBColor(90, 90, 90),
+];
+
+type RateChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A dashed vertical line at `x` across `y`, its series returned for a legend entry.
+fn vline<'c, 'a, 'b>(
+    chart: &'c mut RateChart<'a, 'b>,
+    x: f64,
+    y: (f64, f64),
+    colour: RGBColor,
+    width: u32,
+) -> Result<&'c mut SeriesAnno<'a, SVGBackend<'b>>> {
+    chart
+        .draw_series(DashedLineSeries::new(
+            vec![(x, y.0), (x, y.1)],
+            6,
+            4,
+            colour.stroke_width(width),
+        ))
+        .map_err(plot_err)
 }
 
 /// Measured and theoretical response in dB against the offset from the channel centre.
@@ -298,6 +421,7 @@ mod tests {
                 },
             ],
             ratio_to_null: None,
+            references: vec!["transport alone=6.6e9".parse().unwrap()],
             system: serde_json::json!({"mode": "test"}),
         };
         r.compute_ratio();
@@ -312,6 +436,10 @@ mod tests {
         assert!(t.contains("FAIL"), "{t}");
         assert!(t.contains("cuda: highest sustained rate 6.300"), "{t}");
         assert!(t.contains("ratio to the null backend: 0.900"), "{t}");
+        assert!(
+            t.contains("reference transport alone: 6.600 Gsample/s per polarisation (best found as a fraction of it: cuda 0.955, null 1.061)"),
+            "{t}"
+        );
         let dir = std::env::temp_dir().join(format!("harness-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         write_json(&dir.join("r.json"), &r).unwrap();
@@ -321,7 +449,10 @@ mod tests {
         plot_trials(&dir.join("r.svg"), &r).unwrap();
         let svg = std::fs::read_to_string(dir.join("r.svg")).unwrap();
         assert!(
-            svg.starts_with("<svg") && svg.contains("best 6.300"),
+            svg.starts_with("<svg")
+                && svg.contains("best 6.300")
+                && svg.contains("transport alone: 6.600")
+                && svg.contains("host cores busy"),
             "{}",
             &svg[..200.min(svg.len())]
         );
@@ -329,6 +460,7 @@ mod tests {
         let empty = MaxRateReport {
             searches: vec![],
             ratio_to_null: None,
+            references: vec![],
             system: serde_json::Value::Null,
         };
         plot_trials(&dir.join("e.svg"), &empty).unwrap();
