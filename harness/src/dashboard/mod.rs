@@ -71,6 +71,14 @@ impl Shared {
             .cloned()
     }
 
+    /// Every frame kept, oldest first.
+    fn kept(&self) -> VecDeque<Published> {
+        self.frames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn frame(&self, seq: u64) -> Option<Published> {
         let frames = self.frames.lock().unwrap_or_else(|e| e.into_inner());
         frames.iter().find(|f| f.0 == seq).cloned()

@@ -2,6 +2,7 @@
 //! as server-sent events and as JSON, and the controls, which pass to dsim's and the engine's
 //! control APIs. Behind the control servers' own limits (connections, timeouts, body size).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::Shared;
+use super::{Published, Shared};
 use crate::content::tone_channel;
 use crate::control::Tone;
 
@@ -74,26 +75,31 @@ async fn page() -> impl IntoResponse {
     ([(header::CACHE_CONTROL, "no-store")], Html(PAGE))
 }
 
-/// Each frame as it is made, the latest one first so that a page draws at once.
+/// The frames kept (so that a page opened late fills its waterfall at once), then each frame
+/// as it is made.
 async fn events(
     State(s): State<Arc<Shared>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let first = s.latest();
+    // Subscribed before the backlog is read: a frame made in between comes twice, and the
+    // second is skipped by its number, rather than not at all.
     let rx = s.subscribe();
-    let frames = stream::unfold((first, rx), |(first, mut rx)| async move {
-        let next = match first {
-            Some(f) => Some(f),
+    let backlog: VecDeque<Published> = s.kept();
+    let last = backlog.back().map_or(0, |f| f.0);
+    let frames = stream::unfold((backlog, rx), move |(mut backlog, mut rx)| async move {
+        let next = match backlog.pop_front() {
+            Some(f) => f,
             None => loop {
                 match rx.as_mut()?.recv().await {
-                    Ok(f) => break Some(f),
+                    Ok(f) if f.0 <= last => continue,
+                    Ok(f) => break f,
                     // A page too slow for the frames skips to the newest.
                     Err(RecvError::Lagged(_)) => continue,
-                    Err(RecvError::Closed) => break None,
+                    Err(RecvError::Closed) => return None,
                 }
             },
-        }?;
+        };
         let event = Event::default().id(next.0.to_string()).data(&*next.1);
-        Some((Ok(event), (None, rx)))
+        Some((Ok(event), (backlog, rx)))
     });
     Sse::new(frames).keep_alive(KeepAlive::default())
 }
