@@ -9,7 +9,9 @@
 # The search's range and timing come from LOW, HIGH, RESOLUTION (sample/s), WARMUP, SETTLE, WINDOW (s)
 # and REPEATS in the environment, extra fengine and dsim arguments from FARGS and DARGS;
 # INPUT_ADDRESSES (default 4) spreads each polarisation over that many loopback addresses, so that
-# the engine receives it with as many threads. With spead's benches in BIN_DIR (spead-loopback and
+# the engine receives it with as many threads. BACKEND (default cuda) is the engine's backend and
+# COMPARE_NULL=0 leaves out the null backend's search (to run the two searches as separate
+# commands where a command's time is limited); REFERENCES=0 skips the two reference benches. With spead's benches in BIN_DIR (spead-loopback and
 # spead-chain, as scripts/gpu-checks.sh stages them), two references are measured first and the
 # result is set against them: loopback UDP alone, and the chain's transport alone (at CHAIN_RATES,
 # Gsample/s per polarisation).
@@ -25,7 +27,7 @@ sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 \
 # The ceiling the result is measured against, in the same run: what loopback UDP alone moves with
 # every core sending or receiving dsim-sized datagrams (GSO/GRO) and doing nothing else.
 ceiling=""
-if [ -x "$bin/spead-loopback" ]; then
+if [ "${REFERENCES:-1}" != 0 ] && [ -x "$bin/spead-loopback" ]; then
   SPEAD_BENCH_SECS=2 SPEAD_BENCH_PAIRS=$(( ($(nproc) + 1) / 2 )) SPEAD_BENCH_SIZES=5192 \
     "$bin/spead-loopback" --bench > "$out.loopback.txt" 2>&1 || true
   ceiling=$(awk '$1 == 5192 && $2 == "GSO+GRO" {print $7}' "$out.loopback.txt")
@@ -36,7 +38,7 @@ fi
 # from memory that is not in a cache, with no work in between (spead/benches/chain.rs): the cores
 # the kernel's copies alone take at each rate, and the highest rate that bench held.
 chain=""
-if [ -x "$bin/spead-chain" ]; then
+if [ "${REFERENCES:-1}" != 0 ] && [ -x "$bin/spead-chain" ]; then
   SPEAD_CHAIN_RATES=${CHAIN_RATES:-4,4.5,5,5.5,6,6.3} SPEAD_CHAIN_SECS=3 \
     "$bin/spead-chain" --bench > "$out.chain.txt" 2>&1 || true
   chain=$(awk '/^highest rate held: [0-9]/ {print $4}' "$out.chain.txt")
@@ -44,17 +46,21 @@ if [ -x "$bin/spead-chain" ]; then
 fi
 
 # Both references go into the report and onto the plot's axes (max-rate --reference).
-refs=()
+extra=()
 if [ -n "$chain" ]; then
-  refs+=(--reference "transport alone (chain bench)=${chain}e9")
+  extra+=(--reference "transport alone (chain bench)=${chain}e9")
 fi
 if [ -n "$ceiling" ]; then
   # Loopback bytes per sample per polarisation, as below.
-  refs+=(--reference "loopback UDP ceiling=$(awk -v g="$ceiling" 'BEGIN { printf "%.4g", g * 1e9 / (2 * 1.25 * 5192 / 5120 + 2) }')")
+  extra+=(--reference "loopback UDP ceiling=$(awk -v g="$ceiling" 'BEGIN { printf "%.4g", g * 1e9 / (2 * 1.25 * 5192 / 5120 + 2) }')")
+fi
+
+if [ "${COMPARE_NULL:-1}" != 0 ]; then
+  extra+=(--compare-null)
 fi
 
 status=0
-"$bin/harness" max-rate --local --backend cuda --compare-null "${refs[@]}" \
+"$bin/harness" max-rate --local --backend "${BACKEND:-cuda}" "${extra[@]}" \
   --dsim-bin "$bin/dsim" --fengine-bin "$bin/fengine" \
   --channels 32768 --taps 16 --spectra-per-heap 256 --sample-bits 10 --substreams "${SUBSTREAMS:-8}" \
   --input-addresses "${INPUT_ADDRESSES:-4}" \
