@@ -5,8 +5,10 @@
 //! - [`report`]: the max-rate table, JSON files and SVG plots.
 //! - [`html`]: the qualification report, one self-contained page and its JSON.
 //! - [`plot`]: one qualification plot as SVG, for that page.
+//! - [`soak`]: the soak's progress lines, summary, JSON and plots of memory over time.
 
 pub mod html;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod soak;
