@@ -196,6 +196,7 @@ mod tests {
             .map(|_| std::fs::File::open("/proc/self/stat").unwrap())
             .collect();
         let after = ProcessStats::myself().unwrap();
+        drop(block);
         assert!(
             after.resident_bytes >= before.resident_bytes + (60 << 20),
             "{before:?} -> {after:?}"

@@ -209,6 +209,39 @@ fn max_rate_from_file(path: &Path, backend: Option<&str>) -> Result<(f64, String
         .with_context(|| format!("--max-rate-json {}", path.display()))
 }
 
+/// The tone's channel: dsim's tone at dsim's rate before the soak (its frequencies are fixed in
+/// cycles per sample, so the channel stays where it is when the soak changes the rate), or
+/// `expect_hz` at the soak's rate. None (content reported, not checked) when either is unknown.
+fn expected_channel(
+    s: &Setup,
+    expect_hz: Option<f64>,
+    soak_rate: Option<f64>,
+    rate_before: Option<f64>,
+) -> Option<f64> {
+    let at = match expect_hz {
+        Some(f) => soak_rate.map(|fs| (f, fs)),
+        None => s.tone.map(|t| t.frequency).zip(rate_before),
+    };
+    if at.is_none() {
+        tracing::warn!("tone or ADC rate unknown: content reported, not checked");
+    }
+    at.map(|(f, fs)| tone_channel(f, fs, s.geometry.channels))
+}
+
+/// Sets dsim's rate (URL mode), warning when the engine paces its output for a lower one.
+fn set_url_rate(s: &Setup, rate: f64) -> Result<()> {
+    s.services.dsim.set_rate(rate)?;
+    if let Ok(fs) = s.services.engine.geometry().map(|g| g.adc_sample_rate) {
+        if fs < rate {
+            tracing::warn!(
+                "the engine was started with --adc-sample-rate {fs:e}, below the soak's {rate:e}: \
+                 it paces its output for that rate and will fall behind"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `harness soak`; true when it passed.
 pub fn run(a: SoakArgs) -> Result<bool> {
     a.check()?;
@@ -236,41 +269,35 @@ pub fn run(a: SoakArgs) -> Result<bool> {
     })?;
     announce(&s);
     let monitor = monitor.context("content monitor")?;
-    // By URL: set dsim to the soak's rate (and put it back after); its tone's channel follows.
-    let (mut adc_rate, mut tone) = (s.adc_rate, s.tone);
-    let mut restore_rate = None;
-    if let (false, Some((r, _))) = (s.local, &rate) {
-        let before = s.services.dsim.status().map(|st| st.rate).ok();
-        s.services.dsim.set_rate(*r)?;
-        restore_rate = before.filter(|b| b != r);
-        if let Ok(fs) = s.services.engine.geometry().map(|g| g.adc_sample_rate) {
-            if fs < *r {
-                tracing::warn!(
-                    "the engine was started with --adc-sample-rate {fs:e}, below the soak's {r:e}: \
-                     it paces its output for that rate and will fall behind"
-                );
-            }
-        }
-        let st = s.services.dsim.status().ok();
-        adc_rate = Some(*r);
-        tone = st.and_then(|st| st.strongest_tone()).or(tone);
-    }
+    let soak_rate = rate.as_ref().map(|(r, _)| *r).or(s.adc_rate);
+    let rate_before = if s.local {
+        s.adc_rate
+    } else {
+        s.services.dsim.status().ok().map(|st| st.rate)
+    };
     let expected_channel = if count_only {
         None
     } else {
-        match (a.expect_tone_hz.or(tone.map(|t| t.frequency)), adc_rate) {
-            (Some(f), Some(fs)) => Some(tone_channel(f, fs, s.geometry.channels)),
-            _ => {
-                tracing::warn!("tone or ADC rate unknown: content reported, not checked");
-                None
-            }
-        }
+        expected_channel(&s, a.expect_tone_hz, soak_rate, rate_before)
     };
+    // By URL: set dsim to the soak's rate, and put it back afterwards.
+    let restore_rate = match (s.local, &rate) {
+        (false, Some((r, _))) => {
+            set_url_rate(&s, *r)?;
+            rate_before.filter(|b| b != r)
+        }
+        _ => None,
+    };
+    let adc_rate = soak_rate;
     let limits = a.limits();
     let planned_s = a.duration;
     let system = json!({
         "mode": if s.local { "local" } else { "url" },
-        "backend": s.backend,
+        "backend": if s.local {
+            Some(s.backend.clone())
+        } else {
+            s.services.engine.status().ok().map(|st| st.backend)
+        },
         "engine": s.services.engine.url(),
         "dsim": s.services.dsim.url(),
         "channels": s.geometry.channels,

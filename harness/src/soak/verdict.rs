@@ -186,7 +186,7 @@ fn process(
     }
     for &(t, p) in &readings {
         if let Some(r) = p.resident_bytes {
-            if sum.peak_rss_bytes.map_or(true, |m| r > m) {
+            if sum.peak_rss_bytes.is_none_or(|m| r > m) {
                 sum.peak_rss_bytes = Some(r);
                 sum.peak_rss_s = Some(t);
             }
