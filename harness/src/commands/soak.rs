@@ -406,6 +406,53 @@ pub fn run(a: SoakArgs) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        soak: SoakArgs,
+    }
+
+    fn args(line: &str) -> SoakArgs {
+        Cli::try_parse_from(std::iter::once("soak").chain(line.split_whitespace()))
+            .unwrap()
+            .soak
+    }
+
+    #[test]
+    fn the_rate_is_a_fraction_of_the_max_or_as_given() {
+        let (r, from) = args("--local --max-rate 32e6 --fraction 0.75")
+            .rate()
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, 24e6);
+        assert_eq!(from, "0.75 of 0.032 Gsample/s from --max-rate");
+        let (r, _) = args("--local --max-rate 32e6").rate().unwrap().unwrap();
+        assert_eq!(r, 32e6, "a max rate alone: all of it");
+        let (r, from) = args("--local --adc-rate 16e6").rate().unwrap().unwrap();
+        assert_eq!((r, from.as_str()), (16e6, "--adc-rate"));
+        assert!(args("--local").rate().unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_arguments_are_named_in_one_sentence() {
+        let err = |line: &str| args(line).check().unwrap_err().to_string();
+        assert_eq!(
+            err("--local --fraction 0.8"),
+            "--fraction needs the max rate it is a fraction of: --max-rate or --max-rate-json"
+        );
+        assert!(err("--local --max-rate 1e9 --adc-rate 1e8").starts_with("give either --adc-rate"));
+        assert!(err("--local --duration 30").contains("--baseline (60 s) must be shorter"));
+        assert!(err("--local --interval 0").starts_with("--interval must be"));
+        assert!(
+            err("--local --max-rate 1e9 --fraction=-1").starts_with("--fraction must be above 0")
+        );
+        assert!(err("--local --rss-growth=-5").starts_with("--rss-growth must be 0 or more"));
+        assert!(args("--local --max-rate 1e9 --fraction 0.8")
+            .check()
+            .is_ok());
+    }
 
     #[test]
     fn the_max_rate_comes_from_the_right_search() {
