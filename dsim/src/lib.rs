@@ -330,10 +330,13 @@ impl Controller {
         status::status(&self.shared)
     }
 
-    /// A scrape: the collector reads the status, and so every counter, now.
+    /// A scrape: the collector reads the status, and so every counter, now; then the process's
+    /// own series (memory, descriptors, threads).
     pub fn metrics(&self) -> String {
         let c = self.clone();
-        metrics::encode(&metrics::registry(move || c.status()))
+        let mut text = metrics::encode(&metrics::registry(move || c.status()));
+        fgpu_serve::process::encode_into(&mut text);
+        text
     }
 
     pub fn signal(&self) -> status::SignalStatus {

@@ -116,11 +116,26 @@ fn reads_health_status_and_metrics() {
     );
     for line in m.body.lines().filter(|l| !l.starts_with('#')) {
         let (series, value) = line.rsplit_once(' ').unwrap();
-        assert!(series.starts_with("dsim_"), "{line}");
+        assert!(
+            series.starts_with("dsim_") || series.starts_with("process_"),
+            "{line}"
+        );
         value.parse::<f64>().unwrap();
     }
     assert!(m.body.contains("dsim_heaps_sent_total{pol=\"1\"}"));
     assert!(m.body.contains("# TYPE dsim_bytes_sent_total counter"));
+    // The process's own resources, under Prometheus's standard names.
+    for name in [
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_threads ",
+    ] {
+        assert!(
+            m.body.contains(&format!("\n{name}")),
+            "no {name}in\n{}",
+            m.body
+        );
+    }
     // No noise (the tests' config), so no components; the default seed.
     let signal = call(&d, "GET", "/signal", None).json();
     assert_eq!(signal["pols"][0]["components"], json!([]));

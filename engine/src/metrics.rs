@@ -42,11 +42,14 @@ pub fn registry(stats: Arc<Stats>, labels: &EngineLabels) -> Registry {
     registry
 }
 
-/// Prometheus text exposition (version 0.0.4) of `registry`.
+/// Prometheus text exposition (version 0.0.4) of `registry`, then the process's own series
+/// (`process_resident_memory_bytes`, `process_open_fds`, `process_threads`, ...), which carry no
+/// engine labels: they describe the process, whichever engines it serves.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::with_capacity(8192);
     // Writing into a String cannot fail, and the collector's encoding does not either.
     let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, registry);
+    fgpu_serve::process::encode_into(&mut out);
     out
 }
 
@@ -321,6 +324,12 @@ mod tests {
         assert!(text.contains("fengine_chunk_processing_seconds_count{backend=\"cpu\"} 1\n"));
         assert!(text.contains("fengine_control_rejected_requests_total{backend=\"cpu\"} 0\n"));
         assert!(text.contains("# TYPE fengine_saturated_total counter\n"));
+        assert!(
+            text.contains("\nprocess_resident_memory_bytes ")
+                && text.contains("\nprocess_open_fds ")
+                && text.contains("\nprocess_threads "),
+            "the process series, without the engine's labels"
+        );
         assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
         // Every sample line has a value that parses, and a family declared before it.
         let mut declared = std::collections::HashSet::new();

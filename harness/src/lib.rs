@@ -20,6 +20,8 @@
 //! - [`trial`]: one max-rate trial against the real system.
 //! - [`cpu`]: where the host's cores went during a trial (per process, and host-wide).
 //! - [`response`]: the channel response measurement and its theory.
+//! - [`soak`]: the chain at one rate for a long time, every process's memory, descriptors and
+//!   threads and every loss counter sampled once an interval, and the verdict on them.
 //! - [`qualify`]: the qualification suite (channelisation, linearity, gains, delays, timing,
 //!   counters), run on a test bench of dsim, engine and receiver.
 //!
@@ -29,7 +31,7 @@
 //! - [`render`]: progress lines, tables, JSON and SVG from the records.
 //! - [`dashboard`]: the live page of `watch --http`, another reader of the watch feed.
 //!
-//! - [`commands`]: `watch`, `max-rate`, `response` and `qualify`, each wiring the above together.
+//! - [`commands`]: `watch`, `max-rate`, `response`, `qualify` and `soak`, each wiring the above together.
 
 pub mod bringup;
 pub mod commands;
@@ -47,6 +49,7 @@ pub mod response;
 pub mod search;
 pub mod services;
 pub mod signals;
+pub mod soak;
 pub mod trial;
 pub mod watch;
 

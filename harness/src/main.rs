@@ -5,14 +5,14 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use harness::commands::{max_rate, qualify, response, watch};
+use harness::commands::{max_rate, qualify, response, soak, watch};
 use harness::signals;
 
 #[derive(Parser)]
 #[command(
     name = "harness",
     version,
-    about = "Test harness of the F-engine test bed: watch the output, search the max rate, measure the channel response, qualify the engine",
+    about = "Test harness of the F-engine test bed: watch the output, search the max rate, measure the channel response, qualify the engine, soak the system",
     long_about = "Test harness of the F-engine test bed (dsim -> fengine -> harness).\n\n\
         Two ways to reach the system: running services by URL (--dsim-url, --engine-url, --dst; \
         inside compose), or --local, which launches dsim and fengine here as child processes over \
@@ -51,6 +51,14 @@ enum Command {
     /// (gains, delays) through their control APIs; writes qualify.html (self-contained, plots
     /// inline) and qualify.json to --out-dir. Exits 1 unless every test ran and passed.
     Qualify(qualify::QualifyArgs),
+    /// Soak the system: run it at one rate (--fraction of --max-rate, or of max-rate.json's
+    /// result) for --duration while watch checks every heap, and once an --interval sample every
+    /// process's resident memory, open descriptors and threads (the services' process_* series
+    /// in /metrics, the harness's /proc/self) and every loss counter. Prints a line per sample;
+    /// writes soak.json (the time series and the verdict) and SVG plots of memory over time.
+    /// Exits 1 on any loss or gap, memory grown past --rss-growth over its baseline,
+    /// descriptors or threads past their slack, a restart, or a sample not read whole.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +76,7 @@ fn main() -> ExitCode {
         Command::MaxRate(a) => max_rate::run(a),
         Command::Response(a) => response::run(a),
         Command::Qualify(a) => qualify::run(a),
+        Command::Soak(a) => soak::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

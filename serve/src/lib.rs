@@ -22,7 +22,11 @@
 //! change that was made always gets its reply (dsim builds a new signal for up to seconds).
 //! Refusals are `{"error": "<sentence>"}`, like the servers' own.
 //!
-//! [`protect`] adds the request checks to a router; [`serve`] is the accept loop.
+//! [`protect`] adds the request checks to a router; [`serve`] is the accept loop. [`process`]
+//! gives both servers' `GET /metrics` the standard `process_*` series (memory, descriptors,
+//! threads), so that they can be read over HTTP where `/proc` cannot.
+
+pub mod process;
 
 use std::fmt;
 use std::future::Future;

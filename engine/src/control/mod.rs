@@ -3,7 +3,9 @@
 //! - `GET /health`: 200 while the pipeline runs, 503 once it is stopping.
 //! - `GET /status`: [`fgpu_api::engine::Status`]: backend, timing, the input's counters, each
 //!   output's shape and counters keyed by output name, queue depths, frame timing, loaded delays.
-//! - `GET /metrics`: Prometheus text.
+//! - `GET /metrics`: Prometheus text: the engine's counters, then the process's own resident
+//!   memory, open descriptors, threads and CPU time under the standard `process_*` names
+//!   (`fgpu_serve::process`).
 //! - `PUT /delays`, `GET /delays`: per polarisation delay (s), delay rate (s/s), phase (rad), phase
 //!   rate (rad/s), loaded at an ADC timestamp, a Unix time, or at once ([`delays`]).
 //! - `PUT /outputs/{name}/gains`, `GET /outputs/{name}/gains`: one output's per polarisation

@@ -7,6 +7,7 @@ use crate::bringup::Setup;
 pub mod max_rate;
 pub mod qualify;
 pub mod response;
+pub mod soak;
 pub mod watch;
 
 /// Says on stderr what [`bringup::setup`](crate::bringup::setup) launched, when the system is local.

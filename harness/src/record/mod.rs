@@ -16,6 +16,7 @@ use crate::receive::SubstreamSnapshot;
 use crate::search::{Phase, SearchConfig};
 
 pub mod qualify;
+pub mod soak;
 
 // --- watch ---
 

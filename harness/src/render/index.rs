@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::html::esc;
 
 /// The reports the harness writes, by file name: a title and what the file holds.
-const KNOWN: [(&str, &str, &str); 8] = [
+const KNOWN: [(&str, &str, &str); 10] = [
     (
         "qualify.html",
         "Qualification",
@@ -35,7 +35,21 @@ const KNOWN: [(&str, &str, &str); 8] = [
     ),
     ("response.json", "Channel response", "every point as JSON"),
     ("qualify.json", "Qualification", "the figures as JSON"),
-    ("soak.svg", "Soak", "memory and counters over time"),
+    (
+        "soak-rss.svg",
+        "Soak",
+        "each process's resident memory over time",
+    ),
+    (
+        "soak-growth.svg",
+        "Soak",
+        "each process's memory, descriptors and threads against its baseline",
+    ),
+    (
+        "soak.json",
+        "Soak",
+        "every sample, the verdict and its reasons as JSON",
+    ),
 ];
 
 /// Writes `dir/index.html` from the files in `dir`; its path.

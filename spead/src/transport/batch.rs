@@ -37,11 +37,20 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// `slots` empty buffers of `slot` bytes (each at least 1).
+    /// `slots` empty buffers of `slot` bytes (each at least 1), their pages touched now: a
+    /// zeroed allocation gets its pages only when first written, so a receiver would otherwise
+    /// grow its resident memory the first time a backlog fills more slots (after a stall, say),
+    /// which a soak cannot tell from a leak.
     pub fn new(slots: usize, slot: usize) -> Self {
         let slot = slot.max(1);
+        let mut buf = vec![0u8; slots * slot];
+        for byte in buf.iter_mut().step_by(4096) {
+            // SAFETY: a valid, aligned &mut u8. Volatile, so that the store of the zero the
+            // allocation already holds is not optimised away.
+            unsafe { std::ptr::write_volatile(byte, 0) };
+        }
         Self {
-            buf: vec![0; slots * slot],
+            buf,
             slot,
             meta: Vec::with_capacity(slots),
         }
@@ -120,6 +129,28 @@ pub fn split(buf: &[u8], stride: usize) -> std::slice::Chunks<'_, u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Anonymous resident memory of this process (Linux), in bytes.
+    fn rss_anon() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    }
+
+    #[test]
+    fn the_buffers_are_resident_from_the_start() {
+        let before = rss_anon();
+        let b = Batch::new(1024, 65_536);
+        let after = rss_anon();
+        // 64 MiB allocated; allow other tests of this binary to free a little meanwhile.
+        assert!(after >= before + (48 << 20), "{before} -> {after}");
+        assert_eq!(b.slots(), 1024);
+    }
 
     #[test]
     fn split_by_stride() {

@@ -1,0 +1,186 @@
+//! The soak's words and files: a progress line per sample, the closing summary, and
+//! `soak.json`, `soak-rss.svg` (resident memory over time) and `soak-growth.svg` (over each
+//! process's baseline, against the limit), the plots drawn as the qualification report's are.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::record::qualify::{Level, Plot, Series, Style};
+use crate::record::soak::{SoakReport, SoakSample};
+use crate::soak::verdict::{mib, when};
+
+/// Turns samples into progress lines; remembers each process's baseline to show the growth over
+/// it.
+pub struct SampleLines {
+    baseline_s: f64,
+    baselines: BTreeMap<String, u64>,
+}
+
+impl SampleLines {
+    pub fn new(baseline_s: f64) -> Self {
+        Self {
+            baseline_s,
+            baselines: BTreeMap::new(),
+        }
+    }
+
+    /// "[  5.0 min] 0.0160 Gsample/s  no loss  fengine 212.3 MiB +0.4% 31 fd 14 thr | ...".
+    pub fn line(&mut self, s: &SoakSample) -> String {
+        let lost: Vec<String> = s
+            .losses
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let mut procs = Vec::new();
+        for (name, p) in &s.processes {
+            let Some(rss) = p.resident_bytes else {
+                procs.push(format!("{name} unreadable"));
+                continue;
+            };
+            if s.elapsed_s >= self.baseline_s {
+                self.baselines.entry(name.clone()).or_insert(rss);
+            }
+            let growth = match self.baselines.get(name) {
+                Some(&b) => format!(" {:+.1}%", (rss as f64 / b.max(1) as f64 - 1.0) * 100.0),
+                None => String::new(),
+            };
+            let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+            procs.push(format!(
+                "{name} {}{growth} {} fd {} thr",
+                mib(rss),
+                opt(p.open_fds),
+                opt(p.threads)
+            ));
+        }
+        format!(
+            "[{:>9}] {:.4} Gsample/s  {}  {}{}",
+            when(s.elapsed_s),
+            s.received_rate / 1e9,
+            if lost.is_empty() {
+                "no loss".to_string()
+            } else {
+                format!("LOSS {}", lost.join(", "))
+            },
+            procs.join(" | "),
+            if s.errors.is_empty() {
+                String::new()
+            } else {
+                format!("  (not read: {})", s.errors.join("; "))
+            }
+        )
+    }
+}
+
+/// The closing summary: the outcome, a row per process, the losses and the reasons.
+pub fn summary(r: &SoakReport) -> String {
+    let mut out = format!(
+        "soak: {} after {} at {} ({})\n",
+        if r.pass { "PASS" } else { "FAIL" },
+        when(r.soaked_s),
+        r.rate.map_or("the rate as it was".into(), |x| format!(
+            "{:.4} Gsample/s",
+            x / 1e9
+        )),
+        r.rate_source,
+    );
+    if let Some(x) = r.received_rate {
+        out.push_str(&format!("received {:.4} Gsample/s on average\n", x / 1e9));
+    }
+    out.push_str(&format!(
+        "{:<8} {:>12} {:>12} {:>12} {:>8} {:>13} {:>13}\n",
+        "process", "baseline", "peak", "last", "growth", "fds base/max", "threads b/max"
+    ));
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for (name, p) in &r.processes {
+        out.push_str(&format!(
+            "{:<8} {:>12} {:>12} {:>12} {:>8} {:>13} {:>13}\n",
+            name,
+            p.baseline_rss_bytes.map_or("-".into(), mib),
+            p.peak_rss_bytes.map_or("-".into(), mib),
+            p.last_rss_bytes.map_or("-".into(), mib),
+            p.max_growth
+                .map_or("-".into(), |g| format!("{:+.1}%", g * 100.0)),
+            format!("{}/{}", opt(p.baseline_fds), opt(p.max_fds_seen)),
+            format!("{}/{}", opt(p.baseline_threads), opt(p.max_threads_seen)),
+        ));
+    }
+    let losses: Vec<String> = r.losses.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    out.push_str(&format!("losses since the start: {}\n", losses.join(", ")));
+    for reason in &r.reasons {
+        out.push_str(&format!("FAIL: {reason}\n"));
+    }
+    out
+}
+
+/// Resident memory (MiB) per process against minutes.
+pub fn rss_plot(r: &SoakReport) -> Plot {
+    Plot {
+        title: "Resident memory over the soak".into(),
+        x_label: "minutes since the soak began".into(),
+        y_label: "resident memory (MiB)".into(),
+        series: series(r, |_, rss| Some(rss as f64 / (1 << 20) as f64)),
+        vlines: vec![Level {
+            label: "baseline".into(),
+            value: r.limits.baseline_s / 60.0,
+        }],
+        ..Default::default()
+    }
+}
+
+/// Resident memory over each process's baseline (%) against minutes, with the limit.
+pub fn growth_plot(r: &SoakReport) -> Plot {
+    Plot {
+        title: "Resident memory over its baseline".into(),
+        x_label: "minutes since the soak began".into(),
+        y_label: "growth over the baseline (%)".into(),
+        series: series(r, |name, rss| {
+            let base = r.processes.get(name)?.baseline_rss_bytes?;
+            Some((rss as f64 / base.max(1) as f64 - 1.0) * 100.0)
+        }),
+        hlines: vec![Level {
+            label: format!("limit +{}%", r.limits.rss_growth * 100.0),
+            value: r.limits.rss_growth * 100.0,
+        }],
+        vlines: vec![Level {
+            label: "baseline".into(),
+            value: r.limits.baseline_s / 60.0,
+        }],
+        ..Default::default()
+    }
+}
+
+/// One line per process of `y(name, rss)` against minutes.
+fn series(r: &SoakReport, y: impl Fn(&str, u64) -> Option<f64>) -> Vec<Series> {
+    r.processes
+        .keys()
+        .map(|name| Series {
+            name: name.clone(),
+            style: Style::Line,
+            points: r
+                .samples
+                .iter()
+                .filter_map(|s| {
+                    let rss = s.processes.get(name)?.resident_bytes?;
+                    Some((s.elapsed_s / 60.0, y(name, rss)?))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Writes soak.json, soak-rss.svg and soak-growth.svg into `dir`.
+pub fn write(dir: &Path, r: &SoakReport) -> Result<()> {
+    super::report::write_json(&dir.join("soak.json"), r)?;
+    for (name, plot) in [
+        ("soak-rss.svg", rss_plot(r)),
+        ("soak-growth.svg", growth_plot(r)),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, super::plot::svg(&plot)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
