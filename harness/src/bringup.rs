@@ -166,7 +166,7 @@ pub fn array_size(sys: &SystemArgs) -> Result<Option<usize>> {
     if let (Some(n), false) = (n, sys.local) {
         if engines != n || dsims != n {
             bail!(
-                "an array of {n} engines needs {n} engine URLs and {n} dsim URLs                  (comma-separated --engine-url and --dsim-url), not {engines} and {dsims}"
+                "an array of {n} engines needs {n} engine URLs and {n} dsim URLs (comma-separated --engine-url and --dsim-url), not {engines} and {dsims}"
             );
         }
     }
@@ -174,6 +174,14 @@ pub fn array_size(sys: &SystemArgs) -> Result<Option<usize>> {
         bail!("--gpus must be at least 1");
     }
     Ok(n)
+}
+
+/// Refuses an array for `command`, which measures one engine.
+pub fn one_engine(sys: &SystemArgs, command: &str) -> Result<()> {
+    if array_size(sys)?.is_some() {
+        bail!("{command} measures one engine: leave out --engines and give one dsim and one engine URL");
+    }
+    Ok(())
 }
 
 /// The tone of each of an array's `antennas` at `rate` with `channels`: from --tone (one for

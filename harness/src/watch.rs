@@ -240,6 +240,8 @@ pub fn run(
     summary.dsim_heaps_skipped = engines.iter().map(|e| e.dsim_heaps_skipped).sum();
     summary.udp_rcvbuf_errors = udp_rcvbuf_errors;
     summary.aggregate_rate = Some(engines.iter().map(|e| e.sample_rate).sum());
+    // Substreams, not lanes: each substream has one lane per engine in `per_substream`.
+    summary.substreams /= engines.len().max(1);
     summary.heap_counters = last.heap_counters();
     summary.engines = engines;
     Ok(summary)

@@ -208,6 +208,7 @@ fn watch_follows_an_array_of_two_engines_each_on_its_own() {
     let engines = s["engines"].as_array().unwrap();
     assert_eq!(engines.len(), 2);
     // Every substream has a lane per engine.
+    assert_eq!(s["substreams"], 4);
     assert_eq!(s["per_substream"].as_array().unwrap().len(), 2 * 4);
     let mut tones = Vec::new();
     for (i, e) in engines.iter().enumerate() {

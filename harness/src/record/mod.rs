@@ -89,6 +89,7 @@ pub struct WatchSummary {
     /// Why not ok.
     pub failures: Vec<String>,
     pub duration_s: f64,
+    /// Output substreams joined (with an array, each holds a lane per engine).
     pub substreams: usize,
     pub heaps: u64,
     pub heap_bytes: u64,
