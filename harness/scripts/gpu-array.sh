@@ -39,6 +39,8 @@
 #                             polarisation of each antenna (as many engine receive threads)
 #   CHAIN_RATES=2,3,4,5,6     the chain bench's rates (Gsample/s per polarisation); CHAIN=0 skips it
 #   FARGS, DARGS              extra fengine and dsim arguments
+#   TABLE_ONLY=1              no searches: the table of the searches already in OUT_DIR (after
+#                             copying two runs' c*-n*-* folders into one, say)
 #
 # A small run of the plumbing on a machine without a GPU (2 cores):
 #   BACKEND=cpu CHANNELS_LIST=1024 ENGINES="1 2" LOW=4e6 HIGH=24e6 RESOLUTION=4e6 SUBSTREAMS=4 \
@@ -65,6 +67,7 @@ rate_tolerance=${RATE_TOLERANCE:-0.02}
 deadline=${DEADLINE:-540}
 substreams=${SUBSTREAMS:-8} input_addresses=${INPUT_ADDRESSES:-4}
 
+table_only=${TABLE_ONLY:-0}
 backends=("$backend")
 [[ $null == 1 && $backend != null ]] && backends+=(null)
 for n in $engines_list; do
@@ -72,45 +75,8 @@ for n in $engines_list; do
 done
 [[ -z $gpus || $gpus =~ ^[1-9][0-9]*$ ]] || { echo "gpu-array: GPUS must be a GPU count of at least 1, not '$gpus'" >&2; exit 2; }
 for b in dsim fengine harness; do
-  [[ -x $bin/$b ]] || { echo "gpu-array: $bin/$b is missing (scripts/gpu-checks.sh stage puts it in .carry/)" >&2; exit 2; }
+  [[ $table_only == 1 ]] || [[ -x $bin/$b ]] || { echo "gpu-array: $bin/$b is missing (scripts/gpu-checks.sh stage puts it in .carry/)" >&2; exit 2; }
 done
-
-# 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
-sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null \
-  || echo "gpu-array: could not raise net.core.{r,w}mem_max (not root?): expect loss at high rates" >&2
-
-searches=0
-for _ in $channels_list; do for _ in $engines_list; do searches=$((searches + ${#backends[@]})); done; done
-per_search=$(python3 - "$searches" "$low" "$high" "$resolution" "$warmup" "$settle" "$window" "$repeats" "$deadline" <<'PY'
-import math, sys
-n, low, high, res, warmup, settle, window, repeats, deadline = map(float, sys.argv[1:])
-trials = 2 + math.ceil(math.log2(max((high - low) / res, 1))) + repeats
-# A passing trial settles in about 1.3 s, a failing one runs the settling out; about 12 s to
-# start and stop each search's processes.
-per = trials * (warmup + window + (1.3 + settle) / 2) + 12
-print(f"gpu-array: {int(n)} searches of about {int(trials)} trials: about {n * per / 60:.1f} minutes "
-      f"(plus the chain bench), each trial {warmup:g} s warm-up, up to {settle:g} s settling, "
-      f"{window:g} s window; no search starts that would end past {deadline:g} s", file=sys.stderr)
-print(int(per))
-PY
-)
-t0=$SECONDS
-sampler=
-# The GPU-memory sampler is this script's own child: stop it however the script ends.
-trap '[[ -n $sampler ]] && kill "$sampler" 2>/dev/null; true' EXIT
-elapsed() { printf '%d:%02d' $(((SECONDS - t0) / 60)) $(((SECONDS - t0) % 60)); }
-
-# The chain's transport alone, in the same run: the same bytes crossing loopback twice with no
-# work in between (spead/benches/chain.rs); one chain, at CHAIN_RATES.
-if [[ ${CHAIN:-1} != 0 && -x $bin/spead-chain ]]; then
-  echo "[$(elapsed)] transport alone: spead chain bench at ${CHAIN_RATES:-2,3,4,5,6} Gsample/s per polarisation" >&2
-  SPEAD_CHAIN_RATES=${CHAIN_RATES:-2,3,4,5,6} SPEAD_CHAIN_SECS=2 \
-    "$bin/spead-chain" --bench >"$out/chain.txt" 2>&1 || true
-  grep -E '^highest rate held' "$out/chain.txt" | sed "s/^/[$(elapsed)] transport alone: /" >&2 || true
-else
-  # A run that adds rows to an earlier one's folder keeps that run's measurement.
-  echo "[$(elapsed)] transport alone: not measured now (no $bin/spead-chain, or CHAIN=0)$([[ -f $out/chain.txt ]] && echo "; $out/chain.txt from an earlier run stays")" >&2
-fi
 
 # The table over every search in OUT so far: rewritten after each search, so that a run cut short
 # still leaves one (and a second run into the same OUT adds its rows).
@@ -246,6 +212,48 @@ if final == "final":
 PY
 )
 write_table() { python3 -c "$table_py" "$out" "$backend" "${gpus:-}" "${1:-}"; }
+if [[ $table_only == 1 ]]; then
+  write_table final
+  exit 0
+fi
+
+# 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
+sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null \
+  || echo "gpu-array: could not raise net.core.{r,w}mem_max (not root?): expect loss at high rates" >&2
+
+searches=0
+for _ in $channels_list; do for _ in $engines_list; do searches=$((searches + ${#backends[@]})); done; done
+per_search=$(python3 - "$searches" "$low" "$high" "$resolution" "$warmup" "$settle" "$window" "$repeats" "$deadline" <<'PY'
+import math, sys
+n, low, high, res, warmup, settle, window, repeats, deadline = map(float, sys.argv[1:])
+trials = 2 + math.ceil(math.log2(max((high - low) / res, 1))) + repeats
+# A passing trial settles in about 1.3 s, a failing one runs the settling out; about 12 s to
+# start and stop each search's processes.
+per = trials * (warmup + window + (1.3 + settle) / 2) + 12
+print(f"gpu-array: {int(n)} searches of about {int(trials)} trials: about {n * per / 60:.1f} minutes "
+      f"(plus the chain bench), each trial {warmup:g} s warm-up, up to {settle:g} s settling, "
+      f"{window:g} s window; no search starts that would end past {deadline:g} s", file=sys.stderr)
+print(int(per))
+PY
+)
+t0=$SECONDS
+sampler=
+# The GPU-memory sampler is this script's own child: stop it however the script ends.
+trap '[[ -n $sampler ]] && kill "$sampler" 2>/dev/null; true' EXIT
+elapsed() { printf '%d:%02d' $(((SECONDS - t0) / 60)) $(((SECONDS - t0) % 60)); }
+
+# The chain's transport alone, in the same run: the same bytes crossing loopback twice with no
+# work in between (spead/benches/chain.rs); one chain, at CHAIN_RATES.
+if [[ ${CHAIN:-1} != 0 && -x $bin/spead-chain ]]; then
+  echo "[$(elapsed)] transport alone: spead chain bench at ${CHAIN_RATES:-2,3,4,5,6} Gsample/s per polarisation" >&2
+  SPEAD_CHAIN_RATES=${CHAIN_RATES:-2,3,4,5,6} SPEAD_CHAIN_SECS=2 \
+    "$bin/spead-chain" --bench >"$out/chain.txt" 2>&1 || true
+  grep -E '^highest rate held' "$out/chain.txt" | sed "s/^/[$(elapsed)] transport alone: /" >&2 || true
+else
+  # A run that adds rows to an earlier one's folder keeps that run's measurement.
+  echo "[$(elapsed)] transport alone: not measured now (no $bin/spead-chain, or CHAIN=0)$([[ -f $out/chain.txt ]] && echo "; $out/chain.txt from an earlier run stays")" >&2
+fi
+
 
 # best BACKEND CHANNELS ENGINES: a finished search's best rate per engine, or nothing.
 best() {
