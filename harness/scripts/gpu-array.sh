@@ -199,6 +199,14 @@ elif chain:
     lines.append("Transport alone (spead's chain bench beside these searches): none of its rates was held.")
 else:
     lines.append("Transport alone: not measured (no spead-chain bench, or CHAIN=0).")
+try:
+    host = [l.strip() for l in open(f"{out}/host.txt") if l.strip()]
+    gpus_seen = [l[5:] for l in host if l.startswith("gpu: ")]
+    cores = [l[7:] for l in host if l.startswith("cores: ")]
+    lines.append("Host: " + ("; ".join(gpus_seen) if gpus_seen else "no GPU seen by nvidia-smi")
+                 + (f"; {cores[0]} CPU cores." if cores else "."))
+except OSError:
+    pass
 lines.append(f"Cores busy: the whole host, kernel included, over the window of the best rate's "
              f"trial. GPU MiB per engine: the largest any engine process held (nvidia-smi, context "
              f"included). Each search's trials: {out}/c<channels>-n<engines>-<backend>/max-rate.txt.")
@@ -216,6 +224,13 @@ if [[ $table_only == 1 ]]; then
   write_table final
   exit 0
 fi
+
+# The host, for the table's caption: its GPUs and cores.
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+    | sed 's/^/gpu: /' || true
+  echo "cores: $(nproc)"
+} >"$out/host.txt"
 
 # 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
 sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null \
