@@ -55,7 +55,17 @@ pub fn make_backend(
         BackendKind::Cuda => {
             let b = backend::cuda::CudaBackend::new(input, outputs, gpu)
                 .map_err(|e| unavailable("cuda", e))?;
-            tracing::info!(gpu, device = %b.device_name(), "CUDA backend ready");
+            let s = b.startup();
+            // What this engine took of the GPU's memory: free before less free after (its
+            // buffers and cuFFT's work area, not the context), which engines starting on the
+            // same GPU at the same moment blur; nvidia-smi's per-process figure does not.
+            tracing::info!(
+                gpu,
+                device = %b.device_name(),
+                device_mib = s.device_bytes >> 20,
+                fft_work_mib = s.fft_work_bytes >> 20,
+                "CUDA backend ready"
+            );
             Box::new(b)
         }
         BackendKind::Auto => match backend::cuda::probe(gpu) {

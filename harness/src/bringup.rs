@@ -14,7 +14,7 @@ use spead::transport::Endpoint;
 
 use crate::control::{CounterNames, Tone};
 use crate::receive::{HeapSink, NoSink, ReceiveConfig, Receiver};
-use crate::services::{self, LocalSpec, Services};
+use crate::services::{self, ArraySpec, LocalSpec, Services};
 
 /// The system under test.
 #[derive(Args, Clone, Debug)]
@@ -22,12 +22,22 @@ pub struct SystemArgs {
     /// Launch dsim and fengine here as child processes over loopback (instead of the URLs).
     #[arg(long, help_heading = "System")]
     pub local: bool,
-    /// dsim's control URL (URL mode), e.g. http://dsim:8080.
+    /// dsim's control URL (URL mode), e.g. http://dsim:8080; an array's, one per antenna,
+    /// comma-separated.
     #[arg(long, env = "HARNESS_DSIM_URL", help_heading = "System")]
     pub dsim_url: Option<String>,
-    /// The engine's control URL (URL mode), e.g. http://fengine:8080.
+    /// The engine's control URL (URL mode), e.g. http://fengine:8080; an array's, one per
+    /// antenna, comma-separated, in feng_id order.
     #[arg(long, env = "HARNESS_ENGINE_URL", help_heading = "System")]
     pub engine_url: Option<String>,
+    /// An array of N antennas (watch, max-rate): N engines (feng_id 0..N-1, array size N) send
+    /// to the same output substreams, and their heaps are told apart by feng_id, each engine
+    /// checked on its own and its heap counters against katgpucbf's rule. With --local, N dsims
+    /// (digitiser ids 0..N-1, noise seeds --seed + i, one sync time) and N engines are launched;
+    /// by URL, --dsim-url and --engine-url list N each. Default: one engine, whose feng_id is not
+    /// looked at (several URLs: as many engines).
+    #[arg(long, value_name = "N", help_heading = "System")]
+    pub engines: Option<usize>,
     /// Engine output substreams to join, ADDR[+N]:PORT (N+1 consecutive addresses, multicast or
     /// unicast; the engine's --dst). Required in URL mode; with --local the default is
     /// 127.0.0.1+<substreams-1> on a free port.
@@ -88,7 +98,9 @@ pub struct SystemArgs {
     #[arg(long, allow_hyphen_values = true, help_heading = "Local processes")]
     pub fengine_args: Option<String>,
     /// --local: dsim's tone, HZ:AMPL (amplitude a fraction of full scale). Default: the centre
-    /// of channel n/4 (fs/8) at 0.5.
+    /// of channel n/4 (fs/8) at 0.5. With --engines, one for every antenna or a comma-separated
+    /// list of one per antenna [default there: antenna i at the centre of channel
+    /// n/4 + i n/(2N), so that each engine's tone has a channel of its own].
     #[arg(long, help_heading = "Local processes")]
     pub tone: Option<String>,
     /// dsim's Gaussian noise, fraction of full scale (--local: at start, else dsim's default
@@ -109,6 +121,98 @@ pub struct SystemArgs {
     /// --local: directory for the children's logs [default: <out-dir>/logs, or a temp dir].
     #[arg(long, help_heading = "Local processes")]
     pub log_dir: Option<PathBuf>,
+    /// --local with --engines: deal the engines out to this many GPUs, engine i on CUDA device
+    /// i mod G [default: every engine on the device it picks, 0].
+    #[arg(
+        long,
+        value_name = "G",
+        requires = "engines",
+        help_heading = "Local processes"
+    )]
+    pub gpus: Option<usize>,
+    /// --local with --engines: the CUDA devices to deal the engines out to, comma-separated
+    /// (engine i on the (i mod count)-th), instead of --gpus.
+    #[arg(
+        long,
+        value_name = "ID,...",
+        value_delimiter = ',',
+        requires = "engines",
+        conflicts_with = "gpus",
+        help_heading = "Local processes"
+    )]
+    pub gpu_ids: Vec<usize>,
+}
+
+/// The control URLs of a comma-separated list, blanks dropped.
+fn url_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The array the arguments ask for: None for one engine whose feng_id is not looked at,
+/// Some(N) for N engines told apart. Checked before anything starts.
+pub fn array_size(sys: &SystemArgs) -> Result<Option<usize>> {
+    let urls = |u: &Option<String>| u.as_deref().map_or(0, |u| url_list(u).len());
+    let (dsims, engines) = (urls(&sys.dsim_url), urls(&sys.engine_url));
+    let n = match sys.engines {
+        Some(0) => bail!("--engines must be at least 1: an array has one engine per antenna"),
+        Some(n) => Some(n),
+        None if !sys.local && engines.max(dsims) > 1 => Some(engines.max(dsims)),
+        None => None,
+    };
+    if let (Some(n), false) = (n, sys.local) {
+        if engines != n || dsims != n {
+            bail!(
+                "an array of {n} engines needs {n} engine URLs and {n} dsim URLs (comma-separated --engine-url and --dsim-url), not {engines} and {dsims}"
+            );
+        }
+    }
+    if sys.gpus == Some(0) {
+        bail!("--gpus must be at least 1");
+    }
+    Ok(n)
+}
+
+/// Refuses an array for `command`, which measures one engine.
+pub fn one_engine(sys: &SystemArgs, command: &str) -> Result<()> {
+    if array_size(sys)?.is_some() {
+        bail!("{command} measures one engine: leave out --engines and give one dsim and one engine URL");
+    }
+    Ok(())
+}
+
+/// The tone of each of an array's `antennas` at `rate` with `channels`: from --tone (one for
+/// all, or one per antenna), else antenna i at the centre of channel n/4 + i n/(2N).
+pub fn array_tones(
+    tone: Option<&str>,
+    antennas: usize,
+    rate: f64,
+    channels: usize,
+) -> Result<Vec<Tone>> {
+    match tone {
+        Some(t) => {
+            let tones = t.split(',').map(parse_tone).collect::<Result<Vec<_>>>()?;
+            match tones.len() {
+                1 => Ok(vec![tones[0]; antennas]),
+                n if n == antennas => Ok(tones),
+                n => bail!(
+                    "--tone lists {n} tones for {antennas} antennas: give one, or one per antenna"
+                ),
+            }
+        }
+        None => Ok((0..antennas)
+            .map(|i| {
+                let channel = channels / 4 + i * channels / (2 * antennas);
+                Tone {
+                    frequency: channel as f64 * rate / (2 * channels) as f64,
+                    amplitude: 0.5,
+                }
+            })
+            .collect()),
+    }
 }
 
 /// Geometry settled from the command line, the engine's status and defaults.
@@ -126,8 +230,12 @@ pub struct Setup {
     pub geometry: Geometry,
     /// dsim's ADC rate (sample/s).
     pub adc_rate: Option<f64>,
-    /// dsim's tone.
+    /// dsim's tone (antenna 0's in an array).
     pub tone: Option<Tone>,
+    /// Each antenna's tone (antenna 0 alone without an array).
+    pub tones: Vec<Option<Tone>>,
+    /// The engines told apart by feng_id (None: one engine, its feng_id not looked at).
+    pub array: Option<usize>,
     pub backend: String,
     /// Launched here (--local), rather than reached by URL.
     pub local: bool,
@@ -163,6 +271,7 @@ pub fn setup(
     out_dir: Option<&Path>,
     sink: impl FnOnce(&Geometry, usize) -> Option<Arc<dyn HeapSink>>,
 ) -> Result<Setup> {
+    let array = array_size(sys)?;
     if sys.local {
         let channels = sys.channels.unwrap_or(1024);
         let geometry = Geometry {
@@ -180,14 +289,24 @@ pub fn setup(
                 .map_err(anyhow::Error::msg)?,
         };
         let rate = sys.adc_rate.unwrap_or(100e6);
-        let tone = match &sys.tone {
-            Some(t) => parse_tone(t)?,
-            None => Tone {
-                frequency: rate / 8.0,
-                amplitude: 0.5,
-            },
+        let tones = match array {
+            None => vec![match &sys.tone {
+                Some(t) => parse_tone(t)?,
+                None => Tone {
+                    frequency: rate / 8.0,
+                    amplitude: 0.5,
+                },
+            }],
+            Some(n) => array_tones(sys.tone.as_deref(), n, rate, channels)?,
         };
-        let rx = start_receiver(sys, &dst, &geometry, sink(&geometry, dst.addrs.len()))?;
+        let tone = tones[0];
+        let rx = start_receiver(
+            sys,
+            &dst,
+            &geometry,
+            array,
+            sink(&geometry, dst.addrs.len()),
+        )?;
         let log_dir = sys.log_dir.clone().unwrap_or_else(|| match out_dir {
             Some(d) => d.join("logs"),
             None => std::env::temp_dir().join(format!("harness-logs-{}", std::process::id())),
@@ -214,6 +333,18 @@ pub fn setup(
             input_addresses: sys.input_addresses.clamp(1, 64),
             startup_timeout: Duration::from_secs_f64(sys.startup_timeout.max(0.1)),
             log_dir,
+            array: array.map(|n| ArraySpec {
+                antennas: n,
+                gpus: match sys.gpus {
+                    Some(g) => (0..g).collect(),
+                    None => sys.gpu_ids.clone(),
+                },
+                tones: tones.iter().copied().map(Some).collect(),
+                // Whole seconds: the same sync time for every dsim and engine.
+                sync_time: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs() as f64),
+            }),
         };
         let services = Services::launch(&spec, &rx.endpoint(), counter_names(sys))?;
         return Ok(Setup {
@@ -222,6 +353,8 @@ pub fn setup(
             geometry,
             adc_rate: Some(rate),
             tone: Some(tone),
+            tones: tones.into_iter().map(Some).collect(),
+            array,
             backend: backend.to_string(),
             local: true,
         });
@@ -237,7 +370,17 @@ pub fn setup(
                 .context("URL mode needs --engine-url (or use --local)")?,
         ),
     };
-    let services = Services::connect(dsim_url, engine_url, counter_names(sys));
+    let services = match array {
+        None => Services::connect(dsim_url, engine_url, counter_names(sys)),
+        Some(_) if urls.is_some() => {
+            bail!("an array is reached by --dsim-url and --engine-url lists only")
+        }
+        Some(_) => Services::connect_array(
+            &url_list(dsim_url),
+            &url_list(engine_url),
+            counter_names(sys),
+        )?,
+    };
     let eg = services
         .engine
         .geometry()
@@ -262,7 +405,23 @@ pub fn setup(
         .context("URL mode needs --dst, the engine's output ADDR[+N]:PORT")?
         .parse()
         .map_err(anyhow::Error::msg)?;
-    let rx = start_receiver(sys, &dst, &geometry, sink(&geometry, dst.addrs.len()))?;
+    let rx = start_receiver(
+        sys,
+        &dst,
+        &geometry,
+        array,
+        sink(&geometry, dst.addrs.len()),
+    )?;
+    // Each antenna's tone from its dsim (antenna 0's read above).
+    let tones = services
+        .antennas
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match i {
+            0 => status.as_ref().and_then(|s| s.strongest_tone()),
+            _ => a.dsim.status().ok().and_then(|s| s.strongest_tone()),
+        })
+        .collect();
     Ok(Setup {
         services,
         rx,
@@ -272,6 +431,8 @@ pub fn setup(
             .or(status.as_ref().map(|s| s.rate))
             .or(eg.map(|g| g.adc_sample_rate)),
         tone: status.as_ref().and_then(|s| s.strongest_tone()),
+        tones,
+        array,
         backend: backend.to_string(),
         local: false,
     })
@@ -281,9 +442,11 @@ pub fn start_receiver(
     sys: &SystemArgs,
     dst: &Endpoint,
     g: &Geometry,
+    array: Option<usize>,
     sink: Option<Arc<dyn HeapSink>>,
 ) -> Result<Receiver> {
     let mut cfg = ReceiveConfig::new(dst.addrs.clone(), g.channels);
+    cfg.array = array;
     cfg.payload = sink.is_some();
     let sink = sink.unwrap_or_else(|| Arc::new(NoSink));
     cfg.spectra_per_heap = g.spectra_per_heap;

@@ -233,6 +233,16 @@ impl EngineCounters {
     }
 }
 
+/// An array's counters: every engine's summed.
+impl std::iter::Sum for EngineCounters {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Self::default(), |a, b| Self {
+            missing_input: a.missing_input + b.missing_input,
+            skipped_output: a.skipped_output + b.skipped_output,
+        })
+    }
+}
+
 /// Which Prometheus series hold the counters: a series counts if its name contains every word
 /// of one of the comma-separated patterns (`missing input` matches
 /// `fengine_input_missing_heaps_total`).

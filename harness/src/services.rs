@@ -1,5 +1,7 @@
 //! The system under test, reached two ways: running services by URL (inside compose), or dsim
 //! and fengine launched here as child processes over loopback (the GPU machine has no Docker).
+//! Either way it may be an array: N antennas, each a dsim and an engine, the engines sending to
+//! the same output substreams.
 //!
 //! Children get their own process group (a terminal's Ctrl-C reaches only the harness, which then
 //! stops them in order) and a parent-death signal (they die with the harness even if it is
@@ -42,12 +44,38 @@ pub struct LocalSpec {
     pub startup_timeout: Duration,
     /// Where the children's logs go.
     pub log_dir: PathBuf,
+    /// An array of antennas rather than one dsim and one engine.
+    pub array: Option<ArraySpec>,
+}
+
+/// The antennas of a local array: antenna i is dsim i (digitiser id i, noise seed `seed` + i,
+/// `tones[i]`) feeding engine i (`--feng-id i --array-size N`, GPU `gpus[i mod len]` when GPUs
+/// are named), each pair on its own loopback ports, every engine sending to the same output.
+#[derive(Clone, Debug)]
+pub struct ArraySpec {
+    pub antennas: usize,
+    /// CUDA devices the engines are dealt out to; empty: the engines choose (device 0).
+    pub gpus: Vec<usize>,
+    /// Each antenna's tone (None: no tone).
+    pub tones: Vec<Option<Tone>>,
+    /// The one sync time (Unix s) of every dsim and engine.
+    pub sync_time: f64,
+}
+
+/// One antenna: its dsim and its engine.
+#[derive(Clone)]
+pub struct Antenna {
+    pub dsim: Dsim,
+    pub engine: Engine,
 }
 
 /// dsim and the engine, and the children when launched here (stopped on drop).
 pub struct Services {
+    /// Antenna 0's dsim and engine (the only ones without an array).
     pub dsim: Dsim,
     pub engine: Engine,
+    /// Every antenna, antenna 0 first (one without an array).
+    pub antennas: Vec<Antenna>,
     children: Vec<Proc>,
 }
 
@@ -60,97 +88,88 @@ struct Proc {
 impl Services {
     /// Services already running, by URL.
     pub fn connect(dsim_url: &str, engine_url: &str, names: CounterNames) -> Self {
+        Self::of(
+            vec![Antenna {
+                dsim: Dsim::new(dsim_url),
+                engine: Engine::new(engine_url, names),
+            }],
+            Vec::new(),
+        )
+    }
+
+    /// An array's services already running, by URL: antenna i is `dsim_urls[i]` and
+    /// `engine_urls[i]` (the same number of each, at least one).
+    pub fn connect_array(
+        dsim_urls: &[String],
+        engine_urls: &[String],
+        names: CounterNames,
+    ) -> Result<Self> {
+        if dsim_urls.len() != engine_urls.len() || dsim_urls.is_empty() {
+            bail!(
+                "an array needs one dsim URL per engine URL; given {} and {}",
+                dsim_urls.len(),
+                engine_urls.len()
+            );
+        }
+        let antennas = dsim_urls
+            .iter()
+            .zip(engine_urls)
+            .map(|(d, e)| Antenna {
+                dsim: Dsim::new(d),
+                engine: Engine::new(e, names.clone()),
+            })
+            .collect();
+        Ok(Self::of(antennas, Vec::new()))
+    }
+
+    fn of(antennas: Vec<Antenna>, children: Vec<Proc>) -> Self {
         Self {
-            dsim: Dsim::new(dsim_url),
-            engine: Engine::new(engine_url, names),
-            children: Vec::new(),
+            dsim: antennas[0].dsim.clone(),
+            engine: antennas[0].engine.clone(),
+            antennas,
+            children,
         }
     }
 
     /// Launches fengine (sending to `dst`, where the harness already listens), waits for its
-    /// control port, then dsim feeding it, and waits for that.
+    /// control port, then dsim feeding it, and waits for that. An array launches every engine,
+    /// waits for them all, then every dsim.
     pub fn launch(spec: &LocalSpec, dst: &Endpoint, names: CounterNames) -> Result<Self> {
         std::fs::create_dir_all(&spec.log_dir)
             .with_context(|| format!("creating {}", spec.log_dir.display()))?;
-        let pol0 = free_udp_port()?;
-        let pol1 = free_udp_port()?;
-        let engine_ctl = free_tcp_port()?;
-        let dsim_ctl = free_tcp_port()?;
-        let lo = Ipv4Addr::LOCALHOST;
-        let addr = |port| SocketAddrV4::new(lo, port).to_string();
-        let input = |port| match spec.input_addresses {
-            0 | 1 => addr(port),
-            n => format!("{lo}+{}:{port}", n - 1),
-        };
-        let mut engine_args = vec![
-            "--src-pol0".into(),
-            input(pol0),
-            "--src-pol1".into(),
-            input(pol1),
-            "--dst".into(),
-            dst.to_string(),
-            "--channels".into(),
-            spec.channels.to_string(),
-            "--taps".into(),
-            spec.taps.to_string(),
-            "--adc-sample-rate".into(),
-            spec.rate.to_string(),
-            "--backend".into(),
-            spec.backend.clone(),
-            "--control".into(),
-            addr(engine_ctl),
-        ];
-        if let Some(s) = spec.spectra_per_heap {
-            engine_args.extend(["--spectra-per-heap".into(), s.to_string()]);
-        }
-        engine_args.extend(spec.fengine_args.iter().cloned());
-        let mut dsim_args = vec![
-            "--pol0-dest".into(),
-            input(pol0),
-            "--pol1-dest".into(),
-            input(pol1),
-            "--rate".into(),
-            spec.rate.to_string(),
-            "--control".into(),
-            addr(dsim_ctl),
-        ];
-        if let Some(t) = spec.tone {
-            dsim_args.extend(["--tone".into(), format!("{}:{}", t.frequency, t.amplitude)]);
-        }
-        if let Some(n) = spec.noise {
-            dsim_args.extend(["--noise".into(), n.to_string()]);
-        }
-        if let Some(s) = spec.seed {
-            dsim_args.extend(["--seed".into(), s.to_string()]);
-        }
-        dsim_args.extend(spec.dsim_args.iter().cloned());
-
-        let mut me = Self {
-            dsim: Dsim::new(&addr(dsim_ctl)),
-            engine: Engine::new(&addr(engine_ctl), names),
-            children: Vec::new(),
-        };
+        let antennas = spec.array.as_ref().map_or(1, |a| a.antennas.max(1));
+        let plans = (0..antennas)
+            .map(|i| AntennaPlan::new(spec, dst, i))
+            .collect::<Result<Vec<_>>>()?;
+        let mut me = Self::of(
+            plans
+                .iter()
+                .map(|p| Antenna {
+                    dsim: Dsim::new(&p.dsim_ctl),
+                    engine: Engine::new(&p.engine_ctl, names.clone()),
+                })
+                .collect(),
+            Vec::new(),
+        );
         let tag = format!("{}-{}", spec.backend, std::process::id());
-        me.spawn(
-            "fengine",
-            &spec.fengine_bin,
-            &engine_args,
-            &spec.log_dir.join(format!("fengine-{tag}.log")),
-        )?;
-        let engine = me.engine.clone();
-        me.wait_ready("fengine", spec.startup_timeout, || {
-            engine.status_json().map(|_| ())
-        })?;
-        me.spawn(
-            "dsim",
-            &spec.dsim_bin,
-            &dsim_args,
-            &spec.log_dir.join(format!("dsim-{tag}.log")),
-        )?;
-        let dsim = me.dsim.clone();
-        me.wait_ready("dsim", spec.startup_timeout, || {
-            dsim.status_json().map(|_| ())
-        })?;
+        for p in &plans {
+            let log = spec.log_dir.join(format!("{}-{tag}.log", p.engine_name));
+            me.spawn(&p.engine_name, &spec.fengine_bin, &p.engine_args, &log)?;
+        }
+        for (p, a) in plans.iter().zip(me.antennas.clone()) {
+            me.wait_ready(&p.engine_name, spec.startup_timeout, || {
+                a.engine.status_json().map(|_| ())
+            })?;
+        }
+        for p in &plans {
+            let log = spec.log_dir.join(format!("{}-{tag}.log", p.dsim_name));
+            me.spawn(&p.dsim_name, &spec.dsim_bin, &p.dsim_args, &log)?;
+        }
+        for (p, a) in plans.iter().zip(me.antennas.clone()) {
+            me.wait_ready(&p.dsim_name, spec.startup_timeout, || {
+                a.dsim.status_json().map(|_| ())
+            })?;
+        }
         Ok(me)
     }
 
@@ -212,7 +231,8 @@ impl Services {
                 Err(e) if start.elapsed() > timeout => {
                     let log = self
                         .children
-                        .last()
+                        .iter()
+                        .find(|p| p.name == name)
                         .map(|p| tail(&p.log))
                         .unwrap_or_default();
                     bail!("{name} did not answer within {timeout:?}: {e:#}\n{log}");
@@ -260,6 +280,114 @@ impl Services {
 impl Drop for Services {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// One antenna's command lines and control addresses, each process on ports of its own.
+struct AntennaPlan {
+    engine_name: String,
+    dsim_name: String,
+    engine_args: Vec<String>,
+    dsim_args: Vec<String>,
+    engine_ctl: String,
+    dsim_ctl: String,
+}
+
+impl AntennaPlan {
+    /// Antenna `i` of `spec` (the one antenna, named plainly `fengine` and `dsim`, without an
+    /// array).
+    fn new(spec: &LocalSpec, dst: &Endpoint, i: usize) -> Result<Self> {
+        let pol0 = free_udp_port()?;
+        let pol1 = free_udp_port()?;
+        let engine_ctl = free_tcp_port()?;
+        let dsim_ctl = free_tcp_port()?;
+        let lo = Ipv4Addr::LOCALHOST;
+        let addr = |port| SocketAddrV4::new(lo, port).to_string();
+        let input = |port| match spec.input_addresses {
+            0 | 1 => addr(port),
+            n => format!("{lo}+{}:{port}", n - 1),
+        };
+        let mut engine_args = vec![
+            "--src-pol0".into(),
+            input(pol0),
+            "--src-pol1".into(),
+            input(pol1),
+            "--dst".into(),
+            dst.to_string(),
+            "--channels".into(),
+            spec.channels.to_string(),
+            "--taps".into(),
+            spec.taps.to_string(),
+            "--adc-sample-rate".into(),
+            spec.rate.to_string(),
+            "--backend".into(),
+            spec.backend.clone(),
+            "--control".into(),
+            addr(engine_ctl),
+        ];
+        if let Some(s) = spec.spectra_per_heap {
+            engine_args.extend(["--spectra-per-heap".into(), s.to_string()]);
+        }
+        let mut dsim_args = vec![
+            "--pol0-dest".into(),
+            input(pol0),
+            "--pol1-dest".into(),
+            input(pol1),
+            "--rate".into(),
+            spec.rate.to_string(),
+            "--control".into(),
+            addr(dsim_ctl),
+        ];
+        let (tone, seed) = match &spec.array {
+            None => (spec.tone, spec.seed),
+            Some(a) => {
+                engine_args.extend([
+                    "--feng-id".into(),
+                    i.to_string(),
+                    "--array-size".into(),
+                    a.antennas.to_string(),
+                    "--sync-time".into(),
+                    a.sync_time.to_string(),
+                ]);
+                if !a.gpus.is_empty() {
+                    engine_args.extend(["--gpu".into(), a.gpus[i % a.gpus.len()].to_string()]);
+                }
+                dsim_args.extend([
+                    "--digitiser-id".into(),
+                    i.to_string(),
+                    "--sync-time".into(),
+                    a.sync_time.to_string(),
+                ]);
+                // Independent noise per antenna.
+                (
+                    a.tones.get(i).copied().flatten(),
+                    Some(spec.seed.unwrap_or(1).wrapping_add(i as u64)),
+                )
+            }
+        };
+        engine_args.extend(spec.fengine_args.iter().cloned());
+        if let Some(t) = tone {
+            dsim_args.extend(["--tone".into(), format!("{}:{}", t.frequency, t.amplitude)]);
+        }
+        if let Some(n) = spec.noise {
+            dsim_args.extend(["--noise".into(), n.to_string()]);
+        }
+        if let Some(s) = seed {
+            dsim_args.extend(["--seed".into(), s.to_string()]);
+        }
+        dsim_args.extend(spec.dsim_args.iter().cloned());
+        let (engine_name, dsim_name) = match spec.array {
+            None => ("fengine".to_string(), "dsim".to_string()),
+            Some(_) => (format!("fengine-{i}"), format!("dsim-{i}")),
+        };
+        Ok(Self {
+            engine_name,
+            dsim_name,
+            engine_args,
+            dsim_args,
+            engine_ctl: addr(engine_ctl),
+            dsim_ctl: addr(dsim_ctl),
+        })
     }
 }
 
@@ -363,6 +491,7 @@ mod tests {
             input_addresses: 1,
             startup_timeout: startup,
             log_dir,
+            array: None,
         }
     }
 

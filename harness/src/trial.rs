@@ -1,7 +1,8 @@
 //! One max-rate trial (paper, 5.4): set dsim's rate, let the system warm up, then observe a
 //! window. It passes when the engine's missing-input and skipped-output counters did not move,
 //! the harness saw no new gap, and the output really ran at the rate asked for (a dsim that
-//! cannot produce the rate must not pass the engine).
+//! cannot produce the rate must not pass the engine). An array's trial sets every dsim's rate
+//! and passes only when every engine passed on its own heaps and counters.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use serde::Serialize;
 use crate::control::{dsim_skipped_reason, EngineCounters};
 use crate::cpu::CpuTimes;
 use crate::receive::{udp_rcvbuf_errors, Receiver, Snapshot};
-use crate::record::{TrialProgress, TrialRecord};
+use crate::record::{EngineTrial, TrialProgress, TrialRecord};
 use crate::search::Phase;
 use crate::services::Services;
 use crate::{gsps, signals};
@@ -28,8 +29,9 @@ pub struct TrialConfig {
 }
 
 struct Point {
-    counters: EngineCounters,
-    dsim_skipped: Option<u64>,
+    /// Per antenna (one without an array).
+    counters: Vec<EngineCounters>,
+    dsim_skipped: Vec<Option<u64>>,
     snap: Snapshot,
     rcvbuf: Option<u64>,
     cpu: CpuTimes,
@@ -38,9 +40,17 @@ struct Point {
 
 fn point(services: &Services, rx: &Receiver) -> Result<Point> {
     Ok(Point {
-        counters: services.engine.counters()?,
+        counters: services
+            .antennas
+            .iter()
+            .map(|a| a.engine.counters())
+            .collect::<Result<_>>()?,
         // Only an explanation: a dsim that does not say is not an error.
-        dsim_skipped: services.dsim.status().ok().map(|s| s.heaps_skipped),
+        dsim_skipped: services
+            .antennas
+            .iter()
+            .map(|a| a.dsim.status().ok().map(|s| s.heaps_skipped))
+            .collect(),
         snap: rx.snapshot(),
         rcvbuf: udp_rcvbuf_errors(),
         cpu: CpuTimes::read(&services.pids()),
@@ -69,7 +79,9 @@ pub fn run_trial(
     backend: &str,
     progress: &mut dyn FnMut(&TrialProgress),
 ) -> Result<TrialRecord> {
-    services.dsim.set_rate(rate)?;
+    for a in &services.antennas {
+        a.dsim.set_rate(rate)?;
+    }
     let label = format!("trial {index} {backend} {} Gsample/s", gsps(rate));
     let start = Instant::now();
     while start.elapsed() < cfg.warmup {
@@ -104,7 +116,16 @@ pub fn run_trial(
     }
     let after = point(services, rx)?;
     progress(&TrialProgress::Done);
-    let mut t = evaluate(&before, &after, rate, phase, cfg, index, backend);
+    let mut t = evaluate(
+        &before,
+        &after,
+        rate,
+        phase,
+        cfg,
+        index,
+        backend,
+        rx.is_array(),
+    );
     t.settle_s = settled.as_secs_f64();
     Ok(t)
 }
@@ -120,7 +141,12 @@ fn settle(
 ) -> Result<Duration> {
     let start = Instant::now();
     let losses = |services: &Services| -> Result<(EngineCounters, u64)> {
-        Ok((services.engine.counters()?, rx.snapshot().sequence().gaps))
+        let counters = services
+            .antennas
+            .iter()
+            .map(|a| a.engine.counters())
+            .collect::<Result<Vec<_>>>()?;
+        Ok((counters.into_iter().sum(), rx.snapshot().sequence().gaps))
     };
     let mut last = losses(services)?;
     let mut still_since = Instant::now();
@@ -143,26 +169,40 @@ fn settle(
     Ok(start.elapsed())
 }
 
-fn evaluate(
+/// One engine's window: what its heaps and counters did, and why it failed.
+struct Judged {
+    reasons: Vec<String>,
+    missing_input: f64,
+    skipped_output: f64,
+    gaps: i64,
+    late: u64,
+    malformed: u64,
+    received_rate: f64,
+    dsim_skipped: Option<u64>,
+}
+
+/// Judges engine `i` over the window on `before` and `after`, its heaps in those snapshots
+/// (one engine's lanes); `harness_drops` are the harness's own socket drops in the window.
+#[allow(clippy::too_many_arguments)]
+fn judge(
     before: &Point,
     after: &Point,
+    i: usize,
+    (b_snap, a_snap): (&Snapshot, &Snapshot),
+    harness_drops: u64,
     rate: f64,
-    phase: Phase,
+    secs: f64,
     cfg: &TrialConfig,
-    index: usize,
-    backend: &str,
-) -> TrialRecord {
-    let secs = after.at.duration_since(before.at).as_secs_f64();
-    let (b, a) = (before.snap.sequence(), after.snap.sequence());
-    let moved = after.counters.since(&before.counters);
+) -> Judged {
+    let (b, a) = (b_snap.sequence(), a_snap.sequence());
+    let moved = after.counters[i].since(&before.counters[i]);
     let (missing_input, skipped_output) = (moved.missing_input, moved.skipped_output);
     let gaps = a.gaps as i64 - b.gaps as i64;
-    let heaps = after.snap.heaps().saturating_sub(before.snap.heaps());
-    let received_rate = after.snap.sample_rate(heaps, secs);
+    let heaps = a_snap.heaps().saturating_sub(b_snap.heaps());
+    let received_rate = a_snap.sample_rate(heaps, secs);
     let mut reasons = Vec::new();
-    let dsim_skipped = after
-        .dsim_skipped
-        .zip(before.dsim_skipped)
+    let dsim_skipped = after.dsim_skipped[i]
+        .zip(before.dsim_skipped[i])
         .map(|(a, b)| a.saturating_sub(b));
     if let Some(n) = dsim_skipped.filter(|&n| n > 0) {
         reasons.push(dsim_skipped_reason(n));
@@ -173,10 +213,6 @@ fn evaluate(
     if skipped_output > 0.0 {
         reasons.push(format!("engine skipped output +{skipped_output}"));
     }
-    let harness_drops = after
-        .snap
-        .socket_drops()
-        .saturating_sub(before.snap.socket_drops());
     if gaps > 0 {
         reasons.push(if harness_drops > 0 {
             format!("harness saw {gaps} new gaps (its own sockets dropped {harness_drops} packets)")
@@ -186,8 +222,7 @@ fn evaluate(
     }
     // Heaps arrive whole: over a short window at a low rate one heap per substream more or less
     // is a larger fraction than the tolerance, so allow that much on top.
-    let heap_fraction = after
-        .snap
+    let heap_fraction = a_snap
         .step()
         .map_or(0.0, |step| step as f64 / (rate * secs).max(1.0));
     if received_rate < rate * (1.0 - cfg.rate_tolerance - heap_fraction) {
@@ -197,32 +232,91 @@ fn evaluate(
             gsps(rate)
         ));
     }
-    TrialRecord {
-        index,
-        backend: backend.to_string(),
-        phase,
-        rate,
-        pass: reasons.is_empty(),
+    Judged {
         reasons,
         missing_input,
         skipped_output,
         gaps,
         late: a.late.saturating_sub(b.late),
-        malformed: after
-            .snap
-            .malformed()
-            .saturating_sub(before.snap.malformed()),
+        malformed: a_snap.malformed().saturating_sub(b_snap.malformed()),
         received_rate,
+        dsim_skipped,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    before: &Point,
+    after: &Point,
+    rate: f64,
+    phase: Phase,
+    cfg: &TrialConfig,
+    index: usize,
+    backend: &str,
+    array: bool,
+) -> TrialRecord {
+    let secs = after.at.duration_since(before.at).as_secs_f64();
+    let harness_drops = after
+        .snap
+        .socket_drops()
+        .saturating_sub(before.snap.socket_drops());
+    let antennas = after.counters.len().min(before.counters.len());
+    let judged: Vec<Judged> = (0..antennas)
+        .map(|i| {
+            let (b, a) = if array {
+                (before.snap.engine(i), after.snap.engine(i))
+            } else {
+                (before.snap.clone(), after.snap.clone())
+            };
+            judge(before, after, i, (&b, &a), harness_drops, rate, secs, cfg)
+        })
+        .collect();
+    let mut t = TrialRecord {
+        index,
+        backend: backend.to_string(),
+        phase,
+        rate,
+        pass: judged.iter().all(|j| j.reasons.is_empty()),
+        reasons: Vec::new(),
+        missing_input: judged.iter().map(|j| j.missing_input).sum(),
+        skipped_output: judged.iter().map(|j| j.skipped_output).sum(),
+        gaps: judged.iter().map(|j| j.gaps).sum(),
+        late: judged.iter().map(|j| j.late).sum(),
+        malformed: judged.iter().map(|j| j.malformed).sum(),
+        received_rate: judged.iter().map(|j| j.received_rate).sum::<f64>()
+            / judged.len().max(1) as f64,
         udp_rcvbuf_errors: after
             .rcvbuf
             .zip(before.rcvbuf)
             .map(|(x, y)| x.saturating_sub(y)),
         harness_socket_drops: harness_drops,
-        dsim_heaps_skipped: dsim_skipped,
+        dsim_heaps_skipped: judged.iter().map(|j| j.dsim_skipped).sum(),
         window_s: secs,
         settle_s: 0.0,
         cores: after.cpu.cores_since(&before.cpu, secs),
+        aggregate_rate: None,
+        engines: Vec::new(),
+    };
+    if !array {
+        t.reasons = judged.into_iter().flat_map(|j| j.reasons).collect();
+        return t;
     }
+    t.aggregate_rate = Some(judged.iter().map(|j| j.received_rate).sum());
+    for (feng_id, j) in judged.into_iter().enumerate() {
+        t.reasons
+            .extend(j.reasons.iter().map(|r| format!("feng {feng_id}: {r}")));
+        t.engines.push(EngineTrial {
+            feng_id,
+            pass: j.reasons.is_empty(),
+            reasons: j.reasons,
+            received_rate: j.received_rate,
+            missing_input: j.missing_input,
+            skipped_output: j.skipped_output,
+            gaps: j.gaps,
+            dsim_heaps_skipped: j.dsim_skipped,
+        });
+    }
+    t
 }
 
 #[cfg(test)]
@@ -250,11 +344,11 @@ mod tests {
         };
         s.sequence.gaps = gaps;
         Point {
-            counters: EngineCounters {
+            counters: vec![EngineCounters {
                 missing_input: missing,
                 skipped_output: skipped,
-            },
-            dsim_skipped,
+            }],
+            dsim_skipped: vec![dsim_skipped],
             snap: Snapshot {
                 at: None,
                 substreams: vec![s],
@@ -283,6 +377,7 @@ mod tests {
             &CFG,
             1,
             "cpu",
+            false,
         );
         assert!(t.pass, "{t:?}");
         assert!((t.received_rate - 1e8).abs() < 1e3);
@@ -303,10 +398,61 @@ mod tests {
                 "dsim fell behind and skipped 5 heaps",
             ),
         ] {
-            let t = evaluate(&ok, &after, 1e8, Phase::Bisect, &CFG, 1, "cpu");
+            let t = evaluate(&ok, &after, 1e8, Phase::Bisect, &CFG, 1, "cpu", false);
             assert!(!t.pass);
             assert!(t.reasons.iter().any(|r| r.contains(needle)), "{t:?}");
             assert!(trial_line(&t).contains(needle));
         }
+    }
+
+    /// Two engines' lanes of one substream, heaps and gaps each, and their counters.
+    fn array_pt(heaps: [u64; 2], gaps: [u64; 2], missing: [f64; 2], secs: f64) -> Point {
+        let lane = |feng: usize| {
+            let mut s = SubstreamSnapshot {
+                feng_id: Some(feng),
+                heaps: heaps[feng],
+                step: Some(1_000_000),
+                ..Default::default()
+            };
+            s.sequence.gaps = gaps[feng];
+            s
+        };
+        Point {
+            counters: missing
+                .iter()
+                .map(|&m| EngineCounters {
+                    missing_input: m,
+                    skipped_output: 0.0,
+                })
+                .collect(),
+            dsim_skipped: vec![Some(0), Some(0)],
+            snap: Snapshot {
+                at: None,
+                substreams: vec![lane(0), lane(1)],
+            },
+            rcvbuf: None,
+            cpu: CpuTimes::default(),
+            at: Instant::now() + Duration::from_secs_f64(secs),
+        }
+    }
+
+    #[test]
+    fn an_array_passes_only_when_every_engine_passes() {
+        let start = array_pt([0, 0], [0, 0], [0.0, 0.0], 0.0);
+        let clean = array_pt([1000, 1000], [0, 0], [0.0, 0.0], 10.0);
+        let t = evaluate(&start, &clean, 1e8, Phase::Bisect, &CFG, 1, "cpu", true);
+        assert!(t.pass, "{t:?}");
+        assert_eq!(t.engines.len(), 2);
+        assert!((t.received_rate - 1e8).abs() < 1e3, "the mean per engine");
+        assert!((t.aggregate_rate.unwrap() - 2e8).abs() < 1e3);
+        // Engine 1 loses input and heaps: the trial fails, and says which engine.
+        let bad = array_pt([1000, 990], [0, 10], [0.0, 4.0], 10.0);
+        let t = evaluate(&start, &bad, 1e8, Phase::Bisect, &CFG, 2, "cpu", true);
+        assert!(!t.pass);
+        assert!(t.engines[0].pass && !t.engines[1].pass, "{t:?}");
+        assert!(t.reasons.iter().all(|r| r.starts_with("feng 1: ")), "{t:?}");
+        assert_eq!((t.gaps, t.missing_input), (10, 4.0));
+        let line = trial_line(&t);
+        assert!(line.contains("feng 1: engine missing input +4"), "{line}");
     }
 }

@@ -1,51 +1,99 @@
 //! The `watch` loop: receive the engine's output and, once an interval, publish a
 //! [`WatchInterval`] record (rates, sequence counts, the content check); at the end, a
 //! [`WatchSummary`] whose `ok` says whether gaps, malformed heaps or wrong content were seen.
-//! Nothing here prints: readers of the feed render the intervals.
+//! Nothing here prints: readers of the feed render the intervals. An array's engines are
+//! followed at once, each judged on its own heaps (told apart by feng_id), its tone and its
+//! counters.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::content::{self, ContentMonitor, Expected, Verdict};
-use crate::control::{dsim_skipped_reason, Dsim, Engine};
+use crate::content::{self, ChannelPower, ContentMonitor, Expected, Verdict};
+use crate::control::{dsim_skipped_reason, Dsim, Engine, EngineCounters};
 use crate::feed::Feed;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
-use crate::record::{ContentSummary, WatchInterval, WatchSummary};
+use crate::record::{ContentSummary, EngineInterval, EngineSummary, WatchInterval, WatchSummary};
 use crate::signals;
 
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
     /// Stop after this long (None: until Ctrl-C).
     pub duration: Option<Duration>,
-    /// The tone's fractional channel, when known (a live page may move it).
-    pub expected: Expected,
     /// How often an interval record is published.
     pub progress_interval: Duration,
 }
 
+/// One engine as the watch follows it: the monitor its heaps go to, the tone expected in them,
+/// and, where reachable, the engine's and its dsim's control APIs.
+#[derive(Clone)]
+pub struct Watched {
+    pub monitor: Arc<ContentMonitor>,
+    /// The tone's fractional channel, when known (a live page may move it).
+    pub expected: Expected,
+    /// With `engine`, its counters over the run go in the summary, to tell loss in the engine
+    /// from loss on the way to the harness; with `dsim`, the heaps it skipped because it fell
+    /// behind.
+    pub engine: Option<Engine>,
+    pub dsim: Option<Dsim>,
+}
+
+/// What the loop keeps per engine.
+struct Followed<'a> {
+    w: &'a Watched,
+    content: ContentSummary,
+    engine_before: Option<EngineCounters>,
+    skipped_before: Option<u64>,
+}
+
+impl Followed<'_> {
+    fn dsim_skipped(&self) -> Option<u64> {
+        self.w
+            .dsim
+            .as_ref()
+            .and_then(|d| Some(d.status().ok()?.heaps_skipped))
+    }
+    fn engine_counters(&self) -> Option<EngineCounters> {
+        self.w.engine.as_ref().and_then(|e| e.counters().ok())
+    }
+}
+
 /// Watches until the duration passes or a signal comes, then stops the receiver, publishing a
-/// record to `feed` each interval (the feed is left open: the caller closes it).
-/// With `engine`, its counters over the run go in the summary, to tell loss in the engine from
-/// loss on the way to the harness; with `dsim`, the heaps it skipped because it fell behind.
+/// record to `feed` each interval (the feed is left open: the caller closes it). `watched` holds
+/// one entry per engine the receiver tells apart, in feng_id order (one without an array).
 pub fn run(
     rx: Receiver,
-    monitor: Arc<ContentMonitor>,
+    watched: &[Watched],
     opts: &WatchOptions,
-    engine: Option<&Engine>,
-    dsim: Option<&Dsim>,
     feed: &Feed<WatchInterval>,
 ) -> Result<WatchSummary> {
-    let engine_before = engine.and_then(|e| e.counters().ok());
-    let dsim_skipped = || dsim.and_then(|d| Some(d.status().ok()?.heaps_skipped));
-    let skipped_before = dsim_skipped();
+    anyhow::ensure!(
+        watched.len() == rx.engines(),
+        "{} engines watched, {} told apart by the receiver",
+        watched.len(),
+        rx.engines()
+    );
+    let array = rx.is_array();
+    let mut followed: Vec<Followed> = watched
+        .iter()
+        .map(|w| {
+            let mut f = Followed {
+                w,
+                content: ContentSummary {
+                    expected_channel: w.expected.channel(),
+                    ..Default::default()
+                },
+                engine_before: None,
+                skipped_before: None,
+            };
+            f.engine_before = f.engine_counters();
+            f.skipped_before = f.dsim_skipped();
+            f
+        })
+        .collect();
     let rcvbuf_before = udp_rcvbuf_errors();
     let start = Instant::now();
-    let mut content = ContentSummary {
-        expected_channel: opts.expected.channel(),
-        ..Default::default()
-    };
     let mut prev = rx.snapshot();
     let mut prev_at = Instant::now();
     loop {
@@ -58,33 +106,26 @@ pub fn run(
         let now = rx.snapshot();
         let secs = prev_at.elapsed().as_secs_f64();
         prev_at = Instant::now();
-        let (power, bad) = monitor.take();
-        content.bad_shape += bad;
-        let peaks = power.strongest();
-        if peaks.iter().any(Option::is_some) {
-            content.last_peaks = peaks;
-        }
-        let mut verdict = None;
-        if let Some(expected) = opts.expected.checking() {
-            // An interval in which the tone's substream was not sampled (the engine stopping or
-            // starting) says nothing about the tone.
-            let v = if power.sampled(expected.round() as usize) {
-                content::check(&peaks, expected)
-            } else {
-                Verdict::NoData
-            };
-            match v {
-                Verdict::NoData => {}
-                Verdict::Match => content.matched += 1,
-                Verdict::WrongChannel => content.wrong_channel += 1,
-                Verdict::NoTone => content.no_tone += 1,
-            }
-            if v != Verdict::NoData {
-                content.checked += 1;
-            }
-            verdict = Some(v);
+        let mut engines = Vec::with_capacity(followed.len());
+        let mut powers = Vec::with_capacity(followed.len());
+        for (feng_id, f) in followed.iter_mut().enumerate() {
+            let (power, verdict) = take_content(f);
+            let (snap, was) = (now.engine(feng_id), prev.engine(feng_id));
+            let heaps = snap.heaps() - was.heaps();
+            engines.push(EngineInterval {
+                feng_id,
+                sample_rate: snap.sample_rate(heaps, secs),
+                heaps_per_s: heaps as f64 / secs.max(1e-9),
+                sequence: snap.sequence(),
+                malformed: snap.malformed(),
+                peaks: power.strongest(),
+                expected_channel: f.w.expected.channel(),
+                verdict,
+            });
+            powers.push(power);
         }
         let heaps = now.heaps() - prev.heaps();
+        let first = engines[0].clone();
         feed.publish(WatchInterval {
             elapsed_s: start.elapsed().as_secs_f64(),
             sample_rate: now.sample_rate(heaps, secs),
@@ -92,10 +133,11 @@ pub fn run(
             sequence: now.sequence(),
             malformed: now.malformed(),
             socket_drops: now.socket_drops(),
-            peaks,
-            expected_channel: opts.expected.channel(),
-            verdict,
-            power: Arc::new(power),
+            peaks: first.peaks,
+            expected_channel: first.expected_channel,
+            verdict: first.verdict,
+            power: Arc::new(powers.swap_remove(0)),
+            engines: if array { engines } else { Vec::new() },
         });
         prev = now;
         let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
@@ -105,27 +147,136 @@ pub fn run(
     }
     let duration_s = start.elapsed().as_secs_f64();
     let last = rx.stop();
-    content.expected_channel = opts.expected.channel();
-    let mut summary = summarise(
-        last.substreams,
-        duration_s,
-        content,
-        opts.expected.channel().is_some(),
-    );
-    summary.engine = engine_before
-        .zip(engine.and_then(|e| e.counters().ok()))
-        .map(|(b, a)| a.since(&b));
-    summary.dsim_heaps_skipped = skipped_before
-        .zip(dsim_skipped())
-        .map(|(b, a)| a.saturating_sub(b));
-    if let Some(n) = summary.dsim_heaps_skipped.filter(|&n| n > 0) {
-        summary.ok = false;
-        summary.failures.push(dsim_skipped_reason(n));
-    }
-    summary.udp_rcvbuf_errors = rcvbuf_before
+    let mut per_engine: Vec<WatchSummary> = followed
+        .iter_mut()
+        .enumerate()
+        .map(|(feng_id, f)| {
+            f.content.expected_channel = f.w.expected.channel();
+            let mut s = summarise(
+                last.engine(feng_id).substreams,
+                duration_s,
+                f.content.clone(),
+                f.w.expected.channel().is_some(),
+            );
+            s.engine = f
+                .engine_before
+                .zip(f.engine_counters())
+                .map(|(b, a)| a.since(&b));
+            s.dsim_heaps_skipped = f
+                .skipped_before
+                .zip(f.dsim_skipped())
+                .map(|(b, a)| a.saturating_sub(b));
+            if let Some(n) = s.dsim_heaps_skipped.filter(|&n| n > 0) {
+                s.ok = false;
+                s.failures.push(dsim_skipped_reason(n));
+            }
+            s
+        })
+        .collect();
+    let udp_rcvbuf_errors = rcvbuf_before
         .zip(udp_rcvbuf_errors())
         .map(|(b, a)| a.saturating_sub(b));
+    if !array {
+        let mut summary = per_engine.swap_remove(0);
+        summary.udp_rcvbuf_errors = udp_rcvbuf_errors;
+        return Ok(summary);
+    }
+    let mut summary = summarise(
+        last.substreams.clone(),
+        duration_s,
+        followed[0].content.clone(),
+        false,
+    );
+    summary.failures.clear();
+    let mut engines = Vec::with_capacity(per_engine.len());
+    for (feng_id, mut s) in per_engine.into_iter().enumerate() {
+        let counters = last.engine(feng_id).heap_counters();
+        if let Some(c) = counters {
+            if c.wrong > 0 {
+                s.failures.push(format!(
+                    "{} heaps carried a counter other than katgpucbf's for their engine and timestamp",
+                    c.wrong
+                ));
+            }
+            if c.collisions > 0 {
+                s.failures.push(format!(
+                    "{} heap counters were carried by another heap too",
+                    c.collisions
+                ));
+            }
+        }
+        s.ok = s.failures.is_empty();
+        summary
+            .failures
+            .extend(s.failures.iter().map(|f| format!("feng {feng_id}: {f}")));
+        engines.push(EngineSummary {
+            feng_id,
+            ok: s.ok,
+            failures: s.failures,
+            heaps: s.heaps,
+            sample_rate: s.sample_rate,
+            sequence: s.sequence,
+            malformed: s.malformed,
+            heap_counters: counters,
+            content: s.content,
+            engine: s.engine,
+            dsim_heaps_skipped: s.dsim_heaps_skipped,
+        });
+    }
+    // What names no engine (undecodable datagrams, feng_ids outside the array) is not any one
+    // engine's failure but fails the run.
+    let named: u64 = engines.iter().map(|e| e.malformed).sum();
+    if summary.malformed > named {
+        summary.failures.push(format!(
+            "{} malformed packets named no engine of the array",
+            summary.malformed - named
+        ));
+    }
+    summary.ok = summary.failures.is_empty();
+    summary.engine = engines
+        .iter()
+        .map(|e| e.engine)
+        .sum::<Option<EngineCounters>>();
+    summary.dsim_heaps_skipped = engines.iter().map(|e| e.dsim_heaps_skipped).sum();
+    summary.udp_rcvbuf_errors = udp_rcvbuf_errors;
+    summary.aggregate_rate = Some(engines.iter().map(|e| e.sample_rate).sum());
+    // Substreams, not lanes: each substream has one lane per engine in `per_substream`.
+    summary.substreams /= engines.len().max(1);
+    summary.heap_counters = last.heap_counters();
+    summary.engines = engines;
     Ok(summary)
+}
+
+/// Takes an engine's content since the last interval and checks it against the tone.
+fn take_content(f: &mut Followed) -> (ChannelPower, Option<Verdict>) {
+    let (power, bad) = f.w.monitor.take();
+    let content = &mut f.content;
+    content.bad_shape += bad;
+    let peaks = power.strongest();
+    if peaks.iter().any(Option::is_some) {
+        content.last_peaks = peaks;
+    }
+    let mut verdict = None;
+    if let Some(expected) = f.w.expected.checking() {
+        // An interval in which the tone's substream was not sampled (the engine stopping or
+        // starting) says nothing about the tone.
+        let v = if power.sampled(expected.round() as usize) {
+            content::check(&peaks, expected)
+        } else {
+            Verdict::NoData
+        };
+        match v {
+            Verdict::NoData => {}
+            Verdict::Match => content.matched += 1,
+            Verdict::WrongChannel => content.wrong_channel += 1,
+            Verdict::NoTone => content.no_tone += 1,
+        }
+        if v != Verdict::NoData {
+            content.checked += 1;
+        }
+        verdict = Some(v);
+    }
+    (power, verdict)
 }
 
 fn summarise(
@@ -194,6 +345,9 @@ fn summarise(
         engine: None,
         dsim_heaps_skipped: None,
         udp_rcvbuf_errors: None,
+        aggregate_rate: None,
+        heap_counters: None,
+        engines: Vec::new(),
         per_substream: snap.substreams,
     }
 }

@@ -162,6 +162,152 @@ fn watch_reports_exactly_the_dropped_heaps_and_fails() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The shared local system as an array of `engines` antennas, each at `rate`.
+fn harness_array(args: &[&str], bins: &(PathBuf, PathBuf), dir: &Path, rate: f64) -> Output {
+    let mut system = support::local_system(bins, &dir.join("logs"), "--buffer-heaps 512");
+    let at = system.iter().position(|a| a == "--adc-rate").unwrap();
+    system[at + 1] = rate.to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .args(system)
+        .output()
+        .expect("harness runs");
+    eprintln!(
+        "harness {:?} exited {:?}\n--- stderr ---\n{}",
+        args,
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn watch_follows_an_array_of_two_engines_each_on_its_own() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("watch-array");
+    let summary = dir.join("summary.json");
+    // Two antennas share the cores one has in the other tests.
+    let out = harness_array(
+        &[
+            "watch",
+            "--engines",
+            "2",
+            "--duration",
+            "6",
+            "--json",
+            summary.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        rate() / 2.0,
+    );
+    let s = json_file(&summary);
+    assert_eq!(out.status.code(), Some(0), "{s:#}");
+    assert_eq!(s["ok"], true, "{s:#}");
+    let engines = s["engines"].as_array().unwrap();
+    assert_eq!(engines.len(), 2);
+    // Every substream has a lane per engine.
+    assert_eq!(s["substreams"], 4);
+    assert_eq!(s["per_substream"].as_array().unwrap().len(), 2 * 4);
+    let mut tones = Vec::new();
+    for (i, e) in engines.iter().enumerate() {
+        assert_eq!(e["feng_id"], i);
+        assert_eq!(e["ok"], true, "{e:#}");
+        assert_eq!(e["sequence"]["gaps"], 0, "{e:#}");
+        assert!(e["heaps"].as_u64().unwrap() > 0);
+        let c = &e["content"];
+        assert!(c["matched"].as_u64().unwrap() > 0, "{c:#}");
+        assert_eq!(c["matched"], c["checked"], "{c:#}");
+        // Each engine's strongest channel is its own antenna's tone.
+        let expected = c["expected_channel"].as_f64().unwrap();
+        assert_eq!(
+            c["last_peaks"][0]["channel"].as_f64(),
+            Some(expected.round())
+        );
+        tones.push(expected);
+        let k = &e["heap_counters"];
+        // Every heap's counter was checked (and those still arriving at the end).
+        assert!(k["checked"].as_u64() >= e["heaps"].as_u64(), "{k:#}");
+        assert_eq!(
+            (k["wrong"].as_u64(), k["collisions"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
+    assert_ne!(tones[0], tones[1], "the antennas' tones differ");
+    let agg = s["aggregate_rate"].as_f64().unwrap();
+    assert!((agg / rate() - 1.0).abs() < 0.1, "aggregate {agg}");
+    // Each engine was launched with its own id, the array's size and the common sync time.
+    let logs: Vec<String> = std::fs::read_dir(dir.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in ["fengine-0", "fengine-1", "dsim-0", "dsim-1"] {
+        assert!(
+            logs.iter().any(|l| l.starts_with(name)),
+            "{name} in {logs:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_array_arguments_get_one_sentence_before_anything_starts() {
+    let harness = env!("CARGO_BIN_EXE_harness");
+    for (args, needle) in [
+        (
+            vec!["watch", "--local", "--engines", "0"],
+            "--engines must be at least 1",
+        ),
+        (
+            vec![
+                "watch",
+                "--engines",
+                "2",
+                "--dsim-url",
+                "http://a:1",
+                "--engine-url",
+                "http://b:1",
+                "--dst",
+                "127.0.0.1:9",
+            ],
+            "needs 2 engine URLs and 2 dsim URLs",
+        ),
+        (
+            vec![
+                "max-rate",
+                "--local",
+                "--engines",
+                "2",
+                "--gpus",
+                "0",
+                "--low",
+                "1e6",
+                "--high",
+                "2e6",
+            ],
+            "--gpus must be at least 1",
+        ),
+        (
+            vec![
+                "watch",
+                "--local",
+                "--engines",
+                "3",
+                "--tone",
+                "1e6:0.5,2e6:0.5",
+            ],
+            "lists 2 tones for 3 antennas",
+        ),
+    ] {
+        let out = Command::new(harness).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    }
+}
+
 #[test]
 fn max_rate_local_writes_table_json_and_plot() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -15,12 +15,14 @@
 //! Modules, by job:
 //! - [`session`]: one test's hold on the machine, the docker CLI, testcontainers, the network.
 //! - [`pipeline`]: dsim and the engine in containers, `harness watch` and script containers.
+//! - [`array`]: an array of antennas (a dsim and an engine each) in containers.
 //! - [`http`]: the control APIs from the host (ureq), the engine's status as `fgpu_api` types.
 //! - [`watch`]: `harness watch`'s end and summary.
 //! - [`docker_proxy`]: the Docker API version shim for older daemons.
 //!
 //! This file holds the configuration every test runs (the demo's) and what follows from it.
 
+pub mod array;
 pub mod docker_proxy;
 pub mod http;
 pub mod pipeline;
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use testcontainers::{Container, GenericImage};
 
+pub use array::{array_tone_hz, Array, ARRAY_RATE};
 pub use http::Http;
 pub use pipeline::Pipeline;
 pub use session::{docker, image_tag, in_ci, Network, Session, IMAGES, LABEL};

@@ -16,7 +16,7 @@ use crate::{
     LABEL, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
 };
 
-fn request(
+pub(crate) fn request(
     img: &str,
     net: &Network,
     container_name: &str,
@@ -31,7 +31,7 @@ fn request(
         .with_startup_timeout(Duration::from_secs(60))
 }
 
-fn strings(v: &[&str]) -> Vec<String> {
+pub(crate) fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
@@ -134,43 +134,7 @@ impl Pipeline {
     /// host). Returns the timestamp of its latest output heap then: heaps from there on must be
     /// clean.
     pub fn wait_engine_settled(&self, timeout: Duration) -> Result<u64> {
-        let start = Instant::now();
-        let mut http = None;
-        wait_until(timeout, "the engine's control API", || {
-            http = self.engine_http().ok();
-            Ok(matches!(
-                http.as_ref().map(|h| h.send("GET", "/health", None)),
-                Some(Ok((200, _)))
-            ))
-        })?;
-        let http = http.context("engine control")?;
-        let left = timeout.saturating_sub(start.elapsed());
-        // (heaps sent, heaps missing, since when both were so)
-        let mut last: Option<(u64, u64, Instant)> = None;
-        let mut settled_at = 0;
-        wait_until(
-            left,
-            "the engine to send output without losing input for 3 s",
-            || {
-                let st = http.engine_status()?;
-                let output = wideband(&st)?;
-                let sent = output.heaps_sent;
-                // Both polarisations together.
-                let missing = st.heaps_missing();
-                settled_at = output.last_timestamp;
-                Ok(match last {
-                    Some((s0, m0, since)) if m0 == missing && sent > s0 => {
-                        since.elapsed() >= Duration::from_secs(3)
-                    }
-                    _ => {
-                        last = Some((sent, missing, Instant::now()));
-                        false
-                    }
-                })
-            },
-        )
-        .with_context(|| self.logs())?;
-        Ok(settled_at)
+        wait_settled(|| self.engine_http(), timeout).with_context(|| self.logs())
     }
 
     /// Container DNS names on the network.
@@ -265,4 +229,47 @@ impl Pipeline {
             log_tail(&self.engine, 25)
         )
     }
+}
+
+/// Waits until an engine (its control API from `http`, asked again while it starts) is healthy,
+/// sending, and settled: its missing-input count has not moved for 3 s (a starting engine can
+/// lose input while it warms up, more so on a loaded host). Returns the timestamp of its latest
+/// output heap then.
+pub(crate) fn wait_settled(http: impl Fn() -> Result<Http>, timeout: Duration) -> Result<u64> {
+    let start = Instant::now();
+    let mut client = None;
+    wait_until(timeout, "the engine's control API", || {
+        client = http().ok();
+        Ok(matches!(
+            client.as_ref().map(|h| h.send("GET", "/health", None)),
+            Some(Ok((200, _)))
+        ))
+    })?;
+    let http = client.context("engine control")?;
+    let left = timeout.saturating_sub(start.elapsed());
+    // (heaps sent, heaps missing, since when both were so)
+    let mut last: Option<(u64, u64, Instant)> = None;
+    let mut settled_at = 0;
+    wait_until(
+        left,
+        "the engine to send output without losing input for 3 s",
+        || {
+            let st = http.engine_status()?;
+            let output = wideband(&st)?;
+            let sent = output.heaps_sent;
+            // Both polarisations together.
+            let missing = st.heaps_missing();
+            settled_at = output.last_timestamp;
+            Ok(match last {
+                Some((s0, m0, since)) if m0 == missing && sent > s0 => {
+                    since.elapsed() >= Duration::from_secs(3)
+                }
+                _ => {
+                    last = Some((sent, missing, Instant::now()));
+                    false
+                }
+            })
+        },
+    )?;
+    Ok(settled_at)
 }

@@ -84,10 +84,14 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
     };
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
+    let array = bringup::array_size(&a.system)?;
     let mut backends = vec![a.system.backend.clone()];
     if a.compare_null {
         if !a.system.local && (a.null_engine_url.is_none() || a.null_dst.is_none()) {
             bail!("--compare-null needs --local, or --null-engine-url and --null-dst in URL mode");
+        }
+        if !a.system.local && array.is_some() {
+            bail!("--compare-null in URL mode compares one engine: with --engines, use --local");
         }
         backends.push("null".into());
     }
@@ -108,6 +112,17 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
             "trial": { "warmup_s": a.warmup, "settle_max_s": a.settle, "window_s": a.window, "rate_tolerance": a.rate_tolerance },
         }),
     };
+    if let Some(n) = array {
+        report.system["engines"] = json!(n);
+        report.system["gpus"] = match a.system.gpus {
+            Some(g) => json!(g),
+            None if a.system.gpu_ids.is_empty() => serde_json::Value::Null,
+            None => json!(a.system.gpu_ids),
+        };
+    }
+    if let Some(n) = array {
+        eprintln!("max-rate: an array of {n} engines, every dsim at the trial's rate; a trial passes when every engine passes");
+    }
     eprintln!(
         "max-rate: {} to {} Gsample/s, resolution {} Msample/s, about {} trials per search of {:.0} s each (plus up to {:.0} s settling)",
         gsps(a.low),
@@ -189,6 +204,8 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                     backend: backend_name,
                     config: cfg,
                     best: None,
+                    engines: array,
+                    aggregate_best: None,
                     lowest_fail: None,
                     trials,
                 });
@@ -196,14 +213,21 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                 return Err(e.context("search stopped; the trials so far are in the report"));
             }
         };
+        let aggregate_best = array.zip(result.best).map(|(n, b)| n as f64 * b);
         eprintln!(
-            "{backend_name}: highest sustained {} Gsample/s",
-            result.best.map_or("none".into(), gsps)
+            "{backend_name}: highest sustained {} Gsample/s{}",
+            result.best.map_or("none".into(), gsps),
+            match (array, aggregate_best) {
+                (Some(n), Some(t)) => format!(" per engine, {} aggregate over {n}", gsps(t)),
+                _ => String::new(),
+            }
         );
         report.searches.push(SearchReport {
             backend: backend_name,
             config: cfg,
             best: result.best,
+            engines: array,
+            aggregate_best,
             lowest_fail: result.lowest_fail,
             trials,
         });

@@ -12,7 +12,7 @@ pub mod watch;
 
 /// Says on stderr what [`bringup::setup`](crate::bringup::setup) launched, when the system is local.
 fn announce(s: &Setup) {
-    if s.local {
+    if s.local && s.array.is_none() {
         eprintln!(
             "local system: fengine --backend {} ({}), dsim ({}), output {}",
             s.backend,
@@ -20,5 +20,24 @@ fn announce(s: &Setup) {
             s.services.dsim.url(),
             s.rx.endpoint()
         );
+    } else if s.local {
+        eprintln!(
+            "local array of {} antennas: fengine --backend {}, output {}",
+            s.services.antennas.len(),
+            s.backend,
+            s.rx.endpoint()
+        );
+        for (i, a) in s.services.antennas.iter().enumerate() {
+            eprintln!(
+                "  antenna {i}: fengine ({}), dsim ({}), tone {}",
+                a.engine.url(),
+                a.dsim.url(),
+                s.tones
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map_or("none".into(), |t| format!("{} Hz", t.frequency))
+            );
+        }
     }
 }

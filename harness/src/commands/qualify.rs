@@ -68,6 +68,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         println!("{TESTS_HELP}");
         return Ok(true);
     }
+    bringup::one_engine(&a.system, "qualify")?;
     let selected = qualify::select(&a.tests).map_err(|e| anyhow!("--tests: {e}"))?;
     let mut plan = if a.quick { Plan::quick() } else { Plan::full() };
     if let Some(s) = a.spectra {

@@ -60,6 +60,7 @@ pub struct ResponseArgs {
 
 /// Runs `harness response`; true when the deviation is within the tolerance.
 pub fn run(a: ResponseArgs) -> Result<bool> {
+    bringup::one_engine(&a.system, "response")?;
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
     let mut acc = None;

@@ -245,6 +245,7 @@ fn set_url_rate(s: &Setup, rate: f64) -> Result<()> {
 /// Runs `harness soak`; true when it passed.
 pub fn run(a: SoakArgs) -> Result<bool> {
     a.check()?;
+    bringup::one_engine(&a.system, "soak")?;
     let rate = a.rate()?;
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
@@ -339,18 +340,16 @@ pub fn run(a: SoakArgs) -> Result<bool> {
     });
     let opts = watch::WatchOptions {
         duration: Some(Duration::from_secs_f64(a.warmup + a.duration)),
-        expected: Expected::new(expected_channel),
         progress_interval: Duration::from_secs(1),
     };
     let Setup { services, rx, .. } = s;
-    let watched = watch::run(
-        rx,
+    let one = [watch::Watched {
         monitor,
-        &opts,
-        Some(&services.engine),
-        Some(&services.dsim),
-        &feed,
-    );
+        expected: Expected::new(expected_channel),
+        engine: Some(services.engine.clone()),
+        dsim: Some(services.dsim.clone()),
+    }];
+    let watched = watch::run(rx, &one, &opts, &feed);
     feed.close();
     let followed = sampler
         .join()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::announce;
@@ -15,9 +15,10 @@ use crate::bringup::{self, Setup, SystemArgs};
 use crate::content::{tone_channel, ContentMonitor, Expected};
 use crate::dashboard::{self, Dashboard};
 use crate::feed::{Feed, Next, Reader};
+use crate::receive::{HeapSink, PerEngine};
 use crate::record::WatchInterval;
-use crate::render::progress::watch_line;
-use crate::watch;
+use crate::render::progress::watch_lines;
+use crate::watch::{self, Watched};
 
 /// Interval records the feed keeps for a reader that falls behind (a minute at one a second).
 const FEED_KEEP: usize = 64;
@@ -30,8 +31,9 @@ pub struct WatchArgs {
     #[arg(long)]
     pub duration: Option<f64>,
     /// The tone's frequency (Hz) to check against [default: dsim's /status, or the --local tone].
-    #[arg(long)]
-    pub expect_tone_hz: Option<f64>,
+    /// With --engines, one for every engine or a comma-separated list of one per engine.
+    #[arg(long, value_delimiter = ',')]
+    pub expect_tone_hz: Vec<f64>,
     /// Do not check content (the null backend sends zeros).
     #[arg(long)]
     pub no_content_check: bool,
@@ -58,31 +60,63 @@ pub struct WatchArgs {
 
 /// Runs `harness watch`; true when the run was clean.
 pub fn run(a: WatchArgs) -> Result<bool> {
-    let mut monitor = None;
+    let engines = bringup::array_size(&a.system)?.unwrap_or(1);
+    if !matches!(a.expect_tone_hz.len(), 0 | 1) && a.expect_tone_hz.len() != engines {
+        bail!(
+            "--expect-tone-hz lists {} tones for {engines} engines: give one, or one per engine",
+            a.expect_tone_hz.len()
+        );
+    }
+    let mut monitors = Vec::new();
     let interval = Duration::from_secs_f64(a.content_interval.max(0.0));
     let s = bringup::setup(&a.system, &a.system.backend, None, None, |g, subs| {
-        let m = Arc::new(ContentMonitor::new(g.channels, subs, interval));
-        monitor = Some(m.clone());
-        Some(m)
+        monitors = (0..engines)
+            .map(|_| Arc::new(ContentMonitor::new(g.channels, subs, interval)))
+            .collect();
+        let sinks: Vec<Arc<dyn HeapSink>> = monitors
+            .iter()
+            .map(|m| m.clone() as Arc<dyn HeapSink>)
+            .collect();
+        Some(Arc::new(PerEngine(sinks)))
     })?;
     announce(&s);
-    let monitor = monitor.context("content monitor")?;
-    let expected_channel = if a.no_content_check || s.backend == "null" {
-        None
-    } else {
-        let freq = a.expect_tone_hz.or(s.tone.map(|t| t.frequency));
-        match (freq, s.adc_rate) {
-            (Some(f), Some(fs)) => Some(tone_channel(f, fs, s.geometry.channels)),
-            _ => {
-                tracing::warn!("tone or ADC rate unknown: content reported, not checked");
+    let watched: Vec<Watched> = monitors
+        .into_iter()
+        .enumerate()
+        .map(|(i, monitor)| {
+            let expected_channel = if a.no_content_check || s.backend == "null" {
                 None
+            } else {
+                let given = a.expect_tone_hz.get(i).or(a.expect_tone_hz.first());
+                let freq =
+                    given
+                        .copied()
+                        .or(s.tones.get(i).copied().flatten().map(|t| t.frequency));
+                match (freq, s.adc_rate) {
+                    (Some(f), Some(fs)) => Some(tone_channel(f, fs, s.geometry.channels)),
+                    _ => {
+                        tracing::warn!(
+                            "engine {i}: tone or ADC rate unknown: content reported, not checked"
+                        );
+                        None
+                    }
+                }
+            };
+            let antenna = s.services.antennas.get(i);
+            Watched {
+                monitor,
+                expected: Expected::new(expected_channel),
+                engine: antenna.map(|a| a.engine.clone()),
+                dsim: antenna.map(|a| a.dsim.clone()),
             }
-        }
-    };
-    let expected = Expected::new(expected_channel);
+        })
+        .collect();
+    let expected = watched
+        .first()
+        .map(|w| w.expected.clone())
+        .context("no engine to watch")?;
     let opts = watch::WatchOptions {
         duration: a.duration.map(|d| Duration::from_secs_f64(d.max(0.0))),
-        expected: expected.clone(),
         progress_interval: Duration::from_secs(1),
     };
     // The progress lines are one reader of the interval feed; the live page is another.
@@ -106,14 +140,7 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     };
     let printer = (!a.quiet).then(|| print_intervals(feed.reader()));
     let Setup { services, rx, .. } = s;
-    let summary = watch::run(
-        rx,
-        monitor,
-        &opts,
-        Some(&services.engine),
-        Some(&services.dsim),
-        &feed,
-    );
+    let summary = watch::run(rx, &watched, &opts, &feed);
     feed.close();
     if let Some(p) = printer {
         let _ = p.join();
@@ -138,7 +165,11 @@ pub fn run(a: WatchArgs) -> Result<bool> {
 fn print_intervals(mut reader: Reader<WatchInterval>) -> JoinHandle<()> {
     std::thread::spawn(move || loop {
         match reader.next(Duration::from_secs(3600)) {
-            Next::Record(_, r) => eprintln!("{}", watch_line(&r)),
+            Next::Record(_, r) => {
+                for line in watch_lines(&r) {
+                    eprintln!("{line}");
+                }
+            }
             Next::Missed(_) | Next::TimedOut => {}
             Next::Closed => return,
         }

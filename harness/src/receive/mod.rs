@@ -8,6 +8,10 @@
 //! (it filled a hole) or a duplicate. Without a sink that reads payloads, the assembler runs in
 //! its count-only mode: the same rules, no copy.
 //!
+//! With several engines sending to the same substreams (an array, as katgpucbf's engines share
+//! the output groups), each substream has a lane per engine, chosen by the heap's feng_id; every
+//! snapshot entry is then one engine's lane, with its `feng_id`.
+//!
 //! - this module: the receiver (configuration, threads, snapshots) and the sink it feeds.
 //! - `worker`: one receive thread and its per-datagram checks.
 //! - `snapshot`: the counters a thread shares, and snapshots of them.
@@ -31,7 +35,7 @@ mod snapshot;
 mod worker;
 
 pub use kernel::udp_rcvbuf_errors;
-pub use snapshot::{Snapshot, SubstreamSnapshot, MAX_RANGES};
+pub use snapshot::{CounterCheck, Snapshot, SubstreamSnapshot, MAX_RANGES};
 
 use bind::bind_all;
 use snapshot::{Stats, Substream};
@@ -41,6 +45,32 @@ use worker::{Worker, WorkerConfig};
 pub trait HeapSink: Send + Sync {
     /// `data` is the heap's `feng_raw`: (channels_per_substream, spectra_per_heap, 2, 2) int8.
     fn heap(&self, substream: usize, first_channel: usize, timestamp: u64, data: &[u8]);
+    /// A heap of engine `feng_id` of an array (0 without one). A sink that tells engines apart
+    /// ([`PerEngine`]) overrides this; any other sees every engine's heaps alike.
+    fn engine_heap(
+        &self,
+        feng_id: usize,
+        substream: usize,
+        first_channel: usize,
+        timestamp: u64,
+        data: &[u8],
+    ) {
+        let _ = feng_id;
+        self.heap(substream, first_channel, timestamp, data);
+    }
+}
+
+/// One sink per engine of an array, by feng_id.
+pub struct PerEngine(pub Vec<Arc<dyn HeapSink>>);
+impl HeapSink for PerEngine {
+    fn heap(&self, s: usize, c: usize, t: u64, d: &[u8]) {
+        self.engine_heap(0, s, c, t, d);
+    }
+    fn engine_heap(&self, feng_id: usize, s: usize, c: usize, t: u64, d: &[u8]) {
+        if let Some(sink) = self.0.get(feng_id) {
+            sink.heap(s, c, t, d);
+        }
+    }
 }
 
 /// A sink that looks at nothing (max-rate trials only count heaps).
@@ -77,6 +107,9 @@ pub struct ReceiveConfig {
     /// Assemble payloads for the sink. False: only count which packets of each heap arrived
     /// (no copy, so a receive thread keeps up with more; the sink is then never called).
     pub payload: bool,
+    /// Engines sending to these substreams (an array: feng_id 0..n, heaps told apart by it and
+    /// their counters checked). None: one engine, its feng_id not looked at.
+    pub array: Option<usize>,
 }
 
 impl ReceiveConfig {
@@ -89,6 +122,7 @@ impl ReceiveConfig {
             buffer_bytes: 64 << 20,
             reorder_window: 4,
             payload: true,
+            array: None,
         }
     }
 }
@@ -97,6 +131,8 @@ impl ReceiveConfig {
 pub enum ReceiveError {
     #[error("no substreams to join")]
     NoSubstreams,
+    #[error("an array needs at least one engine")]
+    NoEngines,
     #[error("{channels} channels do not split evenly over {substreams} substreams")]
     Uneven { channels: usize, substreams: usize },
     #[error("cannot bind {addr}: {source}")]
@@ -109,7 +145,12 @@ pub enum ReceiveError {
 }
 
 pub struct Receiver {
+    /// Every lane: substream-major, one per engine of the array (one per substream without).
     subs: Vec<Arc<Substream>>,
+    /// Lanes per substream.
+    engines: usize,
+    /// Whether heaps are told apart by feng_id (an array, of one engine or more).
+    array: bool,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -121,6 +162,10 @@ impl Receiver {
         if n == 0 {
             return Err(ReceiveError::NoSubstreams);
         }
+        if cfg.array == Some(0) {
+            return Err(ReceiveError::NoEngines);
+        }
+        let engines = cfg.array.unwrap_or(1);
         if cfg.channels == 0 || !cfg.channels.is_multiple_of(n) {
             return Err(ReceiveError::Uneven {
                 channels: cfg.channels,
@@ -139,36 +184,44 @@ impl Receiver {
         let mut subs = Vec::new();
         let mut threads = Vec::new();
         for (index, (addr, socket)) in sockets.into_iter().enumerate() {
-            let sub = Arc::new(Substream {
-                index,
-                addr,
-                first_channel: index * per_sub,
-                stats: Stats::default(),
-                rejects: Arc::new(RejectCounters::new()),
-                tracker: Mutex::new(None),
-            });
+            let lanes: Vec<Arc<Substream>> = (0..engines)
+                .map(|feng_id| {
+                    Arc::new(Substream {
+                        index,
+                        feng_id: cfg.array.map(|_| feng_id),
+                        addr,
+                        first_channel: index * per_sub,
+                        stats: Stats::default(),
+                        rejects: Arc::new(RejectCounters::new()),
+                        tracker: Mutex::new(None),
+                    })
+                })
+                .collect();
             let wcfg = WorkerConfig {
                 channels: cfg.channels,
                 per_sub,
                 spectra_per_heap: cfg.spectra_per_heap,
                 window: cfg.reorder_window.max(1),
+                array: cfg.array,
             };
-            let (thread_sub, sink, stop) = (sub.clone(), sink.clone(), stop.clone());
+            let (thread_lanes, sink, stop) = (lanes.clone(), sink.clone(), stop.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("rx-{index}"))
                 .spawn(move || {
                     if payload {
-                        Worker::<Vec<u8>>::new(thread_sub, sink, wcfg).run(socket, stop)
+                        Worker::<Vec<u8>>::new(thread_lanes, sink, wcfg).run(socket, stop)
                     } else {
-                        Worker::<Discard>::new(thread_sub, sink, wcfg).run(socket, stop)
+                        Worker::<Discard>::new(thread_lanes, sink, wcfg).run(socket, stop)
                     }
                 })
                 .map_err(ReceiveError::Thread)?;
-            subs.push(sub);
+            subs.extend(lanes);
             threads.push(handle);
         }
         Ok(Self {
             subs,
+            engines,
+            array: cfg.array.is_some(),
             stop,
             threads,
         })
@@ -177,12 +230,27 @@ impl Receiver {
     /// The substreams joined, as `ADDR[+N]:PORT` (with the port chosen, if it was 0).
     pub fn endpoint(&self) -> Endpoint {
         Endpoint {
-            addrs: self.subs.iter().map(|s| s.addr).collect(),
+            addrs: self
+                .subs
+                .iter()
+                .step_by(self.engines)
+                .map(|s| s.addr)
+                .collect(),
         }
     }
 
     pub fn substreams(&self) -> usize {
-        self.subs.len()
+        self.subs.len() / self.engines
+    }
+
+    /// Engines told apart (1 without an array).
+    pub fn engines(&self) -> usize {
+        self.engines
+    }
+
+    /// Whether heaps are told apart by feng_id (`ReceiveConfig::array` given).
+    pub fn is_array(&self) -> bool {
+        self.array
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -337,6 +405,10 @@ mod tests {
             .filter(|h| h.0 == 0)
             .all(|&(_, _, t, fill)| fill as u64 == (t - phase) / step));
         assert!(snap2.sample_rate(40, 1.0) > 0.0);
+        // Without an array the snapshot says nothing of engines or counters.
+        let json = serde_json::to_value(s0).unwrap();
+        assert!(json.get("feng_id").is_none() && json.get("heap_counters").is_none());
+        assert!(snap2.heap_counters().is_none());
     }
 
     #[test]
@@ -364,6 +436,101 @@ mod tests {
         assert_eq!(s.sequence.gaps, 1);
         assert_eq!(s.missing, vec![(1004 * step, 1005 * step)]);
         assert!(record.0.lock().unwrap().is_empty(), "no payload, no sink");
+    }
+
+    /// Packets of engine `feng` of `engines`' heap for substream `sub` of 2, counter as given.
+    fn engine_heap_packets(sub: usize, feng: u64, counter: u64, ts: u64, fill: u8) -> Vec<Vec<u8>> {
+        let data = vec![fill; CH / 2 * SPECTRA * 4];
+        let mut out = Vec::new();
+        HeapWriter::new(1000).write(
+            counter,
+            &[
+                HeapItem::immediate(items::TIMESTAMP, ts),
+                HeapItem::immediate(items::FENG_ID, feng),
+                HeapItem::immediate(items::FREQUENCY, (sub * CH / 2) as u64),
+                HeapItem::addressed(items::FENG_RAW, &data),
+            ],
+            |p| out.push(p.to_vec()),
+        );
+        out
+    }
+
+    #[test]
+    fn an_array_is_told_apart_by_feng_id_and_its_counters_checked() {
+        let addrs = vec![
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+            SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 0),
+        ];
+        let mut cfg = ReceiveConfig::new(addrs, CH);
+        cfg.reorder_window = 2;
+        cfg.buffer_bytes = 4 << 20;
+        cfg.array = Some(2);
+        let seen = [Arc::new(Record::default()), Arc::new(Record::default())];
+        let sinks: Vec<Arc<dyn HeapSink>> = vec![seen[0].clone(), seen[1].clone()];
+        let rx = Receiver::start(&cfg, Arc::new(PerEngine(sinks))).unwrap();
+        assert_eq!((rx.substreams(), rx.engines()), (2, 2));
+        let ep = rx.endpoint();
+        assert_eq!(ep.addrs.len(), 2);
+        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
+        let step = (SPECTRA * 2 * CH) as u64;
+        let phase = 3 * 4096;
+        let send = |sub: usize, feng: u64, counter: u64, k: u64, fill: u8| {
+            for p in engine_heap_packets(sub, feng, counter, phase + k * step, fill) {
+                tx.send_to(&p, ep.addrs[sub]).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        };
+        let good = |sub: usize, feng: u64, k: u64| {
+            worker::expected_counter(sub, phase + k * step, step, 2, feng as usize)
+        };
+        // Both engines, the same timestamps, on both substreams; engine 1 misses heap 4 of
+        // substream 0 and sends heap 6 of substream 1 with engine 0's counter of heap 6 (a
+        // collision and a wrong counter at once); a heap from a third engine is refused.
+        for k in 0..12 {
+            for sub in 0..2 {
+                send(sub, 0, good(sub, 0, k), k, 10 + sub as u8);
+                match (sub, k) {
+                    (0, 4) => {}
+                    (1, 6) => send(sub, 1, good(sub, 0, 6), k, 20),
+                    _ => send(sub, 1, good(sub, 1, k), k, 20 + sub as u8),
+                }
+            }
+        }
+        send(0, 2, 0, 3, 99);
+        wait_for(&rx, 47);
+        std::thread::sleep(Duration::from_millis(50));
+        let snap = rx.stop();
+        assert_eq!(snap.substreams.len(), 4);
+        let e0 = snap.engine(0);
+        let e1 = snap.engine(1);
+        assert!(e0.substreams.iter().all(|s| s.feng_id == Some(0)));
+        assert_eq!((e0.heaps(), e1.heaps()), (24, 23));
+        assert_eq!((e0.sequence().gaps, e1.sequence().gaps), (0, 1));
+        assert_eq!(
+            e1.substreams[0].missing,
+            vec![(phase + 4 * step, phase + 5 * step)]
+        );
+        assert_eq!(e0.sequence().duplicates + e1.sequence().duplicates, 0);
+        let c0 = e0.heap_counters().unwrap();
+        let c1 = e1.heap_counters().unwrap();
+        assert_eq!((c0.checked, c0.wrong, c0.collisions), (24, 0, 0));
+        assert_eq!((c1.checked, c1.wrong, c1.collisions), (23, 1, 1));
+        // The stranger's two packets are counted in engine 0's lane of substream 0, by reason.
+        assert_eq!(e0.substreams[0].rejects["feng_id outside the array"], 2);
+        assert_eq!(e0.malformed(), 2);
+        // Each engine's sink saw only its own heaps.
+        for (feng, rec) in seen.iter().enumerate() {
+            let heaps = rec.0.lock().unwrap();
+            assert_eq!(heaps.len(), if feng == 0 { 24 } else { 23 });
+            assert!(heaps
+                .iter()
+                .all(|&(s, _, _, fill)| fill == 10 * (feng as u8 + 1) + s as u8
+                    || (feng, s, fill) == (1, 1, 20)));
+        }
+        // One engine alone, as before: no lanes, no counter checks in the JSON.
+        let json = serde_json::to_value(&snap.substreams[0]).unwrap();
+        assert_eq!(json["feng_id"], 0);
+        assert_eq!(json["heap_counters"]["checked"], 12);
     }
 
     #[test]

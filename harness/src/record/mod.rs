@@ -12,7 +12,7 @@ use crate::content::{ChannelPower, Peak, Verdict};
 use crate::control::EngineCounters;
 use crate::cpu::Cores;
 use crate::gaps::SeqCounts;
-use crate::receive::SubstreamSnapshot;
+use crate::receive::{CounterCheck, SubstreamSnapshot};
 use crate::search::{Phase, SearchConfig};
 
 pub mod qualify;
@@ -21,6 +21,9 @@ pub mod soak;
 // --- watch ---
 
 /// One progress interval of `watch`: the rates over the interval and the counts so far.
+/// With several engines (`--engines`), the rate is the mean per engine, the counts are summed
+/// over them, the content (peaks, tone, verdict, power) is antenna 0's, which the live page
+/// draws, and `engines` holds each engine's own.
 #[derive(Clone, Debug, Serialize)]
 pub struct WatchInterval {
     /// Seconds since the watch began, at the end of the interval.
@@ -43,6 +46,24 @@ pub struct WatchInterval {
     /// The interval's channel power, for a live page to draw (not part of the JSON record).
     #[serde(skip)]
     pub power: Arc<ChannelPower>,
+    /// An array's engines, each on its own (empty with one engine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineInterval>,
+}
+
+/// One engine of an array over a watch interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineInterval {
+    pub feng_id: usize,
+    /// Received rate of this engine's heaps over the interval (sample/s per polarisation).
+    pub sample_rate: f64,
+    pub heaps_per_s: f64,
+    /// Sequence counts of this engine's heaps since the start.
+    pub sequence: SeqCounts,
+    pub malformed: u64,
+    pub peaks: [Option<Peak>; 2],
+    pub expected_channel: Option<f64>,
+    pub verdict: Option<Verdict>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -60,12 +81,16 @@ pub struct ContentSummary {
 }
 
 /// The whole `watch` run; `ok` says whether gaps, malformed heaps or wrong content were seen.
+/// With several engines, the counts are summed over them, `sample_rate` is the mean per engine
+/// and `aggregate_rate` their sum, `ok` needs every engine ok, and `engines` holds each engine's
+/// own summary.
 #[derive(Clone, Debug, Serialize)]
 pub struct WatchSummary {
     pub ok: bool,
     /// Why not ok.
     pub failures: Vec<String>,
     pub duration_s: f64,
+    /// Output substreams joined (with an array, each holds a lane per engine).
     pub substreams: usize,
     pub heaps: u64,
     pub heap_bytes: u64,
@@ -82,7 +107,35 @@ pub struct WatchSummary {
     pub dsim_heaps_skipped: Option<u64>,
     /// Host-wide UDP receive-buffer drops over the run.
     pub udp_rcvbuf_errors: Option<u64>,
+    /// An array's received rate, summed over its engines (sample/s per polarisation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate_rate: Option<f64>,
+    /// An array's heap counters checked, over every engine and substream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heap_counters: Option<CounterCheck>,
+    /// An array's engines, each on its own (empty with one engine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineSummary>,
+    /// Every substream (with an array, every engine's lane of every substream).
     pub per_substream: Vec<SubstreamSnapshot>,
+}
+
+/// One engine of an array over the whole `watch` run: its own verdict, counts, content and
+/// counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineSummary {
+    pub feng_id: usize,
+    pub ok: bool,
+    pub failures: Vec<String>,
+    pub heaps: u64,
+    /// Received rate of this engine's heaps (sample/s per polarisation).
+    pub sample_rate: f64,
+    pub sequence: SeqCounts,
+    pub malformed: u64,
+    pub heap_counters: Option<CounterCheck>,
+    pub content: ContentSummary,
+    pub engine: Option<EngineCounters>,
+    pub dsim_heaps_skipped: Option<u64>,
 }
 
 // --- max-rate ---
@@ -119,6 +172,28 @@ pub struct TrialRecord {
     pub settle_s: f64,
     /// Where the host's cores went over the window.
     pub cores: Cores,
+    /// An array's received rate summed over its engines (with an array, `received_rate` is the
+    /// mean per engine and the counts are summed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate_rate: Option<f64>,
+    /// An array's engines, each judged on its own heaps and counters: the trial passes only when
+    /// every one passed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineTrial>,
+}
+
+/// One engine of an array over a trial's window.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineTrial {
+    pub feng_id: usize,
+    pub pass: bool,
+    pub reasons: Vec<String>,
+    /// Sample rate per polarisation this engine's received heaps stand for.
+    pub received_rate: f64,
+    pub missing_input: f64,
+    pub skipped_output: f64,
+    pub gaps: i64,
+    pub dsim_heaps_skipped: Option<u64>,
 }
 
 /// Where a running trial is, for a progress display.
@@ -152,8 +227,15 @@ pub enum TrialProgress {
 pub struct SearchReport {
     pub backend: String,
     pub config: SearchConfig,
-    /// Highest sustained rate (sample/s per polarisation), None if `low` failed.
+    /// Highest sustained rate (sample/s per polarisation), None if `low` failed. With an array,
+    /// per engine: every dsim ran at it and every engine passed.
     pub best: Option<f64>,
+    /// An array's engines (absent with one engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engines: Option<usize>,
+    /// An array's sustained rate over all engines: `best` x engines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate_best: Option<f64>,
     pub lowest_fail: Option<f64>,
     pub trials: Vec<TrialRecord>,
 }

@@ -37,16 +37,64 @@ pub fn watch_line(r: &WatchInterval) -> String {
     )
 }
 
+/// The lines `watch` prints once an interval: [`watch_line`] with one engine; with an array, a
+/// line for the array (the mean rate per engine and the aggregate, counts summed) and one per
+/// engine, `feng I` after the time.
+pub fn watch_lines(r: &WatchInterval) -> Vec<String> {
+    if r.engines.is_empty() {
+        return vec![watch_line(r)];
+    }
+    let seq = &r.sequence;
+    let mut lines = vec![format!(
+        "[{:>6.1} s] array of {}: {} Gsample/s per engine, {} aggregate  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}",
+        r.elapsed_s,
+        r.engines.len(),
+        gsps(r.sample_rate),
+        gsps(r.engines.iter().map(|e| e.sample_rate).sum()),
+        r.heaps_per_s,
+        seq.gaps,
+        seq.late,
+        seq.duplicates,
+        r.malformed,
+        r.socket_drops,
+    )];
+    lines.extend(r.engines.iter().map(|e| {
+        let seq = &e.sequence;
+        format!(
+            "[{:>6.1} s] feng {}  {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  pol0 {}  pol1 {}{}",
+            r.elapsed_s,
+            e.feng_id,
+            gsps(e.sample_rate),
+            e.heaps_per_s,
+            seq.gaps,
+            seq.late,
+            seq.duplicates,
+            e.malformed,
+            peak_text(&e.peaks[0]),
+            peak_text(&e.peaks[1]),
+            match e.expected_channel {
+                Some(x) => format!("  (tone ch {x:.2})"),
+                None => String::new(),
+            }
+        )
+    }));
+    lines
+}
+
 /// One line per trial, for logs and non-terminal runs.
 pub fn trial_line(t: &TrialRecord) -> String {
     format!(
-        "trial {:>2} {:<5} {:<7} {:>8} Gsample/s  {}  recv {} Gsample/s  missing-in {:+}  skipped-out {:+}  gaps {:+}{}{}{}",
+        "trial {:>2} {:<5} {:<7} {:>8} Gsample/s  {}  recv {} Gsample/s{}  missing-in {:+}  skipped-out {:+}  gaps {:+}{}{}{}",
         t.index,
         t.backend,
         format!("{:?}", t.phase).to_lowercase(),
         gsps(t.rate),
         if t.pass { "PASS" } else { "FAIL" },
         gsps(t.received_rate),
+        match t.aggregate_rate {
+            Some(a) => format!(" per engine ({} aggregate over {})", gsps(a), t.engines.len()),
+            None => String::new(),
+        },
         t.missing_input,
         t.skipped_output,
         t.gaps,

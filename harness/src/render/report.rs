@@ -11,17 +11,25 @@ use serde::Serialize;
 use crate::gsps;
 use crate::record::{MaxRateReport, ResponsePoint};
 
-/// The trials as a text table, then one line per search.
+/// The trials as a text table, then one line per search. With an array, the rates are per
+/// engine (the received one the mean over engines), a column gives the aggregate received, and
+/// each search's line the aggregate sustained.
 pub fn table(report: &MaxRateReport) -> String {
+    let array = report.searches.iter().any(|s| s.engines.is_some());
     let mut out = String::new();
     out.push_str(&format!(
-        "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {:>8}  {:>10}  {}\n",
+        "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {}{:>10}  {:>11}  {:>6}  {:>8}  {:>10}  {}\n",
         "#",
         "backend",
         "phase",
         "rate Gsps",
         "result",
         "recv Gsps",
+        if array {
+            format!("{:>11}  ", "aggr Gsps")
+        } else {
+            String::new()
+        },
         "missing-in",
         "skipped-out",
         "gaps",
@@ -32,13 +40,18 @@ pub fn table(report: &MaxRateReport) -> String {
     for s in &report.searches {
         for t in &s.trials {
             out.push_str(&format!(
-                "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {:>10}  {:>11}  {:>6}  {:>8.1}  {:>10}  {}\n",
+                "{:>3}  {:<7} {:<7} {:>11}  {:<6} {:>11}  {}{:>10}  {:>11}  {:>6}  {:>8.1}  {:>10}  {}\n",
                 t.index,
                 t.backend,
                 format!("{:?}", t.phase).to_lowercase(),
                 gsps(t.rate),
                 if t.pass { "pass" } else { "FAIL" },
                 gsps(t.received_rate),
+                if array {
+                    format!("{:>11}  ", t.aggregate_rate.map_or("-".into(), gsps))
+                } else {
+                    String::new()
+                },
                 t.missing_input,
                 t.skipped_output,
                 t.gaps,
@@ -53,9 +66,15 @@ pub fn table(report: &MaxRateReport) -> String {
     }
     for s in &report.searches {
         out.push_str(&format!(
-            "{}: highest sustained rate {} Gsample/s per polarisation{}\n",
+            "{}: highest sustained rate {} Gsample/s per polarisation{}{}\n",
             s.backend,
             s.best.map_or("none (--low failed)".into(), gsps),
+            match (s.engines, s.aggregate_best) {
+                (Some(n), Some(t)) =>
+                    format!(" per engine, {} aggregate over {n} engines", gsps(t)),
+                (Some(n), None) => format!(" per engine ({n} engines)"),
+                _ => String::new(),
+            },
             match s.lowest_fail {
                 Some(f) => format!(" (lowest failing {})", gsps(f)),
                 None => " (--high passed)".into(),
@@ -393,6 +412,8 @@ mod tests {
             window_s: 20.0,
             settle_s: 0.0,
             cores: Default::default(),
+            aggregate_rate: None,
+            engines: Vec::new(),
         }
     }
 
@@ -409,6 +430,8 @@ mod tests {
                     backend: "cuda".into(),
                     config: cfg,
                     best: Some(6.3e9),
+                    engines: None,
+                    aggregate_best: None,
                     lowest_fail: Some(6.31e9),
                     trials: vec![trial(1, "cuda", 1e9, true), trial(2, "cuda", 8e9, false)],
                 },
@@ -416,6 +439,8 @@ mod tests {
                     backend: "null".into(),
                     config: cfg,
                     best: Some(7e9),
+                    engines: None,
+                    aggregate_best: None,
                     lowest_fail: None,
                     trials: vec![trial(3, "null", 7e9, true)],
                 },
@@ -465,5 +490,26 @@ mod tests {
         };
         plot_trials(&dir.join("e.svg"), &empty).unwrap();
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_array_table_gives_per_engine_and_aggregate_rates() {
+        let mut r = report();
+        for s in &mut r.searches {
+            s.engines = Some(4);
+            s.aggregate_best = s.best.map(|b| 4.0 * b);
+            for t in &mut s.trials {
+                t.aggregate_rate = Some(4.0 * t.received_rate);
+            }
+        }
+        let t = table(&r);
+        assert!(t.contains("aggr Gsps"), "{t}");
+        assert!(
+            t.contains("cuda: highest sustained rate 6.300 Gsample/s per polarisation per engine, 25.200 aggregate over 4 engines"),
+            "{t}"
+        );
+        assert!(t.contains("32.000"), "a trial's aggregate: {t}");
+        // One engine: the table as before.
+        assert!(!table(&report()).contains("aggr"));
     }
 }
