@@ -101,58 +101,98 @@ fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// Validates a PUT /delays body, forwards each polarisation's model to the pipeline and
-/// returns both models as now loaded.
-fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, String)> {
-    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+/// What a PUT /delays body is checked against: the engine's settings and the newest input
+/// timestamp (the load time of a request that names none).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DelayContext {
+    /// --max-delay, seconds.
+    pub max_delay: f64,
+    /// ADC sample rate, Hz.
+    pub fs: f64,
+    /// --sync-time: the Unix time of ADC timestamp 0, when given.
+    pub sync_time: Option<f64>,
+    /// The newest input timestamp of either polarisation.
+    pub now: u64,
+}
+
+/// A checked PUT /delays body: the ADC timestamp at which the values hold, the first timestamp
+/// they apply from (0: the next frame), and the model of each polarisation given (the others keep
+/// theirs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DelayUpdate {
+    pub load: u64,
+    pub apply_from: u64,
+    pub models: [Option<PolDelay>; POLS],
+}
+
+/// Parses and checks a PUT /delays body (JSON fields or katgpucbf's text per polarisation);
+/// the error is one sentence naming what is wrong. Pure: nothing is loaded.
+pub fn parse_delay_request(body: &[u8], ctx: &DelayContext) -> Result<DelayUpdate, String> {
     let req: DelayRequest = serde_json::from_slice(body).map_err(|e| {
-        bad(format!(
+        format!(
             "the body is not a delay request ({e}); send e.g. {{\"pol0\": {{\"delay\": 1e-9, \"delay_rate\": 0, \"phase\": 0, \"phase_rate\": 0}}, \"load_timestamp\": 123}}"
-        ))
+        )
     })?;
-    let cfg = &s.cfg;
     let (load, apply_from) = match (req.load_timestamp, req.load_time) {
         (Some(_), Some(_)) => {
-            return Err(bad("give load_timestamp or load_time, not both".into()));
+            return Err("give load_timestamp or load_time, not both".into());
         }
         (Some(t), None) => (t, t),
         (None, Some(unix)) => {
-            let Some(sync) = cfg.sync_time else {
-                return Err(bad(
+            let Some(sync) = ctx.sync_time else {
+                return Err(
                     "load_time (Unix seconds) needs the engine's --sync-time; give load_timestamp (ADC samples) instead".into(),
-                ));
+                );
             };
-            let t = (unix - sync) * cfg.fs;
+            let t = (unix - sync) * ctx.fs;
             if !(t.is_finite() && t >= 0.0 && t < 2f64.powi(63)) {
-                return Err(bad(format!(
+                return Err(format!(
                     "load_time {unix} is not a Unix time after the sync time {sync}"
-                )));
+                ));
             }
             let t = t.round() as u64;
             (t, t)
         }
         // At once: the values hold now (the newest input timestamp), from the next frame on.
-        (None, None) => {
-            let now = (0..POLS)
-                .map(|p| s.stats.pols[p].last_timestamp.load(Relaxed))
-                .max()
-                .unwrap_or(0);
-            (now, 0)
-        }
+        (None, None) => (ctx.now, 0),
     };
     if req.pol0.is_none() && req.pol1.is_none() {
-        return Err(bad("give pol0, pol1 or both".into()));
+        return Err("give pol0, pol1 or both".into());
     }
     let mut models: [Option<PolDelay>; POLS] = [None, None];
     for (pol, spec) in [req.pol0, req.pol1].into_iter().enumerate() {
         let Some(spec) = spec else { continue };
         let d = match spec {
             PolDelaySpec::Fields(d) => d,
-            PolDelaySpec::Text(t) => parse_delay_text(pol, &t).map_err(bad)?,
+            PolDelaySpec::Text(t) => parse_delay_text(pol, &t)?,
         };
-        check_delay(pol, &d, cfg.max_delay).map_err(bad)?;
+        check_delay(pol, &d, ctx.max_delay)?;
         models[pol] = Some(d);
     }
+    Ok(DelayUpdate {
+        load,
+        apply_from,
+        models,
+    })
+}
+
+/// Validates a PUT /delays body, forwards each polarisation's model to the pipeline and
+/// returns both models as now loaded.
+fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, String)> {
+    let ctx = DelayContext {
+        max_delay: s.cfg.max_delay,
+        fs: s.cfg.fs,
+        sync_time: s.cfg.sync_time,
+        now: (0..POLS)
+            .map(|p| s.stats.pols[p].last_timestamp.load(Relaxed))
+            .max()
+            .unwrap_or(0),
+    };
+    let DelayUpdate {
+        load,
+        apply_from,
+        models,
+    } = parse_delay_request(body, &ctx).map_err(|m| (StatusCode::BAD_REQUEST, m))?;
     let mut loaded = s.loaded()?;
     for (pol, d) in models.iter().enumerate() {
         let Some(d) = d else { continue };
