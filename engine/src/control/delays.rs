@@ -74,8 +74,8 @@ fn parse_delay_text(pol: usize, text: &str) -> Result<PolDelay, String> {
     })
 }
 
-/// Checks one polarisation's request against --max-delay.
-fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
+/// Checks one polarisation's request against --max-delay and the sample rate `fs`.
+fn check_delay(pol: usize, d: &PolDelay, max_delay: f64, fs: f64) -> Result<(), String> {
     for (name, v) in [
         ("delay", d.delay),
         ("delay_rate", d.delay_rate),
@@ -96,6 +96,15 @@ fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
         return Err(format!(
             "pol{pol} delay rate {} s/s is not below 1 in size",
             d.delay_rate
+        ));
+    }
+    // Past half a turn per sample a fringe rate means nothing; far past it the phase overflows
+    // within the timestamps the model applies to, and every frame would be flagged.
+    let max_phase_rate = std::f64::consts::PI * fs;
+    if d.phase_rate.abs() > max_phase_rate {
+        return Err(format!(
+            "pol{pol} phase rate {:e} rad/s is beyond pi times the sample rate ({max_phase_rate:e} rad/s) in size",
+            d.phase_rate
         ));
     }
     Ok(())
@@ -166,7 +175,7 @@ pub fn parse_delay_request(body: &[u8], ctx: &DelayContext) -> Result<DelayUpdat
             PolDelaySpec::Fields(d) => d,
             PolDelaySpec::Text(t) => parse_delay_text(pol, &t)?,
         };
-        check_delay(pol, &d, ctx.max_delay)?;
+        check_delay(pol, &d, ctx.max_delay, ctx.fs)?;
         models[pol] = Some(d);
     }
     Ok(DelayUpdate {
@@ -265,6 +274,34 @@ mod tests {
             assert!(msg.contains(want), "{msg:?} should mention {want:?}");
         }
         assert!(rx.try_recv().is_err(), "rejected requests change nothing");
+    }
+
+    /// A phase rate so large that the phase overflows within the timestamps the model applies to
+    /// is refused (it was accepted, and every frame after a few minutes would have been flagged
+    /// "delay model unusable"); up to pi times the sample rate, the model evaluates over the whole
+    /// span of 48-bit timestamps. Found while writing the engine_delays fuzz target's rules.
+    #[test]
+    fn a_phase_rate_beyond_nyquist_is_refused() {
+        let ctx = DelayContext {
+            max_delay: 1e-3,
+            fs: 1712e6,
+            sync_time: None,
+            now: 0,
+        };
+        let e = parse_delay_request(br#"{"pol0": {"delay": 0, "phase_rate": 1e306}}"#, &ctx)
+            .unwrap_err();
+        assert!(e.contains("pol0 phase rate 1e306 rad/s"), "{e}");
+        let edge = std::f64::consts::PI * ctx.fs;
+        let body = format!(r#"{{"pol1": "0,0:0,{}", "load_timestamp": 5}}"#, -edge);
+        let d = parse_delay_request(body.as_bytes(), &ctx).unwrap().models[1].unwrap();
+        let model = DelayModel {
+            load_time: 5,
+            delay: d.delay,
+            delay_rate: d.delay_rate,
+            phase: d.phase,
+            phase_rate: d.phase_rate,
+        };
+        assert!(model.at(5 + (1 << 48), ctx.fs).is_ok());
     }
 
     /// GET /delays keeps today's JSON: the four values, the load timestamp and apply_from.
