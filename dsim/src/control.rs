@@ -29,7 +29,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
 use crate::config::RequestError;
-use crate::{Controller, FaultsRequest};
+use crate::Controller;
 
 pub use fgpu_api::dsim::RateRequest;
 
@@ -144,7 +144,8 @@ async fn put_rate(State(c): State<Controller>, body: Bytes) -> Result<Response, 
 }
 
 async fn put_faults(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
-    let req: FaultsRequest = parse("faults", &body)?;
+    let req =
+        crate::faults::parse_request(&body).map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))?;
     Ok(Json(c.set_faults(&req)?).into_response())
 }
 

@@ -17,6 +17,13 @@ pub const MAX_LISTED: usize = 1_000_000;
 /// Largest reorder window, in heaps.
 pub const MAX_WINDOW: usize = 1024;
 
+/// Reads a PUT /faults body (it is checked by [`FaultRules::validate`]); the error is one
+/// sentence.
+pub fn parse_request(body: &[u8]) -> Result<FaultsRequest, String> {
+    serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not a valid faults request: {e}."))
+}
+
 /// dsim's rules for the fault requests it shares through [`fgpu_api::dsim`].
 pub trait FaultRules {
     /// Checks every polarisation's faults; the error names the field at fault.

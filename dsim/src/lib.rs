@@ -44,7 +44,6 @@ pub use spec::{Component, PolSignal, PolsRequest, Signal};
 pub use status::Status;
 
 use faults::FaultRules;
-use spec::{ApplyUpdate, SignalRules};
 
 use buffer::Layout;
 use faults::FaultPlan;
@@ -423,22 +422,7 @@ impl Controller {
         let _one_at_a_time = s.signal_busy.lock().unwrap_or_else(|e| e.into_inner());
         let current = s.signal.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let rate = s.schedule.load().latest_rate();
-        let (signal, common) = match request {
-            SignalRequest::Common(update) => {
-                let common = update.apply_to(&current.common);
-                common.validate(rate)?;
-                (Signal::from_common(&common), common)
-            }
-            SignalRequest::Pols(pols) => {
-                pols.validate(rate)?;
-                let signal = current.signal.with(pols);
-                let common = SignalSpec {
-                    seed: signal.seed,
-                    ..current.common
-                };
-                (signal, common)
-            }
-        };
+        let (signal, common) = spec::resolve(request, &current.signal, &current.common, rate)?;
         self.ensure_running()?;
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let mut freqs: [Vec<f64>; 2] = Default::default();

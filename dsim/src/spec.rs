@@ -281,6 +281,36 @@ impl ApplyUpdate for SignalUpdate {
     }
 }
 
+/// The signal a PUT /signal request makes from the one in force (`current`, and `common`, the
+/// latest signal given in the common form), checked against the sample rate: the new signal and
+/// the common form to keep for the next request. Pure: nothing is built or switched.
+///
+/// The per-polarisation form replaces the polarisations it gives (and the seed, if given); the
+/// common form rebuilds both polarisations from `common` with the fields given replaced.
+pub fn resolve(
+    request: &SignalRequest,
+    current: &Signal,
+    common: &SignalSpec,
+    rate: f64,
+) -> Result<(Signal, SignalSpec), BadRequest> {
+    match request {
+        SignalRequest::Common(update) => {
+            let common = update.apply_to(common);
+            common.validate(rate)?;
+            Ok((Signal::from_common(&common), common))
+        }
+        SignalRequest::Pols(pols) => {
+            pols.validate(rate)?;
+            let signal = current.with(pols);
+            let common = SignalSpec {
+                seed: signal.seed,
+                ..common.clone()
+            };
+            Ok((signal, common))
+        }
+    }
+}
+
 /// Deserializes `value` as `T`, with the path of the offending field in the error.
 fn read<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(|e| {

@@ -40,7 +40,8 @@ HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metri
 /delays, /gains, /outputs/NAME/gains.
   PUT /delays {\"pol0\": {\"delay\": 1.5e-9, \"delay_rate\": 0, \"phase\": 0.1, \"phase_rate\": 0},
                \"pol1\": \"1.5e-9,0:0.1,0\", \"load_timestamp\": 123456789}
-    Units s, s/s, rad, rad/s; |delay| <= --max-delay. Load at an ADC timestamp, at \"load_time\"
+    Units s, s/s, rad, rad/s; |delay| <= --max-delay, |delay_rate| < 1,
+    |phase_rate| <= pi x the sample rate. Load at an ADC timestamp, at \"load_time\"
     (Unix s; needs --sync-time), or, with neither, from the next frame. A polarisation left out
     keeps its model.
   PUT /gains {\"pol0\": 0.5, \"pol1\": [0.5, -0.1]}  or one [re, im] per channel: [[re, im], ...].

@@ -348,6 +348,11 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
         // Decode guarantees offset + len <= heap size (= slot_bytes), so these fit in usize.
         let offset = p.heap_offset as usize;
         let len = p.payload.len();
+        // No packet starts at the heap's end: an empty one there would name the next slot's
+        // first packet.
+        if offset >= slot_bytes {
+            return Err(Reject::Misaligned);
+        }
         let index = offset / self.cfg.packet_payload;
         let expected_len = self.cfg.packet_payload.min(slot_bytes - offset);
         if index * self.cfg.packet_payload != offset || len != expected_len {
@@ -845,5 +850,62 @@ mod tests {
         feed(&mut a, &heap(8), &mut out); // chunk 2 of the new stream, no longer too old
         assert_eq!(a.counters().get(Reject::TooOld), 0);
         assert_eq!(a.head(), Some(2));
+    }
+
+    /// An empty packet at the very end of a heap (offset = heap size, which decoding allows) is
+    /// where no packet of the heap goes. It used to pass as the slot's packet past its last: it
+    /// marked the next slot's first packet as seen (so that good packet was then dropped as a
+    /// duplicate), counted its own heap a second time, and after the last slot of a chunk whose
+    /// packets fill whole 64-bit words of tracking it indexed past them and panicked. Found by
+    /// the chunk_placement fuzz target.
+    #[test]
+    fn an_empty_packet_at_the_end_of_a_heap_is_misaligned() {
+        let empty_at_end = |t: u64| {
+            let mut buf = vec![0u8; 64];
+            let n = crate::packet::encode(
+                &mut buf,
+                &[
+                    crate::ItemPointer::immediate(items::HEAP_CNT, t),
+                    crate::ItemPointer::immediate(items::HEAP_SIZE, SLOT as u64),
+                    crate::ItemPointer::immediate(items::HEAP_OFFSET, SLOT as u64),
+                    crate::ItemPointer::immediate(items::PAYLOAD_LENGTH, 0),
+                    crate::ItemPointer::immediate(items::TIMESTAMP, t),
+                ],
+                &[],
+            )
+            .unwrap();
+            buf.truncate(n);
+            buf
+        };
+        let mut a = new_asm(4);
+        let mut out = Vec::new();
+        feed(&mut a, &heap(0), &mut out);
+        feed(&mut a, &[empty_at_end(0)], &mut out);
+        assert_eq!(a.counters().get(Reject::Misaligned), 1);
+        feed(&mut a, &heap(1), &mut out);
+        a.flush(&mut |e| out.push(e));
+        assert_eq!(
+            a.counters().get(Reject::Duplicate),
+            0,
+            "slot 1's packets are not duplicates"
+        );
+        assert_eq!(ready(out)[0].present, [true, true, false, false]);
+        assert_eq!(a.stats().heaps.load(Ordering::Relaxed), 2);
+
+        // 64 single-packet slots: the tracking bits fill one word exactly.
+        let cfg = ChunkConfig {
+            slots: 64,
+            slot_bytes: SLOT,
+            packet_payload: SLOT,
+            window: 1,
+            max_jump: 10,
+        };
+        let mut a = ChunkAssembler::new(cfg, Arc::new(RejectCounters::new()));
+        a.give(vec![0u8; 64 * SLOT]).unwrap();
+        let p = empty_at_end(63);
+        let p = Packet::decode(&p, &Limits::default()).unwrap();
+        let at = Placement { chunk: 0, slot: 63 };
+        let r = a.add_packet(&p, |_| Ok(at), &mut |_| {});
+        assert_eq!(r, Err(Reject::Misaligned));
     }
 }

@@ -74,8 +74,8 @@ fn parse_delay_text(pol: usize, text: &str) -> Result<PolDelay, String> {
     })
 }
 
-/// Checks one polarisation's request against --max-delay.
-fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
+/// Checks one polarisation's request against --max-delay and the sample rate `fs`.
+fn check_delay(pol: usize, d: &PolDelay, max_delay: f64, fs: f64) -> Result<(), String> {
     for (name, v) in [
         ("delay", d.delay),
         ("delay_rate", d.delay_rate),
@@ -98,61 +98,110 @@ fn check_delay(pol: usize, d: &PolDelay, max_delay: f64) -> Result<(), String> {
             d.delay_rate
         ));
     }
+    // Past half a turn per sample a fringe rate means nothing; far past it the phase overflows
+    // within the timestamps the model applies to, and every frame would be flagged.
+    let max_phase_rate = std::f64::consts::PI * fs;
+    if d.phase_rate.abs() > max_phase_rate {
+        return Err(format!(
+            "pol{pol} phase rate {:e} rad/s is beyond pi times the sample rate ({max_phase_rate:e} rad/s) in size",
+            d.phase_rate
+        ));
+    }
     Ok(())
 }
 
-/// Validates a PUT /delays body, forwards each polarisation's model to the pipeline and
-/// returns both models as now loaded.
-fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, String)> {
-    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+/// What a PUT /delays body is checked against: the engine's settings and the newest input
+/// timestamp (the load time of a request that names none).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DelayContext {
+    /// --max-delay, seconds.
+    pub max_delay: f64,
+    /// ADC sample rate, Hz.
+    pub fs: f64,
+    /// --sync-time: the Unix time of ADC timestamp 0, when given.
+    pub sync_time: Option<f64>,
+    /// The newest input timestamp of either polarisation.
+    pub now: u64,
+}
+
+/// A checked PUT /delays body: the ADC timestamp at which the values hold, the first timestamp
+/// they apply from (0: the next frame), and the model of each polarisation given (the others keep
+/// theirs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DelayUpdate {
+    pub load: u64,
+    pub apply_from: u64,
+    pub models: [Option<PolDelay>; POLS],
+}
+
+/// Parses and checks a PUT /delays body (JSON fields or katgpucbf's text per polarisation);
+/// the error is one sentence naming what is wrong. Pure: nothing is loaded.
+pub fn parse_delay_request(body: &[u8], ctx: &DelayContext) -> Result<DelayUpdate, String> {
     let req: DelayRequest = serde_json::from_slice(body).map_err(|e| {
-        bad(format!(
+        format!(
             "the body is not a delay request ({e}); send e.g. {{\"pol0\": {{\"delay\": 1e-9, \"delay_rate\": 0, \"phase\": 0, \"phase_rate\": 0}}, \"load_timestamp\": 123}}"
-        ))
+        )
     })?;
-    let cfg = &s.cfg;
     let (load, apply_from) = match (req.load_timestamp, req.load_time) {
         (Some(_), Some(_)) => {
-            return Err(bad("give load_timestamp or load_time, not both".into()));
+            return Err("give load_timestamp or load_time, not both".into());
         }
         (Some(t), None) => (t, t),
         (None, Some(unix)) => {
-            let Some(sync) = cfg.sync_time else {
-                return Err(bad(
+            let Some(sync) = ctx.sync_time else {
+                return Err(
                     "load_time (Unix seconds) needs the engine's --sync-time; give load_timestamp (ADC samples) instead".into(),
-                ));
+                );
             };
-            let t = (unix - sync) * cfg.fs;
+            let t = (unix - sync) * ctx.fs;
             if !(t.is_finite() && t >= 0.0 && t < 2f64.powi(63)) {
-                return Err(bad(format!(
+                return Err(format!(
                     "load_time {unix} is not a Unix time after the sync time {sync}"
-                )));
+                ));
             }
             let t = t.round() as u64;
             (t, t)
         }
         // At once: the values hold now (the newest input timestamp), from the next frame on.
-        (None, None) => {
-            let now = (0..POLS)
-                .map(|p| s.stats.pols[p].last_timestamp.load(Relaxed))
-                .max()
-                .unwrap_or(0);
-            (now, 0)
-        }
+        (None, None) => (ctx.now, 0),
     };
     if req.pol0.is_none() && req.pol1.is_none() {
-        return Err(bad("give pol0, pol1 or both".into()));
+        return Err("give pol0, pol1 or both".into());
     }
     let mut models: [Option<PolDelay>; POLS] = [None, None];
     for (pol, spec) in [req.pol0, req.pol1].into_iter().enumerate() {
         let Some(spec) = spec else { continue };
         let d = match spec {
             PolDelaySpec::Fields(d) => d,
-            PolDelaySpec::Text(t) => parse_delay_text(pol, &t).map_err(bad)?,
+            PolDelaySpec::Text(t) => parse_delay_text(pol, &t)?,
         };
-        check_delay(pol, &d, cfg.max_delay).map_err(bad)?;
+        check_delay(pol, &d, ctx.max_delay, ctx.fs)?;
         models[pol] = Some(d);
     }
+    Ok(DelayUpdate {
+        load,
+        apply_from,
+        models,
+    })
+}
+
+/// Validates a PUT /delays body, forwards each polarisation's model to the pipeline and
+/// returns both models as now loaded.
+fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, String)> {
+    let ctx = DelayContext {
+        max_delay: s.cfg.max_delay,
+        fs: s.cfg.fs,
+        sync_time: s.cfg.sync_time,
+        now: (0..POLS)
+            .map(|p| s.stats.pols[p].last_timestamp.load(Relaxed))
+            .max()
+            .unwrap_or(0),
+    };
+    let DelayUpdate {
+        load,
+        apply_from,
+        models,
+    } = parse_delay_request(body, &ctx).map_err(|m| (StatusCode::BAD_REQUEST, m))?;
     let mut loaded = s.loaded()?;
     for (pol, d) in models.iter().enumerate() {
         let Some(d) = d else { continue };
@@ -225,6 +274,34 @@ mod tests {
             assert!(msg.contains(want), "{msg:?} should mention {want:?}");
         }
         assert!(rx.try_recv().is_err(), "rejected requests change nothing");
+    }
+
+    /// A phase rate so large that the phase overflows within the timestamps the model applies to
+    /// is refused (it was accepted, and every frame after a few minutes would have been flagged
+    /// "delay model unusable"); up to pi times the sample rate, the model evaluates over the whole
+    /// span of 48-bit timestamps. Found while writing the engine_delays fuzz target's rules.
+    #[test]
+    fn a_phase_rate_beyond_nyquist_is_refused() {
+        let ctx = DelayContext {
+            max_delay: 1e-3,
+            fs: 1712e6,
+            sync_time: None,
+            now: 0,
+        };
+        let e = parse_delay_request(br#"{"pol0": {"delay": 0, "phase_rate": 1e306}}"#, &ctx)
+            .unwrap_err();
+        assert!(e.contains("pol0 phase rate 1e306 rad/s"), "{e}");
+        let edge = std::f64::consts::PI * ctx.fs;
+        let body = format!(r#"{{"pol1": "0,0:0,{}", "load_timestamp": 5}}"#, -edge);
+        let d = parse_delay_request(body.as_bytes(), &ctx).unwrap().models[1].unwrap();
+        let model = DelayModel {
+            load_time: 5,
+            delay: d.delay,
+            delay_rate: d.delay_rate,
+            phase: d.phase,
+            phase_rate: d.phase_rate,
+        };
+        assert!(model.at(5 + (1 << 48), ctx.fs).is_ok());
     }
 
     /// GET /delays keeps today's JSON: the four values, the load timestamp and apply_from.

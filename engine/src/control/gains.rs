@@ -95,6 +95,33 @@ fn parse_gains(pol: usize, v: &Value, channels: usize) -> Result<Vec<Complex32>,
     }
 }
 
+/// Gains for each polarisation given (None: keeps its own), one per channel.
+pub type GainUpdate = [Option<Vec<Complex32>>; POLS];
+
+/// Parses and checks a PUT gains body for an output of `channels` channels; the error is one
+/// sentence naming what is wrong. Pure: nothing is loaded.
+pub fn parse_gain_request(body: &[u8], channels: usize) -> Result<GainUpdate, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        format!("the body is not JSON ({e}); send e.g. {{\"pol0\": [0.5, 0], \"pol1\": 0.5}}")
+    })?;
+    let Some(obj) = v.as_object() else {
+        return Err("send an object with pol0 and/or pol1".into());
+    };
+    if let Some(k) = obj.keys().find(|k| *k != "pol0" && *k != "pol1") {
+        return Err(format!("unknown field \"{k}\": give pol0 and/or pol1"));
+    }
+    if obj.is_empty() {
+        return Err("give pol0, pol1 or both".into());
+    }
+    let mut parsed: GainUpdate = [None, None];
+    for (pol, key) in ["pol0", "pol1"].iter().enumerate() {
+        if let Some(g) = obj.get(*key) {
+            parsed[pol] = Some(parse_gains(pol, g, channels)?);
+        }
+    }
+    Ok(parsed)
+}
+
 /// Validates a PUT body for `output`'s gains, forwards them to the pipeline and returns the
 /// output's gains as now loaded.
 fn apply_gains(s: &ControlState, output: &str, body: &[u8]) -> Result<Value, (StatusCode, String)> {
@@ -103,27 +130,7 @@ fn apply_gains(s: &ControlState, output: &str, body: &[u8]) -> Result<Value, (St
         return Err(no_such_output(&*s.loaded()?, output));
     };
     let channels = s.cfg.outputs[index].geometry.channels;
-    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        bad(format!(
-            "the body is not JSON ({e}); send e.g. {{\"pol0\": [0.5, 0], \"pol1\": 0.5}}"
-        ))
-    })?;
-    let Some(obj) = v.as_object() else {
-        return Err(bad("send an object with pol0 and/or pol1".into()));
-    };
-    if let Some(k) = obj.keys().find(|k| *k != "pol0" && *k != "pol1") {
-        return Err(bad(format!("unknown field \"{k}\": give pol0 and/or pol1")));
-    }
-    if obj.is_empty() {
-        return Err(bad("give pol0, pol1 or both".into()));
-    }
-    let mut parsed: [Option<Vec<Complex32>>; POLS] = [None, None];
-    for (pol, key) in ["pol0", "pol1"].iter().enumerate() {
-        if let Some(g) = obj.get(*key) {
-            parsed[pol] = Some(parse_gains(pol, g, channels).map_err(bad)?);
-        }
-    }
+    let parsed = parse_gain_request(body, channels).map_err(|m| (StatusCode::BAD_REQUEST, m))?;
     let mut loaded = s.loaded()?;
     let gains = match loaded.gains.get_mut(output) {
         Some(g) => g,

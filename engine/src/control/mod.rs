@@ -45,7 +45,8 @@ use crate::metrics;
 use crate::pipeline::Command;
 use crate::stats::Stats;
 
-pub use delays::PolDelay;
+pub use delays::{parse_delay_request, DelayContext, DelayUpdate, PolDelay};
+pub use gains::{parse_gain_request, GainUpdate};
 
 /// What the control server has loaded into the pipeline, as its readers see it.
 struct Loaded {

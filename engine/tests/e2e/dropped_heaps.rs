@@ -111,7 +111,9 @@ fn dropped_heaps_case(s: Setup) {
     assert!(metrics.contains("fengine_output_skipped_heaps_total{backend="));
 
     // Stray packets: future-dated, too old, wrong size, misaligned, without a timestamp. Each is
-    // counted by reason and dropped without disturbing the stream.
+    // counted by reason and dropped without disturbing the stream. Among the misaligned, an empty
+    // packet at the very end of a heap (offset = heap size), which once marked the next heap's
+    // packet as seen, and after a chunk's last heap panicked the receiver (spead::chunk).
     let now_ts = sys.engine_status().input.pols[0].last_timestamp;
     let stray = |ts: Option<u64>, bytes: usize| -> Vec<u8> {
         let payload = vec![0u8; bytes];
@@ -134,6 +136,7 @@ fn dropped_heaps_case(s: Setup) {
         stray(Some(k_now * hs), heap_bytes / 2),
         stray(Some(k_now * hs + 1), heap_bytes),
         stray(None, heap_bytes),
+        empty_at_end(k_now * hs, heap_bytes as u64),
     ];
     if s.addresses > 1 {
         // A heap that belongs on the second address.
@@ -163,7 +166,7 @@ fn dropped_heaps_case(s: Setup) {
     assert_eq!(diff("too_new"), 1, "{rejected:?}");
     assert_eq!(diff("too_old"), 1, "{rejected:?}");
     assert_eq!(diff("wrong_heap_size"), 1, "{rejected:?}");
-    assert_eq!(diff("misaligned"), 1, "{rejected:?}");
+    assert_eq!(diff("misaligned"), 2, "{rejected:?}");
     assert_eq!(diff("missing_mandatory_item"), 1, "{rejected:?}");
     let wrong_destination = if s.addresses > 1 { 1 } else { 0 };
     assert_eq!(diff("wrong_destination"), wrong_destination, "{rejected:?}");
@@ -181,4 +184,24 @@ fn dropped_heaps_case(s: Setup) {
         all.len(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A packet of the heap at timestamp `ts` that carries no payload and sits at the heap's end.
+fn empty_at_end(ts: u64, heap_bytes: u64) -> Vec<u8> {
+    use spead::ItemPointer;
+    let mut buf = vec![0u8; 64];
+    let n = spead::packet::encode(
+        &mut buf,
+        &[
+            ItemPointer::immediate(items::HEAP_CNT, 7),
+            ItemPointer::immediate(items::HEAP_SIZE, heap_bytes),
+            ItemPointer::immediate(items::HEAP_OFFSET, heap_bytes),
+            ItemPointer::immediate(items::PAYLOAD_LENGTH, 0),
+            ItemPointer::immediate(items::TIMESTAMP, ts),
+        ],
+        &[],
+    )
+    .expect("room for the packet");
+    buf.truncate(n);
+    buf
 }
