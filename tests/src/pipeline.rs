@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use testcontainers::core::ContainerPort;
+use testcontainers::bollard;
+use testcontainers::core::{ContainerPort, ContainerRequest, Mount};
 use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, GenericImage, ImageExt};
 
@@ -21,15 +22,45 @@ pub(crate) fn request(
     net: &Network,
     container_name: &str,
     cmd: Vec<String>,
-) -> testcontainers::core::ContainerRequest<GenericImage> {
-    GenericImage::new(img, &image_tag())
-        .with_cmd(cmd)
+) -> ContainerRequest<GenericImage> {
+    hardened(GenericImage::new(img, &image_tag()).with_cmd(cmd))
         .with_network(net.name.clone())
         .with_container_name(container_name)
         .with_label(LABEL, "1")
         .with_env_var("RUST_LOG", "info")
         .with_startup_timeout(Duration::from_secs(60))
 }
+
+/// The lock-down compose.yaml gives every container (its `x-hardened`), so that the tests run
+/// what users run: a read-only root filesystem with a tmpfs /tmp and a writable /data (a volume,
+/// so that a report can be copied out after the container exits; removed with the container),
+/// no capabilities, no privilege gain, bounded memory and processes.
+pub(crate) fn hardened(
+    image: impl Into<ContainerRequest<GenericImage>>,
+) -> ContainerRequest<GenericImage> {
+    image
+        .into()
+        .with_readonly_rootfs(true)
+        .with_mount(Mount::tmpfs_mount("/tmp"))
+        .with_cap_drop("ALL")
+        .with_security_opt("no-new-privileges:true")
+        .with_host_config_modifier(|host| {
+            host.memory = Some(MEMORY_LIMIT);
+            host.pids_limit = Some(PIDS_LIMIT);
+            host.mounts
+                .get_or_insert_with(Vec::new)
+                .push(bollard::models::Mount {
+                    target: Some("/data".into()),
+                    typ: Some(bollard::models::MountType::VOLUME),
+                    ..Default::default()
+                });
+        })
+}
+
+/// compose.yaml's `mem_limit` and `pids_limit` for dsim and the harness (the CPU engine of the
+/// tests' size takes far less than either).
+const MEMORY_LIMIT: i64 = 4 << 30;
+const PIDS_LIMIT: i64 = 512;
 
 pub(crate) fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -205,14 +236,16 @@ impl Pipeline {
     /// A one-off container of the dsim image running `bash -c script` on the network (bash's
     /// /dev/udp and /dev/tcp make a small traffic source); returns its exit code and output.
     pub fn run_script(&self, role: &str, script: &str, timeout: Duration) -> Result<(i64, String)> {
-        let c = GenericImage::new("fgpu/dsim", &image_tag())
-            .with_entrypoint("bash")
-            .with_cmd(["-c", script])
-            .with_network(self.net.name.clone())
-            .with_container_name(format!("{}-{role}", self.prefix))
-            .with_label(LABEL, "1")
-            .start()
-            .with_context(|| format!("starting the {role} container"))?;
+        let c = hardened(
+            GenericImage::new("fgpu/dsim", &image_tag())
+                .with_entrypoint("bash")
+                .with_cmd(["-c", script]),
+        )
+        .with_network(self.net.name.clone())
+        .with_container_name(format!("{}-{role}", self.prefix))
+        .with_label(LABEL, "1")
+        .start()
+        .with_context(|| format!("starting the {role} container"))?;
         let mut code = None;
         wait_until(timeout, &format!("the {role} container to exit"), || {
             code = c.exit_code()?;
