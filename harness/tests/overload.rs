@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::control::{CounterNames, Dsim, Engine, EngineCounters};
+use harness::control::{parse_prometheus, CounterNames, Dsim, Engine, EngineCounters};
 use harness::services::{free_tcp_port, free_udp_port};
 use serde_json::Value;
 use support::binaries;
@@ -127,12 +127,10 @@ impl Chain {
 /// A series of the engine's `/metrics` (the first sample whose name is `name`).
 fn metric(engine: &Engine, name: &str) -> f64 {
     let text = engine.metrics().expect("engine /metrics");
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            (series == name).then(|| value.parse().ok()).flatten()
-        })
+    parse_prometheus(&text)
+        .into_iter()
+        .find(|s| s.name == name)
+        .map(|s| s.value)
         .unwrap_or_else(|| panic!("engine /metrics has no {name}"))
 }
 
