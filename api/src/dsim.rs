@@ -149,7 +149,8 @@ fn one() -> usize {
 }
 
 /// The faults of one polarisation. Corruption overwrites the SPEAD magic byte, so receivers
-/// reject the packet as not SPEAD.
+/// reject the packet as not SPEAD; truncation sends the first half of the datagram only, so its
+/// payload is shorter than its header says.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolFaults {
@@ -157,6 +158,8 @@ pub struct PolFaults {
     pub duplicate: Option<Selector>,
     pub reorder: Option<Reorder>,
     pub corrupt: Option<Selector>,
+    #[serde(default)]
+    pub truncate: Option<Selector>,
 }
 
 /// PUT /faults: each polarisation given replaces that polarisation's faults (`{}` clears them);
@@ -175,6 +178,8 @@ pub struct FaultCounts {
     pub duplicated: u64,
     pub reordered: u64,
     pub corrupted: u64,
+    #[serde(default)]
+    pub truncated: u64,
 }
 
 /// PUT /rate body, and GET /rate's reply.
@@ -226,7 +231,7 @@ pub struct PolStatus {
     pub destinations: String,
     /// Heaps whose timestamps have gone by (sent, dropped or held back).
     pub heaps: u64,
-    /// Datagrams sent, duplicates and corrupted ones included.
+    /// Datagrams sent, duplicates, corrupted and truncated ones included.
     pub heaps_sent: u64,
     pub bytes_sent: u64,
     pub saturated_samples: u64,

@@ -41,7 +41,8 @@ PUT /signal, per polarisation {\"pol1\": {\"components\": [{\"kind\": \"noise\",
 (fields left out are kept); the reply names the heap it applies from, \
 PUT /rate {\"rate\": 1e9} (from a heap shortly ahead, named in the reply; timestamps stay continuous \
 and the signal is unchanged in cycles per sample, so tone frequencies in Hz scale with the rate), PUT /faults {\"pol0\": {\"drop\": {\"probability\": 0.01, \"heaps\": [100], \
-\"ranges\": [[200, 210]]}, \"duplicate\": {...}, \"reorder\": {..., \"window\": 4}, \"corrupt\": {...}}}.
+\"ranges\": [[200, 210]]}, \"duplicate\": {...}, \"reorder\": {..., \"window\": 4}, \"corrupt\": {...}, \"truncate\": {...}}} (corrupt overwrites the \
+SPEAD magic byte; truncate sends the first half of the datagram).
 Limits: a request body of at most 1 MiB, else 413; a request's headers within 20 s of the \
 connection or of its previous reply, else the connection is closed; its body within 10 s of its \
 headers, else 408; 64 connections at a time, more wait to be accepted. With --control-token (or \

@@ -1,4 +1,4 @@
-//! Fault injection per polarisation: drop, duplicate, reorder or corrupt chosen heaps.
+//! Fault injection per polarisation: drop, duplicate, reorder, corrupt or truncate chosen heaps.
 //!
 //! A heap is chosen by its index k = timestamp / heap_samples: listed exactly, in a half-open
 //! range, or at random with a probability. The random choice is a hash of (seed, polarisation,
@@ -70,6 +70,7 @@ fn validate_pol(f: &PolFaults, pol: &str) -> Result<(), BadRequest> {
         ("drop", &f.drop),
         ("duplicate", &f.duplicate),
         ("corrupt", &f.corrupt),
+        ("truncate", &f.truncate),
     ] {
         if let Some(s) = s {
             validate_selector(&format!("{pol}.{kind}"), s.probability, &s.heaps, &s.ranges)?;
@@ -124,6 +125,8 @@ pub struct Action {
     pub drop: bool,
     pub duplicate: bool,
     pub corrupt: bool,
+    /// Send only the first half of the datagram.
+    pub truncate: bool,
     /// Hold back for this many later heaps of the same group (0: in order).
     pub delay: usize,
 }
@@ -135,6 +138,7 @@ pub struct FaultPlan {
     drop: Option<Compiled>,
     duplicate: Option<Compiled>,
     corrupt: Option<Compiled>,
+    truncate: Option<Compiled>,
     reorder: Option<(Compiled, usize)>,
 }
 
@@ -151,6 +155,7 @@ impl FaultPlan {
             drop: c(&spec.drop, 1),
             duplicate: c(&spec.duplicate, 2),
             corrupt: c(&spec.corrupt, 3),
+            truncate: c(&spec.truncate, 5),
             reorder: spec.reorder.as_ref().map(|r| {
                 (
                     Compiled::new(r.probability, &r.heaps, &r.ranges, salt(4)),
@@ -168,6 +173,7 @@ impl FaultPlan {
         self.drop.is_none()
             && self.duplicate.is_none()
             && self.corrupt.is_none()
+            && self.truncate.is_none()
             && self.reorder.is_none()
     }
 
@@ -184,6 +190,7 @@ impl FaultPlan {
             drop: false,
             duplicate: hit(&self.duplicate),
             corrupt: hit(&self.corrupt),
+            truncate: hit(&self.truncate),
             delay: match &self.reorder {
                 Some((c, w)) if c.hits(k) => *w,
                 _ => 0,
@@ -199,6 +206,7 @@ pub struct FaultCounters {
     pub duplicated: AtomicU64,
     pub reordered: AtomicU64,
     pub corrupted: AtomicU64,
+    pub truncated: AtomicU64,
 }
 
 impl FaultCounters {
@@ -208,6 +216,7 @@ impl FaultCounters {
             (&self.duplicated, c.duplicated),
             (&self.reordered, c.reordered),
             (&self.corrupted, c.corrupted),
+            (&self.truncated, c.truncated),
         ] {
             if v > 0 {
                 a.fetch_add(v, Relaxed);
@@ -221,6 +230,7 @@ impl FaultCounters {
             duplicated: self.duplicated.load(Relaxed),
             reordered: self.reordered.load(Relaxed),
             corrupted: self.corrupted.load(Relaxed),
+            truncated: self.truncated.load(Relaxed),
         }
     }
 }
@@ -265,7 +275,8 @@ mod tests {
     fn dropped_heaps_have_no_other_fault() {
         let r = parse(
             r#"{"pol1": {"drop": {"heaps": [3]}, "duplicate": {"probability": 1},
-                "reorder": {"heaps": [3, 4], "window": 2}, "corrupt": {"ranges": [[0, 10]]}}}"#,
+                "reorder": {"heaps": [3, 4], "window": 2}, "corrupt": {"ranges": [[0, 10]]},
+                "truncate": {"heaps": [4]}}}"#,
         );
         r.validate().unwrap();
         let plan = FaultPlan::new(r.pol1.as_ref().unwrap(), 1, 1);
@@ -282,6 +293,7 @@ mod tests {
                 drop: false,
                 duplicate: true,
                 corrupt: true,
+                truncate: true,
                 delay: 2
             }
         );
@@ -297,6 +309,10 @@ mod tests {
             (
                 r#"{"pol1": {"corrupt": {"ranges": [[5, 5]]}}}"#,
                 "pol1.corrupt.ranges[0]",
+            ),
+            (
+                r#"{"pol0": {"truncate": {"probability": -0.1}}}"#,
+                "pol0.truncate.probability -0.1",
             ),
             (
                 r#"{"pol0": {"reorder": {"window": 0}}}"#,

@@ -168,6 +168,7 @@ fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             ("duplicate", c.duplicated),
             ("reorder", c.reordered),
             ("corrupt", c.corrupted),
+            ("truncate", c.truncated),
         ]
         .map(|(kind, v)| {
             let mut labels = pol(p);

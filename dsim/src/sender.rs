@@ -41,7 +41,7 @@ const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 enum Entry {
     /// A packet in the current slot, by position.
     Slot(usize),
-    /// A copy of a packet held back by the reorder fault.
+    /// A copy of a packet sent on its own: held back (reorder) or cut short (truncate).
     Held(Vec<u8>),
 }
 
@@ -286,13 +286,20 @@ impl Worker {
                     corrupted.push(pos);
                     injected.corrupted += 1;
                 }
-                if a.delay > 0 {
+                if a.delay > 0 || a.truncate {
+                    // Out from a copy, on its own: `delay` heaps later, cut to half when truncated.
                     let at = pos * pkt;
-                    held.push(Held {
-                        after: sent.len() + a.delay,
-                        packet: self.slots[si].bytes[at..at + pkt].to_vec(),
-                    });
-                    injected.reordered += 1;
+                    let len = if a.truncate { pkt / 2 } else { pkt };
+                    let copies = if a.duplicate { 2 } else { 1 };
+                    for _ in 0..copies {
+                        held.push(Held {
+                            after: sent.len() + a.delay,
+                            packet: self.slots[si].bytes[at..at + len].to_vec(),
+                        });
+                    }
+                    injected.reordered += u64::from(a.delay > 0);
+                    injected.truncated += u64::from(a.truncate);
+                    injected.duplicated += u64::from(a.duplicate);
                     continue;
                 }
                 sent.push(pos);
@@ -447,7 +454,7 @@ impl Worker {
     ) {
         match result {
             Ok(()) => {
-                counts.datagrams += (len / self.layout.packet_bytes) as u64;
+                counts.datagrams += len.div_ceil(self.layout.packet_bytes) as u64;
                 counts.bytes += len as u64;
             }
             Err(e) => {

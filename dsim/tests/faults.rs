@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use common::{config, decode, run, Capture};
 use dsim::faults::{FaultsRequest, PolFaults, Reorder, Selector};
+use spead::packet::{Limits, Packet};
+use spead::Reject;
 
 fn selector(heaps: Vec<u64>, ranges: Vec<[u64; 2]>, probability: f64) -> Selector {
     Selector {
@@ -85,7 +87,7 @@ fn a_drop_probability_drops_within_statistical_bounds() {
 }
 
 #[test]
-fn duplicate_reorder_and_corrupt_are_seen_and_counted() {
+fn duplicate_reorder_corrupt_and_truncate_are_seen_and_counted() {
     let cap = Capture::start([1, 1]);
     let mut cfg = config(&cap);
     let f = fixed_start(&mut cfg) + 100;
@@ -94,6 +96,7 @@ fn duplicate_reorder_and_corrupt_are_seen_and_counted() {
         pol1: Some(PolFaults {
             duplicate: Some(selector(vec![f + 5], vec![], 0.0)),
             corrupt: Some(selector(vec![f + 7], vec![], 0.0)),
+            truncate: Some(selector(vec![f + 9], vec![], 0.0)),
             // f + 19 = 119 is the last heap of a 12-heap batch: its turn comes in the next batch.
             reorder: Some(Reorder {
                 probability: 0.0,
@@ -110,7 +113,23 @@ fn duplicate_reorder_and_corrupt_are_seen_and_counted() {
     assert_eq!((heaps0.len(), rejected0), (1200, 0));
 
     let (heaps, rejected) = decode(&got[1], 10);
-    assert_eq!(rejected, 1, "one corrupted header");
+    assert_eq!(rejected, 2, "one corrupted header, one truncated datagram");
+    let full = got[1][0].bytes.len();
+    let short: Vec<&common::Arrival> = got[1].iter().filter(|a| a.bytes.len() != full).collect();
+    assert_eq!(short.len(), 1);
+    assert_eq!(
+        short[0].bytes.len(),
+        full / 2,
+        "the first half of the datagram"
+    );
+    assert_eq!(
+        Packet::decode(&short[0].bytes, &Limits::default()).unwrap_err(),
+        Reject::PayloadLengthMismatch
+    );
+    // Its first item pointer is the heap counter (immediate, 48 bits).
+    let first_item = u64::from_be_bytes(short[0].bytes[8..16].try_into().unwrap());
+    assert_eq!(first_item >> 48, 0x8001, "heap counter first");
+    assert_eq!(first_item & 0xffff_ffff_ffff, f + 9, "the truncated heap");
     let bad: Vec<&common::Arrival> = got[1].iter().filter(|a| a.bytes[0] != 0x53).collect();
     assert_eq!(bad.len(), 1);
     assert_eq!(
@@ -135,7 +154,8 @@ fn duplicate_reorder_and_corrupt_are_seen_and_counted() {
     }
     assert_eq!(count[&(f + 5)], 2, "duplicated");
     assert!(!count.contains_key(&(f + 7)));
-    assert_eq!(heaps.len(), 1200 - 1 + 1);
+    assert!(!count.contains_key(&(f + 9)));
+    assert_eq!(heaps.len(), 1200 - 2 + 1);
     // Order on the wire (one thread, one group): each held heap follows the next 3.
     let order: Vec<u64> = heaps.iter().map(|h| h.heap_cnt).collect();
     let at = |k: u64| order.iter().position(|&x| x == k).unwrap();
@@ -145,8 +165,14 @@ fn duplicate_reorder_and_corrupt_are_seen_and_counted() {
     }
     let inj = status.pols[1].faults_injected;
     assert_eq!(
-        (inj.duplicated, inj.corrupted, inj.reordered, inj.dropped),
-        (1, 1, 2, 0)
+        (
+            inj.duplicated,
+            inj.corrupted,
+            inj.reordered,
+            inj.dropped,
+            inj.truncated
+        ),
+        (1, 1, 2, 0, 1)
     );
     assert_eq!(status.pols[1].heaps_sent, 1201);
 }

@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
             .iter()
             .chain(&f.duplicate)
             .chain(&f.corrupt)
+            .chain(&f.truncate)
             .flat_map(|s| {
                 s.heaps.iter().copied().chain(
                     s.ranges
@@ -53,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
             );
             if a.drop {
                 assert!(
-                    !a.duplicate && !a.corrupt && a.delay == 0,
+                    !a.duplicate && !a.corrupt && !a.truncate && a.delay == 0,
                     "heap {k}: {a:?}"
                 );
             }
