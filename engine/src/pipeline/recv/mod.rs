@@ -386,7 +386,8 @@ impl Lane {
     }
 
     /// A quiet lane moves its window along with the newest chunk any lane opened, so that the
-    /// chunks it shares with busy lanes are handed on, and follows restarts.
+    /// chunks it shares with busy lanes are handed on, and past the chunks the clock says have
+    /// ended; and it follows restarts.
     fn keep_pace(&mut self) {
         let (gen, newest) = {
             let mut c = lock(&self.collector);
@@ -401,7 +402,11 @@ impl Lane {
             self.gen = gen;
             return;
         }
-        let head = newest.saturating_sub(RECV_WINDOW as u64 - 1);
+        // A whole polarisation gone silent still hands on what it holds once the clock says it
+        // is over: otherwise its partner's frames go alone, all of this polarisation missing,
+        // while its partly filled chunks wait for the stream to come back.
+        let ended = self.placer.ended_before(self.placer.now).unwrap_or(0);
+        let head = newest.saturating_sub(RECV_WINDOW as u64 - 1).max(ended);
         if gen == self.gen && self.asm.head().is_some_and(|h| h < head) {
             self.asm.expire_before(head, &mut |e| self.events.push(e));
         }

@@ -22,6 +22,9 @@ pub const CONFIRM: u32 = 32;
 /// How long the stream in place must have sent nothing that fits before a receiver believes a
 /// jump.
 pub const SILENCE: Duration = Duration::from_millis(50);
+/// How long past a chunk's end (by the wall clock, and at least one chunk's duration) a silent
+/// stream's receiver waits before it hands the chunk on as it is.
+pub const GIVE_UP: Duration = Duration::from_millis(100);
 
 /// A heap's place, and whether the stream restarted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +124,17 @@ impl Placer {
         })
     }
 
+    /// Chunks before the returned id ended, by the wall clock at `now`, at least [`GIVE_UP`] and
+    /// one chunk's duration ago: a heap of theirs still to come would be late beyond any
+    /// sender's jitter. None before the first heap.
+    pub fn ended_before(&self, now: Instant) -> Option<u64> {
+        let n = self.newest?;
+        let elapsed = now.saturating_duration_since(n.at).as_secs_f64();
+        let margin = (GIVE_UP.as_secs_f64() * self.fs).max(self.chunk_samples as f64);
+        let due = n.ts as f64 + elapsed * self.fs - margin;
+        Some((due.max(0.0) / self.chunk_samples as f64) as u64)
+    }
+
     /// Takes `ts` as where the stream now is (after a restart).
     pub fn follow(&mut self, ts: u64) {
         self.candidate = None;
@@ -188,6 +202,24 @@ mod tests {
         assert_eq!(p.place(t + 32), Ok(at(t / 32 + 1, jumped.at.slot)));
         // A heap of the old stream is now the stray one.
         assert_eq!(p.place(3_200_200), Err(Reject::TooNew));
+    }
+
+    #[test]
+    fn chunks_end_by_the_clock_once_the_stream_is_silent() {
+        // 1e6 samples/s, chunks of 4096 samples (4.1 ms): the margin is GIVE_UP (100 ms).
+        let mut p = Placer::new(4096, 8, 1e6);
+        assert_eq!(p.ended_before(p.now), None);
+        p.place(40_960).unwrap(); // chunk 10
+        let t0 = p.now;
+        assert_eq!(p.ended_before(t0), Some(0));
+        // Chunk 10 ends at 45_056: 100 ms past that is 104.1 ms after its first heap came.
+        assert_eq!(p.ended_before(t0 + Duration::from_millis(104)), Some(10));
+        assert_eq!(p.ended_before(t0 + Duration::from_millis(105)), Some(11));
+        // Long chunks (1 s): the margin is a chunk's duration.
+        let mut p = Placer::new(1_000_000, 8, 1e6);
+        p.place(0).unwrap();
+        assert_eq!(p.ended_before(p.now + Duration::from_millis(1999)), Some(0));
+        assert_eq!(p.ended_before(p.now + Duration::from_millis(2001)), Some(1));
     }
 
     #[test]
