@@ -97,7 +97,8 @@ pub struct PolInput {
     pub unpaired_chunks: u64,
     /// Packets the kernel dropped at a full receive socket.
     pub socket_drops: u64,
-    /// Highest digitiser timestamp placed into a chunk.
+    /// Highest digitiser timestamp placed into a chunk, of the stream in place (it goes back when
+    /// the digitiser restarts).
     pub last_timestamp: u64,
     /// Rejected packets by reason (only reasons seen).
     pub rejected: BTreeMap<String, u64>,
@@ -134,7 +135,8 @@ pub struct Output {
     pub packets: u64,
     pub bytes: u64,
     pub send_errors: u64,
-    /// Timestamp of the latest heap sent.
+    /// Timestamp of the newest heap sent, of the stream in place (it goes back when the digitiser
+    /// restarts).
     pub last_timestamp: u64,
     /// Complex values with a clamped real or imaginary part, per polarisation.
     pub saturated: Vec<u64>,

@@ -116,7 +116,8 @@ pub struct OutputStats {
     pub bytes_sent: AtomicU64,
     /// Output packets the kernel refused (the heap was abandoned).
     pub send_errors: AtomicU64,
-    /// Timestamp of the last output heap sent.
+    /// Timestamp of the newest output heap sent (of the stream now in place: it goes back when
+    /// the digitiser restarts).
     pub last_output_timestamp: AtomicU64,
     /// Complex values clamped during quantisation, per polarisation.
     pub saturated: [AtomicU64; POLS],

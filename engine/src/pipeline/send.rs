@@ -16,7 +16,7 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,15 @@ pub fn heap_counter(
         .wrapping_mul(array_size)
         .wrapping_add(feng_id);
     ((substream as u64) << SUBSTREAM_SHIFT) | (k & COUNTER_MASK)
+}
+
+/// Records `t` as the newest output timestamp. The send threads of an output finish a frame's
+/// heaps in any order, so the newest is kept, unless `t` lies further back than the threads can
+/// lag behind each other: then the digitiser restarted, and `t` is where the stream now is.
+fn record_newest(newest: &AtomicU64, t: u64, lag_limit: u64) {
+    let _ = newest.fetch_update(Relaxed, Relaxed, |cur| {
+        (t > cur || cur - t > lag_limit).then_some(t)
+    });
 }
 
 /// The transmitters of every output: each output's substreams split into contiguous shares, one
@@ -214,6 +223,8 @@ impl Transmitter {
             return;
         };
         let heap_step = spec.heap_timestamp_step();
+        // Send threads are at most a couple of frames apart (the hand-over queues hold two).
+        let lag_limit = 4 * g.heaps_per_frame() as u64 * heap_step;
         let sub_bytes = spec.substream_channels() * g.output.spectra_per_heap * POLS * 2;
         let heap_bytes = g.heap_bytes();
         let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
@@ -301,7 +312,7 @@ impl Transmitter {
                     }
                     if sent_ok {
                         out_stats.heaps_sent[i].fetch_add(1, Relaxed);
-                        out_stats.last_output_timestamp.fetch_max(t, Relaxed);
+                        record_newest(&out_stats.last_output_timestamp, t, lag_limit);
                     } else {
                         out_stats.send_errors.fetch_add(1, Relaxed);
                     }
@@ -393,5 +404,14 @@ mod tests {
         assert_eq!(b, 22);
         assert_eq!(c, (1 << 40) + 21);
         assert_eq!(d, 25);
+    }
+
+    #[test]
+    fn the_newest_timestamp_follows_a_restart_but_not_a_lagging_thread() {
+        let newest = AtomicU64::new(0);
+        for (t, want) in [(1000, 1000), (900, 1000), (1100, 1100), (50, 50), (60, 60)] {
+            record_newest(&newest, t, 200);
+            assert_eq!(newest.load(Relaxed), want, "after {t}");
+        }
     }
 }
