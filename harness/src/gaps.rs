@@ -5,7 +5,10 @@
 //! channels (docs/wire-formats.md). The first heap fixes the phase (timestamp mod step); a heap off
 //! that lattice is misaligned. A timestamp skipped over opens a hole; a hole filled within
 //! `reorder_window` heaps of the newest heap is a reordered heap, later than that a late heap.
-//! Holes never filled are the gaps.
+//! Holes never filled are the gaps. A restarted sender starts tracking again (a resync): a jump
+//! of more than [`DEFAULT_RESYNC_HEAPS`] either way, or [`RESTART_CONFIRM`] heaps in order far
+//! behind the newest with nothing newer between them (a digitiser restarted seconds into its
+//! stream starts again near zero).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -14,6 +17,11 @@ use serde::Serialize;
 /// Jumps larger than this many heaps (either way) mean the sender restarted: tracking starts
 /// again instead of reporting millions of gaps or duplicates.
 pub const DEFAULT_RESYNC_HEAPS: u64 = 1 << 20;
+
+/// Heaps in a row, in order, far behind the newest (beyond the reorder window) with nothing newer
+/// between them, that tell a sender restarted at an earlier time by fewer than the resync
+/// threshold: a digitiser restarted seconds into its stream starts again near zero.
+pub const RESTART_CONFIRM: u64 = 8;
 
 /// How many recently classified stray timestamps are remembered (so that the many packets of one
 /// stray heap count once).
@@ -84,6 +92,18 @@ pub struct SeqTracker {
     holes: BTreeMap<u64, u64>,
     recent_strays: VecDeque<u64>,
     counts: SeqCounts,
+    /// A run of heaps far behind the newest that may be a restarted sender.
+    behind: Option<BehindRun>,
+}
+
+/// Consecutive heaps far behind the stream, up to `next` (exclusive).
+#[derive(Clone, Copy, Debug)]
+struct BehindRun {
+    next: u64,
+    heaps: u64,
+    /// The counts before the run's first heap: its heaps were counted late, duplicate or
+    /// ignored, which a confirmed restart undoes.
+    before: SeqCounts,
 }
 
 impl SeqTracker {
@@ -99,6 +119,7 @@ impl SeqTracker {
             holes: BTreeMap::new(),
             recent_strays: VecDeque::with_capacity(STRAY_MEMORY),
             counts: SeqCounts::default(),
+            behind: None,
         }
     }
 
@@ -140,6 +161,17 @@ impl SeqTracker {
             self.counts.misaligned += 1;
             return Arrival::Misaligned;
         }
+        let before = self.counts;
+        let arrival = self.place(ts);
+        if self.restarted_behind(ts, before) {
+            self.start(ts);
+            return Arrival::Resync;
+        }
+        arrival
+    }
+
+    /// Counts heap `ts` (on the lattice) against the stream in place.
+    fn place(&mut self, ts: u64) -> Arrival {
         if ts >= self.next {
             let skipped = (ts - self.next) / self.step;
             if skipped > self.resync_heaps {
@@ -187,6 +219,40 @@ impl SeqTracker {
         }
     }
 
+    /// Follows a run of heaps far behind the newest (`before`: the counts before `ts` was
+    /// counted). Once [`RESTART_CONFIRM`] of them came in order with nothing newer between, the
+    /// sender restarted: the run's counts are undone, the holes forgotten, and true returned (the
+    /// caller starts tracking again).
+    fn restarted_behind(&mut self, ts: u64, before: SeqCounts) -> bool {
+        let far_behind = ts + (self.reorder_window + 1) * self.step < self.next;
+        if !far_behind {
+            self.behind = None;
+            return false;
+        }
+        let run = match self.behind {
+            Some(r) if r.next == ts => BehindRun {
+                next: ts + self.step,
+                heaps: r.heaps + 1,
+                ..r
+            },
+            _ => BehindRun {
+                next: ts + self.step,
+                heaps: 1,
+                before,
+            },
+        };
+        if run.heaps < RESTART_CONFIRM {
+            self.behind = Some(run);
+            return false;
+        }
+        self.behind = None;
+        self.counts = run.before;
+        self.holes.clear();
+        self.recent_strays.clear();
+        self.counts.resyncs += 1;
+        true
+    }
+
     /// A heap emitted incomplete (its window passed before all its packets came): a hole.
     /// Ignored before tracking starts (a receiver joining mid-heap).
     pub fn incomplete(&mut self, ts: u64) {
@@ -210,29 +276,36 @@ impl SeqTracker {
 
     /// A packet of heap `ts` that could no longer be assembled (its window had passed, or it
     /// repeats bytes already received). Fills a hole as a late heap, or counts a duplicate heap;
-    /// the other packets of the same heap are not counted again.
+    /// the other packets of the same heap are not counted again. [`Arrival::Resync`] when such
+    /// heaps, in order, show that the sender restarted: the caller starts assembling afresh.
     pub fn stray(&mut self, ts: u64) -> Arrival {
         let Some(phase) = self.phase else {
             return Arrival::Ignored;
         };
-        if ts % self.step != phase || ts >= self.next || ts < self.first {
-            return Arrival::Ignored;
-        }
-        if self.recent_strays.contains(&ts) {
+        if ts % self.step != phase || ts >= self.next || self.recent_strays.contains(&ts) {
             return Arrival::Ignored;
         }
         if self.recent_strays.len() == STRAY_MEMORY {
             self.recent_strays.pop_front();
         }
         self.recent_strays.push_back(ts);
-        if self.fill(ts) {
+        let before = self.counts;
+        let arrival = if ts < self.first {
+            Arrival::Ignored
+        } else if self.fill(ts) {
             self.counts.received += 1;
             self.counts.late += 1;
             Arrival::Late
         } else {
             self.counts.duplicates += 1;
             Arrival::Duplicate
+        };
+        if self.restarted_behind(ts, before) {
+            // Tracking begins again at the next complete heap.
+            self.phase = None;
+            return Arrival::Resync;
         }
+        arrival
     }
 
     fn start(&mut self, ts: u64) {
@@ -408,6 +481,74 @@ mod tests {
         // Going back far (a sender restarted at an earlier time) resyncs too.
         assert_eq!(t.heap(7), Arrival::Resync);
         assert_eq!(t.counts().resyncs, 2);
+    }
+
+    #[test]
+    fn a_short_jump_back_in_order_is_a_restart_once_confirmed() {
+        let mut t = SeqTracker::new(S, 2);
+        // 300 heaps with a hole at 250; then the sender starts again at 100 (duplicates of
+        // heaps received, and 250 would fill the hole late).
+        let old: Vec<u64> = (0..300).filter(|&k| k != 250).collect();
+        feed(&mut t, &old);
+        assert_eq!(t.counts().gaps, 1);
+        let first = feed(
+            &mut t,
+            &(100..100 + RESTART_CONFIRM - 1).collect::<Vec<_>>(),
+        );
+        assert!(first.iter().all(|&a| a != Arrival::Resync));
+        assert_eq!(t.heap((100 + RESTART_CONFIRM - 1) * S + 7), Arrival::Resync);
+        feed(&mut t, &(100 + RESTART_CONFIRM..300).collect::<Vec<_>>());
+        let c = t.counts();
+        assert_eq!(
+            (c.received, c.gaps, c.late, c.duplicates, c.resyncs),
+            (299 + 1 + 192, 1, 0, 0, 1),
+            "the old stream's hole stays counted; nothing late or duplicate: {c:?}"
+        );
+        // Tracking starts again at the heap that confirmed the restart.
+        assert_eq!(t.first(), Some((100 + RESTART_CONFIRM - 1) * S + 7));
+        assert_eq!(t.newest(), Some(299 * S + 7));
+        assert_eq!(t.holes().count(), 0);
+    }
+
+    #[test]
+    fn stray_packets_of_a_restarted_sender_restart_tracking() {
+        let mut t = SeqTracker::new(S, 2);
+        feed(&mut t, &(0..300).filter(|&k| k != 250).collect::<Vec<_>>());
+        // The receiver's window refuses the new stream's heaps: each comes as stray packets.
+        for k in 100..100 + RESTART_CONFIRM - 1 {
+            assert_ne!(t.stray(k * S + 7), Arrival::Resync);
+            assert_eq!(
+                t.stray(k * S + 7),
+                Arrival::Ignored,
+                "a heap's second packet"
+            );
+        }
+        assert_eq!(
+            t.stray((100 + RESTART_CONFIRM - 1) * S + 7),
+            Arrival::Resync
+        );
+        assert_eq!(
+            t.first(),
+            None,
+            "tracking begins again at the next complete heap"
+        );
+        assert_eq!(t.heap(110 * S + 7), Arrival::InOrder);
+        let c = t.counts();
+        assert_eq!((c.gaps, c.late, c.duplicates, c.resyncs), (1, 0, 0, 1));
+    }
+
+    #[test]
+    fn late_heaps_with_the_stream_going_on_are_no_restart() {
+        let mut t = SeqTracker::new(S, 2);
+        let old: Vec<u64> = (0..100).filter(|k| !(50..60).contains(k)).collect();
+        feed(&mut t, &old);
+        // The hole's heaps come late, in order, but the stream in place goes on between them.
+        for k in 50..60 {
+            assert_eq!(t.heap(k * S + 7), Arrival::Late);
+            t.heap((k + 50) * S + 7);
+        }
+        let c = t.counts();
+        assert_eq!((c.late, c.gaps, c.resyncs), (10, 0, 0));
     }
 
     #[test]

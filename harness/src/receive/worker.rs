@@ -22,7 +22,7 @@ use spead::{items, Limits, Packet, Reject};
 
 use super::snapshot::{Stats, Substream};
 use super::HeapSink;
-use crate::gaps::{SeqTracker, DEFAULT_RESYNC_HEAPS};
+use crate::gaps::{Arrival, SeqTracker, DEFAULT_RESYNC_HEAPS};
 
 /// How often a receive thread reads its socket's drop count from the kernel.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
@@ -306,7 +306,12 @@ impl<B: HeapMemory> Worker<B> {
                     self.events.clear();
                     return;
                 }
-                tracker(&sub, |t| t.stray(ts));
+                if tracker(&sub, |t| t.stray(ts)) == Some(Arrival::Resync) {
+                    // A restart a short way back in time, told by its heaps coming in order.
+                    l.asm = None;
+                    self.events.clear();
+                    return;
+                }
             }
             Err(Reject::Duplicate) => {
                 tracker(&sub, |t| t.stray(ts));
