@@ -30,6 +30,8 @@ struct Seen {
     captured: Vec<OutHeap>,
     capture_from: Option<u64>,
     capture_max: usize,
+    /// Heaps whose timestamp had come before (a frame sent twice).
+    repeats: u64,
 }
 
 /// Receives the engine's output on 127.0.0.1 and remembers what came.
@@ -83,7 +85,9 @@ impl Output {
                         timestamp: t,
                         data: raw.iter().map(|&b| b as i8).collect(),
                     };
-                    seen.timestamps.insert(t);
+                    if !seen.timestamps.insert(t) {
+                        seen.repeats += 1;
+                    }
                     if seen.capture_from.is_some_and(|f| t >= f)
                         && seen.captured.len() < seen.capture_max
                     {
@@ -160,6 +164,11 @@ impl Output {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Heaps that arrived with a timestamp seen before.
+    pub fn repeats(&self) -> u64 {
+        self.seen.lock().unwrap().repeats
     }
 
     pub fn timestamps(&self) -> BTreeSet<u64> {

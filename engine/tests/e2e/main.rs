@@ -7,6 +7,9 @@
 //!   heaps whose spectra windows touch a dropped heap, the counters agree, the engine keeps going.
 //! - `restarted_digitiser_is_followed`: dsim killed and started again (timestamps jump back to 0);
 //!   clean output resumes within a few seconds without restarting the engine.
+//! - `a_silent_polarisation_comes_back_cleanly`, `duplicated_reordered_corrupt_and_truncated_packets`:
+//!   faults mid-stream (dsim's PUT /faults) are counted by reason and lose exactly the output heaps
+//!   whose input was lost; none is sent twice.
 //! - `delay_step_aligns_polarisations`: PUT /delays with dsim's per-polarisation delays makes the
 //!   cross-power phase flat across the band.
 //! - `the_control_token_comes_from_the_environment`: an engine started with FENGINE_CONTROL_TOKEN
@@ -29,8 +32,8 @@
 //! - [`system`]: the engine and dsim as child processes, their binaries.
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
 //! - [`capture`]: the receiver of the engine's output heaps.
-//! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`delays`],
-//!   [`token`].
+//! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`stream_faults`],
+//!   [`delays`], [`token`].
 
 mod capture;
 mod client;
@@ -40,5 +43,6 @@ mod system;
 mod delays;
 mod dropped_heaps;
 mod restart;
+mod stream_faults;
 mod token;
 mod tone;
