@@ -112,12 +112,26 @@ pub enum OutputKind {
     Wideband,
 }
 
+fn hann() -> String {
+    "hann".into()
+}
+
+fn one() -> f64 {
+    1.0
+}
+
 /// One output: its shape, where it goes and what it sent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Output {
     pub kind: OutputKind,
     pub channels: usize,
     pub taps: usize,
+    /// The PFB filter's taper, "hann" or "rect" (absent from older engines: hann).
+    #[serde(default = "hann")]
+    pub window_function: String,
+    /// The sinc's cutoff in channels (absent from older engines: 1).
+    #[serde(default = "one")]
+    pub w_cutoff: f64,
     pub spectra_per_heap: usize,
     /// Output heaps (in time) per frame.
     pub heaps_per_frame: usize,
@@ -191,6 +205,8 @@ mod tests {
             kind: OutputKind::Wideband,
             channels: 4096,
             taps: 16,
+            window_function: "hann".into(),
+            w_cutoff: 1.0,
             spectra_per_heap: 256,
             heaps_per_frame: 4,
             lag_samples: 122_880,

@@ -105,6 +105,8 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
             output = %o.name,
             channels = g.output.channels,
             taps = g.output.taps,
+            window_function = g.output.filter.window.name(),
+            w_cutoff = g.output.filter.w_cutoff,
             spectra_per_heap = g.output.spectra_per_heap,
             heaps_per_frame = g.heaps_per_frame(),
             lag_samples = o.lag,
@@ -193,6 +195,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         taps: args.taps,
         spectra_per_heap: args.spectra_per_heap,
         bits: 8,
+        filter: Default::default(),
     };
     let input = InputGeometry {
         sample_bits: args.sample_bits,

@@ -183,6 +183,7 @@ mod tests {
             taps,
             spectra_per_heap: s,
             bits: 8,
+            filter: Default::default(),
         };
         (input, [output])
     }

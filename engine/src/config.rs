@@ -11,6 +11,7 @@ use spead::transport::Endpoint;
 
 use crate::backend::{Channelisation, InputGeometry, OutputGeometry, POLS};
 use crate::signal::delay::FramePlan;
+use crate::signal::weights::{self, FilterDesign, WindowFunction};
 pub use fgpu_api::engine::{OutputKind, WIDEBAND};
 
 /// Bytes of the 8-byte SPEAD header and 8 item pointers that every packet carries.
@@ -175,9 +176,18 @@ pub struct RunArgs {
     /// Output channels n (a power of two, 16 to 65536); each spectrum takes 2n samples.
     #[arg(long, default_value_t = 4096)]
     pub channels: usize,
-    /// PFB taps T; each spectrum's window is 2nT samples.
+    /// PFB taps T (1 to 64); each spectrum's window is 2nT samples.
     #[arg(long, default_value_t = 16)]
     pub taps: usize,
+    /// The PFB filter's taper: hann (the MeerKAT design) or rect. The weights are the taper
+    /// times sinc(w_cutoff x), scaled to unit energy (docs/signal-path.md); `--taps 1
+    /// --window-function rect --w-cutoff 0` makes the PFB a plain FFT.
+    #[arg(long, default_value = "hann", value_name = "hann|rect")]
+    pub window_function: WindowFunction,
+    /// The sinc's cutoff in channels: 1 puts its first zeros one channel from the centre, less
+    /// widens the channel's response, 0 removes the sinc.
+    #[arg(long, default_value_t = weights::DEFAULT_CUTOFF, value_name = "CUTOFF")]
+    pub w_cutoff: f64,
     /// Spectra per output heap (S).
     #[arg(long, default_value_t = 256)]
     pub spectra_per_heap: usize,
@@ -405,6 +415,10 @@ impl EngineConfig {
             taps: a.taps,
             spectra_per_heap: a.spectra_per_heap,
             bits: 8,
+            filter: FilterDesign {
+                window: a.window_function,
+                w_cutoff: a.w_cutoff,
+            },
         };
         // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md):
         // lag >= (T-1) 2n + D and overlap >= lag + D.
@@ -768,6 +782,10 @@ mod tests {
             (vec!["--dst", "127.0.0.1+2:9"], "divided evenly"),
             (vec!["--feng-id", "3"], "array-size"),
             (vec!["--max-delay=-1"], "max-delay"),
+            (vec!["--w-cutoff=-0.5"], "cutoff"),
+            (vec!["--w-cutoff", "inf"], "cutoff"),
+            (vec!["--taps", "65"], "taps must be from 1 to 64"),
+            (vec!["--taps", "0"], "taps must be from 1 to 64"),
         ] {
             let e = EngineConfig::from_args(&args(&extra).unwrap())
                 .unwrap_err()
@@ -775,6 +793,31 @@ mod tests {
             assert!(e.contains(want), "{e:?} should mention {want:?}");
             assert!(e.ends_with('.'), "{e:?}");
         }
+    }
+
+    #[test]
+    fn filter_design_from_the_command_line() {
+        let c = EngineConfig::from_args(
+            &args(&[
+                "--window-function",
+                "rect",
+                "--w-cutoff",
+                "0",
+                "--taps",
+                "1",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        let f = c.channelisation(0).output.filter;
+        assert_eq!((f.window, f.w_cutoff), (WindowFunction::Rect, 0.0));
+        // The default is the MeerKAT design.
+        let c = EngineConfig::from_args(&args(&[]).unwrap()).unwrap();
+        assert_eq!(c.channelisation(0).output.filter, FilterDesign::default());
+        let e = args(&["--window-function", "hamming"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hann or rect"), "{e}");
     }
 
     #[test]

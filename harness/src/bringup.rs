@@ -14,6 +14,7 @@ use spead::transport::Endpoint;
 
 use crate::control::{CounterNames, Tone};
 use crate::receive::{HeapSink, NoSink, ReceiveConfig, Receiver};
+use crate::record::FilterDesign;
 use crate::services::{self, ArraySpec, LocalSpec, Services};
 
 /// The system under test.
@@ -221,6 +222,8 @@ pub struct Geometry {
     pub channels: usize,
     pub taps: usize,
     pub spectra_per_heap: Option<usize>,
+    /// The engine's PFB filter design, from its /status (the default design until it says).
+    pub filter: FilterDesign,
 }
 
 /// A running system and the receiver on its output.
@@ -274,10 +277,11 @@ pub fn setup(
     let array = array_size(sys)?;
     if sys.local {
         let channels = sys.channels.unwrap_or(1024);
-        let geometry = Geometry {
+        let mut geometry = Geometry {
             channels,
             taps: sys.taps.unwrap_or(16),
             spectra_per_heap: sys.spectra_per_heap,
+            filter: FilterDesign::default(),
         };
         if sys.substreams == 0 {
             bail!("--substreams must be at least 1");
@@ -347,6 +351,10 @@ pub fn setup(
             }),
         };
         let services = Services::launch(&spec, &rx.endpoint(), counter_names(sys))?;
+        // --fengine-args may choose another filter design: the engine says which it runs.
+        if let Ok(g) = services.engine.geometry() {
+            geometry.filter = g.filter;
+        }
         return Ok(Setup {
             services,
             rx,
@@ -398,6 +406,7 @@ pub fn setup(
             .context("--channels is needed (the engine's /status does not say)")?,
         taps: sys.taps.or(eg.map(|g| g.taps)).unwrap_or(16),
         spectra_per_heap: sys.spectra_per_heap.or(eg.map(|g| g.spectra_per_heap)),
+        filter: eg.map(|g| g.filter).unwrap_or_default(),
     };
     let dst: Endpoint = sys
         .dst

@@ -343,6 +343,7 @@ pub struct EngineGeometry {
     pub taps: usize,
     pub spectra_per_heap: usize,
     pub adc_sample_rate: f64,
+    pub filter: crate::record::FilterDesign,
 }
 
 impl EngineGeometry {
@@ -354,6 +355,10 @@ impl EngineGeometry {
             taps: w.taps,
             spectra_per_heap: w.spectra_per_heap,
             adc_sample_rate: status.adc_sample_rate,
+            filter: crate::record::FilterDesign {
+                rect: w.window_function == "rect",
+                w_cutoff: w.w_cutoff,
+            },
         })
     }
 }
@@ -484,6 +489,8 @@ mod tests {
             kind: OutputKind::Wideband,
             channels: 1024,
             taps: 16,
+            window_function: "hann".into(),
+            w_cutoff: 1.0,
             spectra_per_heap: 256,
             heaps_per_frame: 4,
             lag_samples: 30_720,

@@ -22,18 +22,32 @@ use num_complex::Complex64;
 use crate::content::db;
 use crate::control::Tone;
 use crate::receive::{HeapSink, Receiver};
-pub use crate::record::{ResponseConfig, ResponseGeometry};
+pub use crate::record::{FilterDesign, ResponseConfig, ResponseGeometry};
 use crate::record::{ResponsePoint, ResponseReport, ResponseStep};
 use crate::services::Services;
 use crate::signals;
 
 /// PFB weights as docs/signal-path.md §PFB weights: Hann window times sinc, scaled to unit energy.
 pub fn pfb_weights(channels: usize, taps: usize, cutoff: f64) -> Vec<f64> {
-    let len = 2 * channels * taps;
+    design_weights(
+        channels,
+        taps,
+        FilterDesign {
+            rect: false,
+            w_cutoff: cutoff,
+        },
+    )
+}
+
+/// PFB weights of any design: the taper (Hann, or 1 when `rect`) times sinc, unit energy.
+pub fn design_weights(channels: usize, taps: usize, design: FilterDesign) -> Vec<f64> {
+    let (len, cutoff) = (2 * channels * taps, design.w_cutoff);
     let step = 2.0 * channels as f64;
     let mut w: Vec<f64> = (0..len)
         .map(|i| {
-            let hann = if len > 1 {
+            let hann = if design.rect {
+                1.0
+            } else if len > 1 {
                 (PI * i as f64 / (len - 1) as f64).sin().powi(2)
             } else {
                 1.0
@@ -264,7 +278,7 @@ pub fn measure(
     geometry: ResponseGeometry,
     on_step: &mut dyn FnMut(&ResponseStep),
 ) -> Result<ResponseReport> {
-    let weights = pfb_weights(geometry.channels, geometry.taps, 1.0);
+    let weights = design_weights(geometry.channels, geometry.taps, geometry.filter);
     let wsum = coherent_gain(&weights);
     let channel_width = geometry.adc_rate / (2.0 * geometry.channels as f64);
     let offs = offsets(config.span, config.steps_per_channel);
@@ -368,7 +382,7 @@ pub fn measure(
 
 /// The theoretical curve for plotting: `n` points over [lo, hi].
 pub fn theory_curve(geometry: &ResponseGeometry, lo: f64, hi: f64, n: usize) -> Vec<(f64, f64)> {
-    let w = pfb_weights(geometry.channels, geometry.taps, 1.0);
+    let w = design_weights(geometry.channels, geometry.taps, geometry.filter);
     let n = n.max(2);
     (0..n)
         .map(|i| {
@@ -392,6 +406,20 @@ mod tests {
         for i in 0..w.len() {
             assert!((w[i] - w[w.len() - 1 - i]).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn a_rectangular_single_tap_design_without_sinc_is_flat() {
+        let flat = FilterDesign {
+            rect: true,
+            w_cutoff: 0.0,
+        };
+        let w = design_weights(8, 1, flat);
+        assert!(w.iter().all(|&x| (x - 0.25).abs() < 1e-15), "{w:?}");
+        // The FFT's own channel: sin(pi/2) / (16 sin(pi/32)) is -3.91 dB at its edge, a zero one
+        // channel out.
+        assert!((response_db(&w, 8, 0.5) + 3.91).abs() < 0.01);
+        assert!(response_db(&w, 8, 1.0) < -200.0);
     }
 
     #[test]
@@ -473,6 +501,7 @@ mod tests {
             taps: 16,
             sample_bits: 10,
             adc_rate: 1712e6,
+            filter: FilterDesign::default(),
         }
     }
 

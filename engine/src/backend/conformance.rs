@@ -35,6 +35,7 @@ pub fn geometry(
             taps,
             spectra_per_heap: s,
             bits: 8,
+            filter: Default::default(),
         },
     )
 }
@@ -174,11 +175,19 @@ pub type Processor = Box<dyn FnMut(&mut Frame) -> Vec<Complex64>>;
 
 /// Tones at (and beside) channel centres land in their channel with the amplitude and phase the
 /// weights predict, and leak into neighbours as [`weights::response_db`] says.
+/// Both tapers: the rectangular one's higher sidelobes must show where the weights say.
 pub fn check_tone(make: &dyn Fn(&Channelisation) -> Processor) {
+    for window in weights::WindowFunction::ALL {
+        let mut g = geometry(1024, 16, 10, 20, 1, 0);
+        g.output.filter.window = window;
+        check_tone_with(make, g);
+    }
+}
+
+fn check_tone_with(make: &dyn Fn(&Channelisation) -> Processor, mut g: Channelisation) {
     // Spectra from T-1 on have windows wholly in the chunk (overlap (T-1) 2n, no delay).
-    let mut g = geometry(1024, 16, 10, 20, 1, 0);
     g.input.overlap_samples = (g.output.taps - 1) * g.step();
-    let w = weights::default_weights(g.output.channels, g.output.taps).unwrap();
+    let w = g.output.weights().unwrap();
     let (n, step) = (g.output.channels, g.step());
     let pi = std::f64::consts::PI;
     let amp = 500.0;

@@ -20,7 +20,7 @@ use super::{
     single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
     Result, SpectrumDelay, POLS,
 };
-use crate::signal::{gain, quantise, unpack, weights};
+use crate::signal::{gain, quantise, unpack};
 
 /// Filter outputs per block of the FIR.
 const FIR_BLOCK: usize = 2048;
@@ -140,7 +140,9 @@ impl CpuBackend {
     fn build(geometry: Channelisation, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
         let g = &geometry;
         let n = g.output.channels;
-        let weights = weights::default_weights(n, g.output.taps)
+        let weights = g
+            .output
+            .weights()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?
             .iter()
             .map(|&w| w as f32)
@@ -422,6 +424,7 @@ mod tests {
     use super::super::reference::ReferenceBackend;
     use super::*;
     use crate::backend::{Backend, Synchronous};
+    use crate::signal::weights::FilterDesign;
 
     fn to64(v: &[Complex32]) -> impl Iterator<Item = Complex64> + '_ {
         v.iter().map(|c| Complex64::new(c.re as f64, c.im as f64))
@@ -429,9 +432,11 @@ mod tests {
 
     /// Random frames (noise, delays, gains) through both backends; returns the worst fraction of
     /// int8 values off by one and the worst relative error before quantisation.
+    #[allow(clippy::too_many_arguments)]
     fn compare(
         channels: usize,
         taps: usize,
+        filter: FilterDesign,
         bits: u32,
         s: usize,
         h: usize,
@@ -439,7 +444,8 @@ mod tests {
         seed: u64,
     ) -> (f64, f64) {
         let margin = 1000;
-        let g = geometry(channels, taps, bits, s, h, margin);
+        let mut g = geometry(channels, taps, bits, s, h, margin);
+        g.output.filter = filter;
         let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
         let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(seed);
@@ -500,7 +506,8 @@ mod tests {
                 // saturate.
                 let frames = (taps / 2).div_ceil(s * h) + 1;
                 let t = std::time::Instant::now();
-                let (ones, rel) = compare(channels, taps, bits, s, h, frames, seed);
+                let design = FilterDesign::default();
+                let (ones, rel) = compare(channels, taps, design, bits, s, h, frames, seed);
                 let case = format!("{channels} ch {taps} taps {bits} bits, {frames} frames");
                 eprintln!(
                     "{case}: off by one {ones:.2e}, relative error {rel:.2e}, {:.1} s",
@@ -525,6 +532,29 @@ mod tests {
     #[test]
     fn matches_reference_32768() {
         matches_reference(32768, 2, 2);
+    }
+
+    /// The other filter designs: rectangular taper, other cutoffs, one tap (a plain FFT).
+    #[test]
+    fn matches_reference_with_every_filter_design() {
+        use crate::signal::weights::WindowFunction::{Hann, Rect};
+        for (seed, (channels, taps, window, w_cutoff)) in [
+            (1024usize, 1usize, Rect, 0.0),
+            (1024, 16, Rect, 1.0),
+            (4096, 4, Hann, 0.75),
+            (4096, 1, Hann, 1.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let filter = FilterDesign { window, w_cutoff };
+            let frames = (taps / 2).div_ceil(4) + 1;
+            let (ones, rel) = compare(channels, taps, filter, 10, 4, 1, frames, 500 + seed as u64);
+            let case = format!("{channels} ch {taps} taps {filter:?}");
+            eprintln!("{case}: off by one {ones:.2e}, relative error {rel:.2e}");
+            assert!(ones < 1e-3, "{case}: {ones} of values off by one");
+            assert!(rel < 1e-5, "{case}: relative error {rel}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use spead::samples::SAMPLE_BITS;
 
 use super::POLS;
+pub use crate::signal::weights::FilterDesign;
 
 /// The input: both polarisations of one digitiser, processed a chunk at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +61,7 @@ impl InputGeometry {
 }
 
 /// One output: a wideband channelisation of the input, sent in heaps of spectra.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OutputGeometry {
     /// Output channels n (power of two). The FFT has 2n points; Nyquist is dropped.
     pub channels: usize,
@@ -70,6 +71,8 @@ pub struct OutputGeometry {
     pub spectra_per_heap: usize,
     /// Bits per output value (real or imaginary part): 8.
     pub bits: u32,
+    /// The PFB filter's taper and sinc cutoff.
+    pub filter: FilterDesign,
 }
 
 impl OutputGeometry {
@@ -89,6 +92,11 @@ impl OutputGeometry {
     pub fn heap_bytes(&self) -> usize {
         self.channels * self.spectra_per_heap * POLS * 2 * self.bits as usize / 8
     }
+    /// The PFB weights of this output's filter design (float64; backends round them as they
+    /// need).
+    pub fn weights(&self) -> crate::signal::Result<Vec<f64>> {
+        crate::signal::weights::pfb_weights(self.channels, self.taps, self.filter)
+    }
     /// Checks the output's own invariants, with a sentence saying what is wrong.
     pub fn validate(&self) -> Result<(), String> {
         if !self.channels.is_power_of_two() || self.channels < 16 || self.channels > 65536 {
@@ -106,12 +114,12 @@ impl OutputGeometry {
         if self.bits != 8 {
             return Err(format!("output bits must be 8, not {}", self.bits));
         }
-        Ok(())
+        self.filter.validate()
     }
 }
 
 /// One output's view of the input: what a backend computes for that output from each frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Channelisation {
     pub input: InputGeometry,
     pub output: OutputGeometry,
@@ -208,6 +216,7 @@ mod tests {
                 taps: 4,
                 spectra_per_heap: 2,
                 bits: 8,
+                filter: Default::default(),
             },
         )
     }

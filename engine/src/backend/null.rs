@@ -63,6 +63,7 @@ mod tests {
             taps: 4,
             spectra_per_heap: 2,
             bits: 8,
+            filter: Default::default(),
         };
         let g = Channelisation::new(input, output);
         let mut b = Synchronous::new(NullBackend::new(input, &[output]).unwrap());

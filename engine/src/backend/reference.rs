@@ -13,7 +13,7 @@ use super::{
     single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
     Result, SpectrumDelay, POLS,
 };
-use crate::signal::{gain, quantise, unpack, weights};
+use crate::signal::{gain, quantise, unpack};
 
 /// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct ReferenceBackend {
@@ -30,7 +30,9 @@ impl ReferenceBackend {
     /// gains.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         let geometry = single_output(input, outputs)?;
-        let weights = weights::default_weights(geometry.output.channels, geometry.output.taps)
+        let weights = geometry
+            .output
+            .weights()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let fft = FftPlanner::new().plan_fft_forward(geometry.step());
         let g0 = Complex64::new(gain::default_gain(geometry.input.sample_bits) as f64, 0.0);
@@ -51,7 +53,7 @@ impl ReferenceBackend {
         })
     }
 
-    /// The PFB weights in use (`signal::weights::default_weights`).
+    /// The PFB weights in use (the output's filter design, `OutputGeometry::weights`).
     pub fn weights(&self) -> &[f64] {
         &self.weights
     }

@@ -78,6 +78,8 @@ pub fn build(
                 kind: spec.kind,
                 channels: g.output.channels,
                 taps: g.output.taps,
+                window_function: g.output.filter.window.name().into(),
+                w_cutoff: g.output.filter.w_cutoff,
                 spectra_per_heap: g.output.spectra_per_heap,
                 heaps_per_frame: g.heaps_per_frame(),
                 lag_samples: spec.lag,

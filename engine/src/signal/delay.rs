@@ -214,6 +214,7 @@ mod tests {
                 taps: 4,
                 spectra_per_heap: 2,
                 bits: 8,
+                filter: Default::default(),
             },
         )
     }

@@ -1,9 +1,72 @@
-//! PFB weights (docs/signal-path.md: Hann x sinc, unit energy) and the channel response they imply.
+//! PFB weights (docs/signal-path.md: a taper, Hann or rectangular, times sinc, unit energy) and
+//! the channel response they imply.
 
 use super::{bail, Result};
 
 /// The sinc cutoff the design uses unless told otherwise.
 pub const DEFAULT_CUTOFF: f64 = 1.0;
+
+/// The taper the sinc is multiplied by (katgpucbf's window function).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WindowFunction {
+    /// sin^2(pi i / (2nT - 1)): the MeerKAT design.
+    #[default]
+    Hann,
+    /// 1 everywhere: with one tap and a cutoff of 0, the PFB is a plain FFT.
+    Rect,
+}
+
+impl WindowFunction {
+    pub const ALL: [WindowFunction; 2] = [WindowFunction::Hann, WindowFunction::Rect];
+
+    /// The name on the command line and in the status.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowFunction::Hann => "hann",
+            WindowFunction::Rect => "rect",
+        }
+    }
+}
+
+impl std::str::FromStr for WindowFunction {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| format!("the window function must be hann or rect, not {s:?}"))
+    }
+}
+
+/// The PFB filter's design: its taper and the sinc's cutoff (1: the sinc's first zeros one
+/// channel from the centre; 0: no sinc at all).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FilterDesign {
+    pub window: WindowFunction,
+    pub w_cutoff: f64,
+}
+
+impl Default for FilterDesign {
+    fn default() -> Self {
+        Self {
+            window: WindowFunction::Hann,
+            w_cutoff: DEFAULT_CUTOFF,
+        }
+    }
+}
+
+impl FilterDesign {
+    /// Checks the cutoff, with a sentence saying what is wrong.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if !(self.w_cutoff.is_finite() && self.w_cutoff >= 0.0) {
+            return Err(format!(
+                "the sinc cutoff must be a number 0 or more, not {}",
+                self.w_cutoff
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// `sin(pi x) / (pi x)`, 1 at 0.
 pub fn sinc(x: f64) -> f64 {
@@ -17,21 +80,24 @@ pub fn sinc(x: f64) -> f64 {
 
 /// The 2nT PFB weights for `channels` = n and `taps` = T, in the order they multiply the window's
 /// samples: w[t + 2n j] weights sample t of tap j. Scaled so that the sum of squares is 1.
-pub fn pfb_weights(channels: usize, taps: usize, w_cutoff: f64) -> Result<Vec<f64>> {
+pub fn pfb_weights(channels: usize, taps: usize, design: FilterDesign) -> Result<Vec<f64>> {
     if channels == 0 || taps == 0 {
         bail!("PFB weights need at least one channel and one tap, not {channels} and {taps}");
     }
-    if !(w_cutoff.is_finite() && w_cutoff > 0.0) {
-        bail!("the sinc cutoff must be a positive number, not {w_cutoff}");
+    if let Err(e) = design.validate() {
+        bail!("{e}");
     }
     let step = 2 * channels;
     let len = step * taps;
     let pi = std::f64::consts::PI;
     let mut w: Vec<f64> = (0..len)
         .map(|i| {
-            let hann = (pi * i as f64 / (len - 1) as f64).sin().powi(2);
+            let taper = match design.window {
+                WindowFunction::Hann => (pi * i as f64 / (len - 1) as f64).sin().powi(2),
+                WindowFunction::Rect => 1.0,
+            };
             let x = (i as f64 + 0.5) / step as f64 - taps as f64 / 2.0;
-            hann * sinc(w_cutoff * x)
+            taper * sinc(design.w_cutoff * x)
         })
         .collect();
     let energy: f64 = w.iter().map(|v| v * v).sum();
@@ -43,9 +109,9 @@ pub fn pfb_weights(channels: usize, taps: usize, w_cutoff: f64) -> Result<Vec<f6
     Ok(w)
 }
 
-/// The weights with the default cutoff.
+/// The weights of the default design (Hann, cutoff 1).
 pub fn default_weights(channels: usize, taps: usize) -> Result<Vec<f64>> {
-    pfb_weights(channels, taps, DEFAULT_CUTOFF)
+    pfb_weights(channels, taps, FilterDesign::default())
 }
 
 /// W(delta) = sum_i w_i exp(i pi delta (i - c) / n), c the window's centre: the complex gain of
@@ -107,7 +173,7 @@ mod tests {
     #[test]
     fn matches_formula_by_hand() {
         // n = 1, T = 2: 4 weights, Hann over 3 intervals, sinc at -0.75, -0.25, 0.25, 0.75.
-        let w = pfb_weights(1, 2, 1.0).unwrap();
+        let w = pfb_weights(1, 2, FilterDesign::default()).unwrap();
         let pi = std::f64::consts::PI;
         let raw: Vec<f64> = (0..4)
             .map(|i| {
@@ -137,10 +203,47 @@ mod tests {
     }
 
     #[test]
+    fn rect_with_one_tap_and_no_sinc_is_a_plain_fft() {
+        let design = FilterDesign {
+            window: WindowFunction::Rect,
+            w_cutoff: 0.0,
+        };
+        let w = pfb_weights(8, 1, design).unwrap();
+        assert!(w.iter().all(|&v| (v - 0.25).abs() < 1e-15), "{w:?}");
+        // With taps and the sinc, the rectangular taper leaves the sinc's own sidelobes: the
+        // Hann design suppresses them far deeper.
+        let rect = FilterDesign {
+            window: WindowFunction::Rect,
+            w_cutoff: 1.0,
+        };
+        let (r, h) = (
+            pfb_weights(1024, 16, rect).unwrap(),
+            default_weights(1024, 16).unwrap(),
+        );
+        assert!(response_db(&r, 1024, 3.5) > response_db(&h, 1024, 3.5) + 20.0);
+    }
+
+    #[test]
+    fn window_functions_by_name() {
+        for w in WindowFunction::ALL {
+            assert_eq!(w.name().parse::<WindowFunction>(), Ok(w));
+        }
+        assert!("hamming"
+            .parse::<WindowFunction>()
+            .unwrap_err()
+            .contains("hann or rect"));
+    }
+
+    #[test]
     fn bad_arguments() {
-        assert!(pfb_weights(0, 4, 1.0).is_err());
-        assert!(pfb_weights(16, 0, 1.0).is_err());
-        assert!(pfb_weights(16, 4, f64::NAN).is_err());
-        assert!(pfb_weights(16, 4, -1.0).is_err());
+        let cutoff = |w_cutoff| FilterDesign {
+            w_cutoff,
+            ..Default::default()
+        };
+        assert!(pfb_weights(0, 4, cutoff(1.0)).is_err());
+        assert!(pfb_weights(16, 0, cutoff(1.0)).is_err());
+        assert!(pfb_weights(16, 4, cutoff(f64::NAN)).is_err());
+        assert!(pfb_weights(16, 4, cutoff(-1.0)).is_err());
+        assert!(pfb_weights(16, 4, cutoff(0.0)).is_ok());
     }
 }

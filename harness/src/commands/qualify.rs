@@ -124,6 +124,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         sample_bits: status.input.sample_bits,
         max_delay_samples: status.max_delay_s * adc_rate,
         chunk_samples: status.input.chunk_samples,
+        filter: s.geometry.filter,
     };
     let system = SystemUnderTest {
         engine_url: s.services.engine.url().into(),

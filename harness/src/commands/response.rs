@@ -93,6 +93,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         adc_rate: s
             .adc_rate
             .context("the ADC rate is unknown: give --adc-rate")?,
+        filter: s.geometry.filter,
     };
     let config = ResponseConfig {
         channel,

@@ -30,6 +30,8 @@ pub struct Geometry {
     pub max_delay_samples: f64,
     /// New samples per polarisation per engine frame.
     pub chunk_samples: usize,
+    /// The engine's PFB filter design.
+    pub filter: crate::record::FilterDesign,
 }
 
 impl Geometry {
@@ -249,7 +251,7 @@ impl Bench {
     /// a cos(...) is (a/2) sum(w) G in counts of the input, sum(w) for unit-energy weights.
     pub fn gain_for(&self, amplitude: f64, level: f64) -> f64 {
         let g = &self.geometry;
-        let w = crate::response::pfb_weights(g.channels, g.taps, 1.0);
+        let w = crate::response::design_weights(g.channels, g.taps, g.filter);
         let sum: f64 = crate::response::coherent_gain(&w);
         let counts = amplitude * g.full_scale() / 2.0 * sum;
         level / counts.max(1e-30)

@@ -368,6 +368,26 @@ pub struct ResponseGeometry {
     pub taps: usize,
     pub sample_bits: u32,
     pub adc_rate: f64,
+    /// The engine's PFB filter design, as its /status reports it.
+    pub filter: FilterDesign,
+}
+
+/// An engine's PFB filter design (docs/signal-path.md): a Hann or rectangular taper times
+/// sinc(w_cutoff x).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FilterDesign {
+    pub rect: bool,
+    pub w_cutoff: f64,
+}
+
+impl Default for FilterDesign {
+    /// The MeerKAT design, and what an engine that does not say uses.
+    fn default() -> Self {
+        Self {
+            rect: false,
+            w_cutoff: 1.0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -99,6 +99,7 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
             taps: opts.taps,
             spectra_per_heap: opts.spectra_per_heap,
             bits: 8,
+            filter: Default::default(),
         },
     )
 }

@@ -153,6 +153,7 @@ mod tests {
                 taps: 16,
                 spectra_per_heap: 256,
                 bits: 8,
+                filter: Default::default(),
             },
         );
         let cfg = kernels::Config {

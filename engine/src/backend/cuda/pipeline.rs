@@ -24,7 +24,7 @@ use super::device::{check, driver, memory_info, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
 use crate::backend::{BackendError, Channelisation, Frame, Result, POLS};
-use crate::signal::{gain, weights};
+use crate::signal::gain;
 
 /// Frames in flight: one being copied in, one computed, one copied out, and one more so that a late
 /// `wait` (host jitter) does not leave the copy-in stream idle.
@@ -138,7 +138,9 @@ impl Pipeline {
         let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
 
         let t_alloc = Instant::now();
-        let w64 = weights::default_weights(g.output.channels, g.output.taps)
+        let w64 = g
+            .output
+            .weights()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let w32: Vec<u8> = w64.iter().flat_map(|&w| (w as f32).to_ne_bytes()).collect();
         let weights = upload(&ctx, &w32, "uploading the PFB weights")?;

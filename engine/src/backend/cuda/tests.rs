@@ -9,6 +9,7 @@ use crate::backend::conformance::*;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{SpectrumDelay, Synchronous, POLS};
+use crate::signal::weights::FilterDesign;
 use crate::signal::{gain, unpack, weights};
 
 fn skip(why: &str) {
@@ -141,8 +142,19 @@ fn compare(
 /// One stream through the GPU, reference and CPU backends: frame 1 with random coarse and fine
 /// delays, phases and gains; frame 2 nominal with default gains (set between the frames).
 fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Comparison>> {
+    check_design(channels, taps, bits, FilterDesign::default())
+}
+
+/// [`check_config`] with a filter design of its own.
+fn check_design(
+    channels: usize,
+    taps: usize,
+    bits: u32,
+    filter: FilterDesign,
+) -> Option<Vec<Comparison>> {
     let margin = 100;
-    let g = geometry(channels, taps, bits, 7, 5, margin);
+    let mut g = geometry(channels, taps, bits, 7, 5, margin);
+    g.output.filter = filter;
     let mut gpu = cuda(&g)?;
     let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
     let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
@@ -288,6 +300,40 @@ fn matches_reference_and_cpu() {
                 c.saturation_gap <= c.saturation_allowed,
                 "{n} ch {t} taps {b} bits frame {f}: {c:?}"
             );
+        }
+    }
+}
+
+/// The other filter designs (rectangular taper, other cutoffs, one tap: a plain FFT) against
+/// the float64 reference and the CPU backend, as the acceptance matrix.
+#[test]
+fn filter_designs_match_reference_and_cpu() {
+    use crate::signal::weights::WindowFunction::{Hann, Rect};
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    for (channels, taps, window, w_cutoff) in [
+        (1024, 1, Rect, 0.0),
+        (32768, 1, Rect, 0.0),
+        (4096, 16, Rect, 1.0),
+        (8192, 4, Hann, 0.75),
+        (65536, 1, Hann, 1.0),
+    ] {
+        let filter = FilterDesign { window, w_cutoff };
+        let frames = check_design(channels, taps, 10, filter).expect("CUDA was present");
+        for (f, c) in frames.iter().enumerate() {
+            println!(
+                "{channels} ch {taps} taps {filter:?} frame {f}: off by one {} of {} ({:.4}%), \
+                 {} differ from CPU ({} clear of a rounding boundary)",
+                c.off_by_one,
+                c.values,
+                100.0 * c.off_by_one as f64 / c.values as f64,
+                c.cpu_mismatch,
+                c.cpu_mismatch_clear
+            );
+            assert!((c.off_by_one as f64) < 1e-3 * c.values as f64, "{c:?}");
+            assert_eq!(c.cpu_mismatch_clear, 0, "{c:?}");
+            assert!(c.saturation_gap <= c.saturation_allowed, "{c:?}");
         }
     }
 }

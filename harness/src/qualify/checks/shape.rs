@@ -48,6 +48,7 @@ fn shape(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         set_gains: true,
     };
     let geometry = ResponseGeometry {
+        filter: g.filter,
         channels: g.channels,
         taps: g.taps,
         sample_bits: g.sample_bits,

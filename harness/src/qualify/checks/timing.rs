@@ -10,7 +10,7 @@ use crate::qualify::analysis::crossing;
 use crate::qualify::bench::{noise, tone};
 use crate::qualify::{Bench, Check, Measured, Plan};
 use crate::record::qualify::Figure;
-use crate::response::pfb_weights;
+use crate::response::design_weights;
 
 pub(super) const APPLICATION_TIME: Check = Check {
     name: "application-time",
@@ -159,7 +159,7 @@ fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     let full = settled.iter().sum::<f64>() / settled.len() as f64;
     let measured: Vec<(f64, f64)> = amp.iter().map(|&(t, y)| (t, y / full)).collect();
     // The theory: spectrum t0 sees the tone in samples i >= on - t0 of its window.
-    let w = pfb_weights(n, g.taps, 1.0);
+    let w = design_weights(n, g.taps, g.filter);
     let total: f64 = w.iter().sum();
     let theory: Vec<(f64, f64)> = measured
         .iter()
