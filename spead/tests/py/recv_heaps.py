@@ -28,3 +28,5 @@ for heap in stream:
         for name, item in ig.items() if item.value is not None
     })
 print(json.dumps(heaps))
+# Stop the stream before interpreter shutdown stops its thread pool (see send_heaps.py).
+stream.stop()
