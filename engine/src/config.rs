@@ -184,8 +184,8 @@ pub struct RunArgs {
     /// --window-function rect --w-cutoff 0` makes the PFB a plain FFT.
     #[arg(long, default_value = "hann", value_name = "hann|rect")]
     pub window_function: WindowFunction,
-    /// The sinc's cutoff in channels: 1 puts its first zeros one channel from the centre, less
-    /// widens the channel's response, 0 removes the sinc.
+    /// Scales the sinc: 1 makes the filter's passband one channel wide (-6 dB at the channel's
+    /// edges), more widens it, less narrows it; 0 removes the sinc.
     #[arg(long, default_value_t = weights::DEFAULT_CUTOFF, value_name = "CUTOFF")]
     pub w_cutoff: f64,
     /// Spectra per output heap (S).

@@ -38,8 +38,8 @@ impl std::str::FromStr for WindowFunction {
     }
 }
 
-/// The PFB filter's design: its taper and the sinc's cutoff (1: the sinc's first zeros one
-/// channel from the centre; 0: no sinc at all).
+/// The PFB filter's design: its taper and the sinc's cutoff (1: a passband one channel wide,
+/// -6 dB at the channel's edges; more widens it, less narrows it; 0: no sinc at all).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FilterDesign {
     pub window: WindowFunction,
