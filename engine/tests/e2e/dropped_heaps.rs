@@ -5,27 +5,12 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use harness::gaps::outputs_hit;
 use serde_json::json;
 use spead::items;
 
 use crate::client::wideband;
 use crate::setup::{serial, Setup};
 use crate::system::System;
-
-/// Output heap timestamps (on the grid that starts at `base`) in [lo, hi] whose spectra windows
-/// touch any of `dropped` (digitiser heap indices), as the harness's oracle counts them: the
-/// test bed's own rule, independent of the engine under test.
-fn predicted_missing(s: &Setup, base: u64, lo: u64, hi: u64, dropped: &[u64]) -> BTreeSet<u64> {
-    let (hs, step) = (s.heap_samples as u64, s.heap_step());
-    // The grid starts at the first heap seen: nothing before `base` is an output heap here.
-    let wanted = lo.max(base)..=hi;
-    dropped
-        .iter()
-        .flat_map(|&k| outputs_hit(k * hs, (k + 1) * hs, base % step, step, s.heap_span()))
-        .filter(|t| wanted.contains(t))
-        .collect()
-}
 
 #[test]
 fn dropped_heaps_give_exactly_the_predicted_gaps() {
@@ -40,15 +25,10 @@ fn dropped_heaps_give_exactly_the_predicted_gaps_with_receive_threads() {
 fn dropped_heaps_case(s: Setup) {
     let _turn = serial();
     let t0 = Instant::now();
-    let gain = 64.0 / s.tone_response(0.25);
-    let mut sys = System::start(s.clone(), gain, 1e-6);
-    sys.start_dsim(&s.tone_args(&[s.channels / 3], 0.25));
-    sys.out.wait_count(4, Duration::from_secs(60));
+    let mut sys = System::with_tone(&s);
     // Clean flow first: no heap skipped since output started.
     let before = sys.engine_status();
-    let dsim_now = sys.dsim_ctl().get_json("/status")["timestamp"]
-        .as_u64()
-        .expect("dsim's status has its timestamp");
+    let dsim_now = sys.dsim_timestamp();
     let hs = s.heap_samples as u64;
     // Drops about 1 s of output ahead: one heap of pol 0, a run of pol 1, and a heap of both
     // polarisations that holds the first sample of an output heap, so that it also lies in the
@@ -77,16 +57,9 @@ fn dropped_heaps_case(s: Setup) {
     let after = sys.engine_status();
 
     let seen = sys.out.timestamps();
-    let all: BTreeSet<u64> = {
-        let first = base + lo.saturating_sub(base).div_ceil(s.heap_step()) * s.heap_step();
-        (0..)
-            .map(|j| first + j * s.heap_step())
-            .take_while(|&t| t <= hi)
-            .collect()
-    };
     let mut dropped = pol0.clone();
     dropped.extend(&pol1);
-    let missing = predicted_missing(&s, base, lo, hi, &dropped);
+    let (all, missing) = s.predicted_output(base, lo, hi, &dropped);
     // 1 + 1 + 2 heaps unless a run straddles a boundary too.
     assert!(
         missing.len() >= 4 && missing.len() < all.len(),

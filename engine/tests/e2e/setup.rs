@@ -1,8 +1,11 @@
 //! A run's configuration (sizes follow the build profile and the backend), what follows from it,
 //! and the lock that makes the tests take turns.
 
+use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use harness::gaps::outputs_hit;
 
 /// One test at a time: each runs two busy processes on a 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -92,6 +95,31 @@ impl Setup {
             self.spectra_per_heap as u64,
             self.taps as u64,
         )
+    }
+
+    /// Output heaps (timestamps on the grid that starts at `base`) in [lo, hi], and those of
+    /// them that need a heap of `lost` (digitiser heap indices) as the harness's oracle counts
+    /// them: the test bed's own rule, independent of the engine under test.
+    pub fn predicted_output(
+        &self,
+        base: u64,
+        lo: u64,
+        hi: u64,
+        lost: &[u64],
+    ) -> (BTreeSet<u64>, BTreeSet<u64>) {
+        let (hs, step) = (self.heap_samples as u64, self.heap_step());
+        // The grid starts at the first heap seen: nothing before `base` is an output heap here.
+        let first = base + lo.saturating_sub(base).div_ceil(step) * step;
+        let all: BTreeSet<u64> = (0..)
+            .map(|j| first + j * step)
+            .take_while(|&t| t <= hi)
+            .collect();
+        let missing = lost
+            .iter()
+            .flat_map(|&k| outputs_hit(k * hs, (k + 1) * hs, base % step, step, self.heap_span()))
+            .filter(|t| all.contains(t))
+            .collect();
+        (all, missing)
     }
 
     /// Centre frequency of channel k.

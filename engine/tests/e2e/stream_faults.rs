@@ -7,35 +7,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use fgpu_api::engine::Status;
-use harness::gaps::outputs_hit;
 use serde_json::json;
 
 use crate::client::wideband;
 use crate::setup::{serial, Setup};
 use crate::system::System;
-
-/// Output heaps (timestamps on the grid that starts at `base`) in [lo, hi], and which of them
-/// need a heap of `lost` (digitiser heap indices, either polarisation).
-fn expected(
-    s: &Setup,
-    base: u64,
-    lo: u64,
-    hi: u64,
-    lost: &[u64],
-) -> (BTreeSet<u64>, BTreeSet<u64>) {
-    let (hs, step) = (s.heap_samples as u64, s.heap_step());
-    let first = base + lo.saturating_sub(base).div_ceil(step) * step;
-    let all: BTreeSet<u64> = (0..)
-        .map(|j| first + j * step)
-        .take_while(|&t| t <= hi)
-        .collect();
-    let missing = lost
-        .iter()
-        .flat_map(|&k| outputs_hit(k * hs, (k + 1) * hs, base % step, step, s.heap_span()))
-        .filter(|t| all.contains(t))
-        .collect();
-    (all, missing)
-}
 
 /// The count of `reason` among pol `p`'s rejects, from `before` to `after`.
 fn rejected(before: &Status, after: &Status, p: usize, reason: &str) -> u64 {
@@ -47,7 +23,7 @@ fn rejected(before: &Status, after: &Status, p: usize, reason: &str) -> u64 {
 fn check_output(sys: &System, s: &Setup, lo: u64, hi: u64, lost: &[u64], wait: Duration) -> usize {
     sys.out.wait_past(hi + 2 * s.heap_step(), wait);
     let base = sys.out.timestamps().first().copied().unwrap();
-    let (all, missing) = expected(s, base, lo, hi, lost);
+    let (all, missing) = s.predicted_output(base, lo, hi, lost);
     let got: BTreeSet<u64> = sys.out.timestamps().range(lo..=hi).copied().collect();
     let want: BTreeSet<u64> = all.difference(&missing).copied().collect();
     assert_eq!(
@@ -75,16 +51,11 @@ fn a_silent_polarisation_comes_back_cleanly_with_receive_threads() {
 fn silent_case(s: Setup) {
     let _turn = serial();
     let t0 = Instant::now();
-    let gain = 64.0 / s.tone_response(0.25);
-    let mut sys = System::start(s.clone(), gain, 1e-6);
-    sys.start_dsim(&s.tone_args(&[s.channels / 3], 0.25));
-    sys.out.wait_count(4, Duration::from_secs(60));
+    let mut sys = System::with_tone(&s);
     let before = sys.engine_status();
     let hs = s.heap_samples as u64;
     let per_s = (s.rate / hs as f64) as u64;
-    let now = sys.dsim_ctl().get_json("/status")["timestamp"]
-        .as_u64()
-        .expect("dsim's status has its timestamp");
+    let now = sys.dsim_timestamp();
     let k0 = now / hs + per_s.max(64);
     let silent = 3 * per_s.max(64);
     sys.dsim_ctl().put_json(
@@ -136,16 +107,11 @@ fn duplicated_reordered_corrupt_and_truncated_packets() {
     let s = Setup::new();
     let _turn = serial();
     let t0 = Instant::now();
-    let gain = 64.0 / s.tone_response(0.25);
-    let mut sys = System::start(s.clone(), gain, 1e-6);
-    sys.start_dsim(&s.tone_args(&[s.channels / 3], 0.25));
-    sys.out.wait_count(4, Duration::from_secs(60));
+    let mut sys = System::with_tone(&s);
     let before = sys.engine_status();
     let hs = s.heap_samples as u64;
     let per_s = (s.rate / hs as f64) as u64;
-    let now = sys.dsim_ctl().get_json("/status")["timestamp"]
-        .as_u64()
-        .expect("dsim's status has its timestamp");
+    let now = sys.dsim_timestamp();
     // Separate stretches, far enough apart that their output gaps do not touch.
     let k0 = now / hs + per_s.max(64);
     let gap = 4 * s.heap_step() / hs + 8;

@@ -244,6 +244,23 @@ impl System {
         }
     }
 
+    /// The engine with a gain that puts a 0.25 full-scale tone at 64, and dsim sending that tone
+    /// in channel n/3; returns once output flows.
+    pub fn with_tone(setup: &Setup) -> Self {
+        let gain = 64.0 / setup.tone_response(0.25);
+        let mut sys = Self::start(setup.clone(), gain, 1e-6);
+        sys.start_dsim(&setup.tone_args(&[setup.channels / 3], 0.25));
+        sys.out.wait_count(4, Duration::from_secs(60));
+        sys
+    }
+
+    /// dsim's latest timestamp (from its status).
+    pub fn dsim_timestamp(&self) -> u64 {
+        self.dsim_ctl().get_json("/status")["timestamp"]
+            .as_u64()
+            .expect("dsim's status has its timestamp")
+    }
+
     /// Starts dsim sending to the engine, with extra arguments.
     pub fn start_dsim(&mut self, extra: &[String]) {
         let s = &self.setup;
