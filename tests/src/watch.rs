@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use fgpu_api::engine::Status;
 use serde_json::Value;
 use testcontainers::{Container, GenericImage};
 
@@ -83,6 +84,22 @@ impl Watch {
             "{:#}\n--- progress ---\n{}\n{}",
             self.summary,
             self.progress_tail(8),
+            p.logs()
+        )
+    }
+
+    /// [`context`](Self::context) with the engine's own account at the end (input rejects by
+    /// reason, queues, frames) and the last `lines` progress lines: for tests that disturb the
+    /// stream on purpose.
+    pub fn context_with_engine(&self, p: &Pipeline, end: &Status, lines: usize) -> String {
+        format!(
+            "{:#}\n--- engine input, queues and frames at the end ---\n{:#?}\n{:#?}\n{:#?}\n\
+             --- progress ---\n{}\n{}",
+            self.summary,
+            end.input,
+            end.queues,
+            end.frames,
+            self.progress_tail(lines),
             p.logs()
         )
     }

@@ -147,12 +147,8 @@ fn faults_and_a_dsim_restart_mid_stream() -> Result<()> {
     let end = p.engine_http()?.engine_status()?;
     let ctx = || {
         format!(
-            "settled at {settled}\n{s:#}\n--- engine input and queues at the end ---\n{:#?}\n\
-             {:#?}\n--- progress ---\n{}\n{}",
-            end.input,
-            end.queues,
-            w.progress_tail(50),
-            p.logs()
+            "settled at {settled}\n{}",
+            w.context_with_engine(&p, &end, 50)
         )
     };
     assert!(

@@ -41,14 +41,8 @@ fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
     let end = p.engine_http()?.engine_status()?;
     let ctx = || {
         format!(
-            "last output before the stop {before}, engine settled at {settled}\n{s:#}\n\
-             --- engine input, queues and frames at the end ---\n{:#?}\n{:#?}\n{:#?}\n\
-             --- progress ---\n{}\n{}",
-            end.input,
-            end.queues,
-            end.frames,
-            w.progress_tail(45),
-            p.logs()
+            "last output before the stop {before}, engine settled at {settled}\n{}",
+            w.context_with_engine(&p, &end, 45)
         )
     };
     for field in ["late", "duplicates", "misaligned", "resyncs"] {
