@@ -97,6 +97,14 @@ pub struct PolInput {
     pub unpaired_chunks: u64,
     /// Packets the kernel dropped at a full receive socket.
     pub socket_drops: u64,
+    /// Heaps received whose digitiser status item (0x3102) says a sample saturated at the
+    /// digitiser (absent from older engines: 0).
+    #[serde(default)]
+    pub digitiser_clip_heaps: u64,
+    /// Saturated samples the digitiser status items of the heaps received report, summed
+    /// (absent from older engines: 0).
+    #[serde(default)]
+    pub digitiser_clip_samples: u64,
     /// Highest digitiser timestamp placed into a chunk, of the stream in place (it goes back when
     /// the digitiser restarts).
     pub last_timestamp: u64,
@@ -244,6 +252,8 @@ mod tests {
                     PolInput {
                         pol: 1,
                         heaps_missing: 4,
+                        digitiser_clip_heaps: 2,
+                        digitiser_clip_samples: 70,
                         ..Default::default()
                     },
                 ],
@@ -261,6 +271,17 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["outputs"]["wideband"]["kind"], "wideband");
         assert_eq!(v["input"]["pols"][1]["heaps_missing"], 4);
+        assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 70);
+        // An older engine's status, without the digitiser's clipping counters, still reads.
+        let mut old = v.clone();
+        for p in old["input"]["pols"].as_array_mut().unwrap() {
+            let p = p.as_object_mut().unwrap();
+            p.remove("digitiser_clip_heaps");
+            p.remove("digitiser_clip_samples");
+        }
+        let old: Status = serde_json::from_value(old).unwrap();
+        assert_eq!(old.input.pols[1].digitiser_clip_heaps, 0);
+        assert_eq!(old.input.pols[1].heaps_missing, 4);
         assert_eq!(back.heaps_missing(), 7);
         assert_eq!(back.wideband().map(|o| o.heaps_sent), Some(10));
         assert_eq!(back.heaps_skipped(), 2);

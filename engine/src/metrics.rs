@@ -159,6 +159,18 @@ impl Collector for StatsCollector {
         )?;
         counters(
             enc,
+            "fengine_input_digitiser_clip_heaps",
+            "Digitiser heaps received whose status item says a sample saturated at the digitiser.",
+            per_pol(&|p| p.digitiser_clip_heaps.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_input_digitiser_clip_samples",
+            "Saturated samples reported by the status items of the digitiser heaps received.",
+            per_pol(&|p| p.digitiser_clip_samples.load(Relaxed)),
+        )?;
+        counters(
+            enc,
             "fengine_input_unpaired_chunks",
             "Chunks processed without the other polarisation's chunk.",
             per_pol(&|p| p.unpaired_chunks.load(Relaxed)),
@@ -299,6 +311,8 @@ mod tests {
     fn stats() -> Arc<Stats> {
         let s = Stats::new(&[(fgpu_api::engine::WIDEBAND, 2)]);
         s.outputs[0].heaps_sent[1].fetch_add(3, Relaxed);
+        s.pols[1].digitiser_clip_heaps.fetch_add(2, Relaxed);
+        s.pols[1].digitiser_clip_samples.fetch_add(77, Relaxed);
         s.chunk_time.record(std::time::Duration::from_millis(2));
         s.queues
             .lock()
@@ -323,6 +337,13 @@ mod tests {
         assert!(text.contains("fengine_queue_depth{backend=\"cpu\",queue=\"pair_to_compute\"} 4\n"));
         assert!(text.contains("fengine_chunk_processing_seconds_count{backend=\"cpu\"} 1\n"));
         assert!(text.contains("fengine_control_rejected_requests_total{backend=\"cpu\"} 0\n"));
+        assert!(text
+            .contains("fengine_input_digitiser_clip_heaps_total{backend=\"cpu\",pol=\"1\"} 2\n"));
+        assert!(text.contains(
+            "fengine_input_digitiser_clip_samples_total{backend=\"cpu\",pol=\"1\"} 77\n"
+        ));
+        assert!(text
+            .contains("fengine_input_digitiser_clip_samples_total{backend=\"cpu\",pol=\"0\"} 0\n"));
         assert!(text.contains("# TYPE fengine_saturated_total counter\n"));
         assert!(
             text.contains("\nprocess_resident_memory_bytes ")

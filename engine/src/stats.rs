@@ -34,6 +34,11 @@ pub struct PolStats {
     /// threads fell behind (or were held off the processor). A GSO super-packet counts once
     /// (see `spead::transport::UdpSocket::drops`).
     pub socket_drops: AtomicU64,
+    /// Heaps received whose digitiser status item says a sample saturated (bit 0), and the
+    /// saturated samples those items report (bits 32-47): the digitiser's own account of
+    /// clipping at its input. Added to by the receive threads once per receive round.
+    pub digitiser_clip_heaps: AtomicU64,
+    pub digitiser_clip_samples: AtomicU64,
 }
 
 impl PolStats {

@@ -55,6 +55,8 @@ pub fn build(
                 resyncs: ps.resyncs(),
                 unpaired_chunks: ps.unpaired_chunks.load(Relaxed),
                 socket_drops: ps.socket_drops.load(Relaxed),
+                digitiser_clip_heaps: ps.digitiser_clip_heaps.load(Relaxed),
+                digitiser_clip_samples: ps.digitiser_clip_samples.load(Relaxed),
                 last_timestamp: ps.last_timestamp.load(Relaxed),
                 rejected: ps
                     .rejects
@@ -149,6 +151,10 @@ mod tests {
         let (s, _rx) = state();
         s.stats.outputs[0].heaps_sent[0].fetch_add(5, Relaxed);
         s.stats.pols[1].heaps_missing.fetch_add(2, Relaxed);
+        s.stats.pols[0].digitiser_clip_heaps.fetch_add(4, Relaxed);
+        s.stats.pols[0]
+            .digitiser_clip_samples
+            .fetch_add(900, Relaxed);
         s.stats.outputs[0].saturated[1].fetch_add(3, Relaxed);
         let st = build(&s.cfg, &s.stats, s.backend, true, Duration::ZERO, None);
         let v = serde_json::to_value(&st).unwrap();
@@ -161,6 +167,9 @@ mod tests {
         assert_eq!(v["outputs"]["wideband"]["heaps_sent"], 5);
         assert_eq!(v["outputs"]["wideband"]["saturated"][1], 3);
         assert_eq!(v["input"]["pols"][1]["heaps_missing"], 2);
+        assert_eq!(v["input"]["pols"][0]["digitiser_clip_heaps"], 4);
+        assert_eq!(v["input"]["pols"][0]["digitiser_clip_samples"], 900);
+        assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 0);
         assert_eq!(v["input"]["heap_samples"], 1024);
         let back: Status = serde_json::from_value(v).unwrap();
         assert_eq!(back, st);

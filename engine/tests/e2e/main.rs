@@ -14,6 +14,9 @@
 //!   cross-power phase flat across the band.
 //! - `the_control_token_comes_from_the_environment`: an engine started with FENGINE_CONTROL_TOKEN
 //!   refuses a change without it (401) and takes one with it; GET stays open.
+//! - `digitiser_clipping_is_counted_as_dsim_sent_it` (and `_with_receive_threads`): the engine's
+//!   per-polarisation counts of the digitiser status items (heaps with the saturation bit,
+//!   saturated samples) equal what dsim sent, in `/status` and `/metrics`.
 //!
 //! The dsim binary is looked for next to the engine's (`target/<profile>/dsim`) and built with
 //! `cargo build -p dsim` first (a no-op when it is fresh; set FENGINE_E2E_NO_BUILD=1 to skip).
@@ -33,7 +36,7 @@
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
 //! - [`capture`]: the receiver of the engine's output heaps.
 //! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`stream_faults`],
-//!   [`delays`], [`token`].
+//!   [`delays`], [`token`], [`digitiser_status`].
 
 mod capture;
 mod client;
@@ -41,6 +44,7 @@ mod setup;
 mod system;
 
 mod delays;
+mod digitiser_status;
 mod dropped_heaps;
 mod restart;
 mod stream_faults;

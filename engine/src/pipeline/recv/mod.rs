@@ -9,9 +9,11 @@
 //! A heap that arrives elsewhere is dropped and counted (`wrong_destination`).
 //!
 //! Placement and restarts are [`place`]'s; a lane whose share of the stream goes quiet moves its
-//! window along with the others' so that chunks keep flowing.
+//! window along with the others' so that chunks keep flowing. Each lane also counts what the
+//! digitiser status items of the heaps it accepts say about saturation ([`digitiser`]).
 
 mod collect;
+mod digitiser;
 mod place;
 mod stream;
 
@@ -28,6 +30,7 @@ use spead::{items, Limits, Packet, Reject};
 
 pub use collect::Collector;
 use collect::{LanePos, SlotWriter};
+use digitiser::ClipCount;
 use place::Placer;
 pub use place::CONFIRM;
 
@@ -171,6 +174,8 @@ pub struct Lane {
     /// Where the collector last heard this lane's window was.
     reported: Option<LanePos>,
     events: Vec<ChunkEvent<SlotWriter>>,
+    /// Saturation the accepted heaps' digitiser status items reported, not yet published.
+    clip: ClipCount,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 }
@@ -217,6 +222,7 @@ impl Lane {
             quiet: false,
             reported: None,
             events: Vec::with_capacity(RECV_WINDOW + 2),
+            clip: ClipCount::default(),
             stats: Arc::clone(stats),
             stop: Arc::clone(stop),
         }
@@ -284,11 +290,7 @@ impl Lane {
                 }
             }
             self.report();
-            if let Some(ts) = self.placer.newest_timestamp() {
-                self.stats.pols[self.pol]
-                    .last_timestamp
-                    .store(ts, Ordering::Relaxed);
-            }
+            self.publish();
             std::thread::sleep(COALESCE);
         }
         Ok(())
@@ -297,50 +299,72 @@ impl Lane {
     /// Places every datagram of a socket's last batch.
     fn take_batch(&mut self, rx: &transport::Receiver) {
         for d in rx.datagrams() {
-            let p = match Packet::decode(d, &self.limits) {
-                Ok(p) => p,
-                Err(reason) => {
-                    self.asm.reject(reason);
-                    continue;
-                }
-            };
-            let Some(ts) = p.immediate(items::TIMESTAMP) else {
-                self.asm.reject(Reject::MissingMandatoryItem);
-                continue;
-            };
-            if self.lanes > 1
-                && (ts / self.heap_samples) % self.addresses % self.lanes != self.lane as u64
-            {
-                self.asm.reject(Reject::WrongDestination);
-                continue;
+            self.take(d);
+        }
+    }
+
+    /// Places one datagram.
+    #[inline]
+    fn take(&mut self, d: &[u8]) {
+        let p = match Packet::decode(d, &self.limits) {
+            Ok(p) => p,
+            Err(reason) => {
+                self.asm.reject(reason);
+                return;
             }
-            let placed = match self.placer.place(ts) {
-                Ok(p) => p,
-                Err(reason) => {
-                    self.asm.reject(reason);
-                    continue;
-                }
-            };
-            if let Some(reason) = placed.jump {
-                let now = self.placer.now;
-                let decided = lock(&self.collector).propose(self.lane, placed.at.chunk, ts, now);
-                if decided.is_none() {
-                    self.asm.reject(reason);
-                    continue;
-                }
-                self.report();
+        };
+        let Some(ts) = p.immediate(items::TIMESTAMP) else {
+            self.asm.reject(Reject::MissingMandatoryItem);
+            return;
+        };
+        if self.lanes > 1
+            && (ts / self.heap_samples) % self.addresses % self.lanes != self.lane as u64
+        {
+            self.asm.reject(Reject::WrongDestination);
+            return;
+        }
+        let placed = match self.placer.place(ts) {
+            Ok(p) => p,
+            Err(reason) => {
+                self.asm.reject(reason);
+                return;
             }
-            let collector = &self.collector;
-            let gen = self.gen;
-            let _ = self.asm.add_placed(
-                &p,
-                placed.at,
-                |id| lock(collector).open(gen, id),
-                &mut |e| self.events.push(e),
-            );
-            if !self.events.is_empty() {
-                self.report();
+        };
+        if let Some(reason) = placed.jump {
+            let now = self.placer.now;
+            let decided = lock(&self.collector).propose(self.lane, placed.at.chunk, ts, now);
+            if decided.is_none() {
+                self.asm.reject(reason);
+                return;
             }
+            self.report();
+        }
+        let collector = &self.collector;
+        let gen = self.gen;
+        let accepted = self.asm.add_placed(
+            &p,
+            placed.at,
+            |id| lock(collector).open(gen, id),
+            &mut |e| self.events.push(e),
+        );
+        // A heap is one packet (the assembler takes no other), so an accepted packet is a heap
+        // received whole.
+        if accepted.is_ok() {
+            self.clip.add(p.immediate(items::DIGITISER_STATUS));
+        }
+        if !self.events.is_empty() {
+            self.report();
+        }
+    }
+
+    /// Hands what this lane counted since its last round to its polarisation's counters, and
+    /// then where the stream has got to.
+    fn publish(&mut self) {
+        let ps = &self.stats.pols[self.pol];
+        self.clip
+            .publish(&ps.digitiser_clip_heaps, &ps.digitiser_clip_samples);
+        if let Some(ts) = self.placer.newest_timestamp() {
+            ps.last_timestamp.store(ts, Ordering::Relaxed);
         }
     }
 
@@ -446,4 +470,111 @@ impl SocketDrops {
 fn lock(c: &Mutex<Collector>) -> MutexGuard<'_, Collector> {
     // A panicking lane poisons the mutex; the others go on with the collector as it is.
     c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+    use spead::{HeapItem, HeapWriter};
+
+    fn config() -> EngineConfig {
+        // Chunks of 64 x 32 x 2 = 4096 samples: 16 heaps of 256.
+        let args = crate::config::test_args(&[
+            "--channels",
+            "16",
+            "--taps",
+            "2",
+            "--spectra-per-heap",
+            "64",
+            "--heaps-per-frame",
+            "2",
+            "--heap-samples",
+            "256",
+            "--adc-sample-rate",
+            "1e6",
+            "--max-delay",
+            "0",
+        ])
+        .unwrap();
+        EngineConfig::from_args(&args).unwrap()
+    }
+
+    /// A digitiser heap of `bytes` at `ts`, as dsim sends it: timestamp, the status item when
+    /// given, samples.
+    fn heap(ts: u64, status: Option<u64>, bytes: usize) -> Vec<u8> {
+        let payload = vec![0u8; bytes];
+        let mut its = vec![HeapItem::immediate(items::TIMESTAMP, ts)];
+        if let Some(s) = status {
+            its.push(HeapItem::immediate(items::DIGITISER_STATUS, s));
+        }
+        its.push(HeapItem::addressed(items::ADC_SAMPLES, &payload));
+        let mut out = Vec::new();
+        HeapWriter::new(bytes).write(ts, &its, |d| out = d.to_vec());
+        out
+    }
+
+    /// The status items of the heaps a lane accepts are counted, on its polarisation only, and
+    /// reach the shared counters when the lane publishes; a heap without the item, or one the
+    /// lane rejects, counts nothing.
+    #[test]
+    fn digitiser_status_of_accepted_heaps_is_counted() {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (to_pair, _chunks) = bounded(16);
+        let (_returns_tx, returns) = bounded(16);
+        let buffers = (0..4)
+            .map(|_| HostBuffer::zeroed(cfg.input.geometry.chunk_bytes()))
+            .collect();
+        let pol = 1;
+        let mut lanes = lanes(
+            &cfg,
+            pol,
+            vec![Vec::new()],
+            buffers,
+            to_pair,
+            returns,
+            &stats,
+            &stop,
+        );
+        let lane = &mut lanes[0];
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let clip = |n: u64| 1 | (n << 32);
+        let datagrams = [
+            heap(0, Some(clip(5)), hb),
+            heap(hs, Some(0), hb),
+            heap(2 * hs, None, hb),
+            // The count is bits 32-47 alone.
+            heap(3 * hs, Some(clip(0xffff) | (0x7f << 48) | 0x10), hb),
+            // Rejected: a duplicate, the wrong size, a misaligned timestamp.
+            heap(0, Some(clip(5)), hb),
+            heap(4 * hs, Some(clip(7)), hb / 2),
+            heap(5 * hs + 1, Some(clip(7)), hb),
+        ];
+        for d in &datagrams {
+            lane.take(d);
+        }
+        let ps = &stats.pols[pol];
+        let counts = || {
+            [
+                ps.digitiser_clip_heaps.load(Ordering::Relaxed),
+                ps.digitiser_clip_samples.load(Ordering::Relaxed),
+            ]
+        };
+        assert_eq!(counts(), [0, 0], "published once per receive round");
+        lane.publish();
+        assert_eq!(ps.heaps_received(), 4);
+        for reason in [Reject::Duplicate, Reject::WrongHeapSize, Reject::Misaligned] {
+            assert_eq!(ps.rejects.get(reason), 1, "{reason:?}");
+        }
+        assert_eq!(counts(), [2, 5 + 0xffff]);
+        // Published once: the next round adds only what is new.
+        lane.take(&heap(6 * hs, Some(clip(1)), hb));
+        lane.publish();
+        assert_eq!(counts(), [3, 5 + 0xffff + 1]);
+        let other = &stats.pols[1 - pol];
+        assert_eq!(other.digitiser_clip_heaps.load(Ordering::Relaxed), 0);
+        assert_eq!(other.digitiser_clip_samples.load(Ordering::Relaxed), 0);
+    }
 }
