@@ -128,6 +128,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn eight() -> u32 {
+    8
+}
+
 /// One output: its shape, where it goes and what it sent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Output {
@@ -140,6 +144,14 @@ pub struct Output {
     /// The sinc's cutoff in channels (absent from older engines: 1).
     #[serde(default = "one")]
     pub w_cutoff: f64,
+    /// Bits per output component: 8, or 4 (one byte per complex value, real in the high nibble)
+    /// (absent from older engines: 8).
+    #[serde(default = "eight")]
+    pub bits: u32,
+    /// The output dither's seed (uniform, +-1/2 LSB before rounding), or null when the output is
+    /// not dithered (absent from older engines: null, they did not dither).
+    #[serde(default)]
+    pub dither_seed: Option<u32>,
     pub spectra_per_heap: usize,
     /// Output heaps (in time) per frame.
     pub heaps_per_frame: usize,
@@ -215,6 +227,8 @@ mod tests {
             taps: 16,
             window_function: "hann".into(),
             w_cutoff: 1.0,
+            bits: 8,
+            dither_seed: Some(5),
             spectra_per_heap: 256,
             heaps_per_frame: 4,
             lag_samples: 122_880,

@@ -107,6 +107,8 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
             taps = g.output.taps,
             window_function = g.output.filter.window.name(),
             w_cutoff = g.output.filter.w_cutoff,
+            bits = g.output.bits,
+            dither_seed = ?g.output.dither,
             spectra_per_heap = g.output.spectra_per_heap,
             heaps_per_frame = g.heaps_per_frame(),
             lag_samples = o.lag,
@@ -196,6 +198,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         spectra_per_heap: args.spectra_per_heap,
         bits: 8,
         filter: Default::default(),
+        dither: None,
     };
     let input = InputGeometry {
         sample_bits: args.sample_bits,

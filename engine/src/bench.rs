@@ -184,6 +184,7 @@ mod tests {
             spectra_per_heap: s,
             bits: 8,
             filter: Default::default(),
+            dither: None,
         };
         (input, [output])
     }

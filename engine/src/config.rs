@@ -188,6 +188,19 @@ pub struct RunArgs {
     /// edges), more widens it, less narrows it; 0 removes the sinc.
     #[arg(long, default_value_t = weights::DEFAULT_CUTOFF, value_name = "CUTOFF")]
     pub w_cutoff: f64,
+    /// Bits per output component: 8, or 4 (real and imaginary parts packed in one byte, real in
+    /// the high nibble, two's complement, clamped to +-7 as katgpucbf packs them).
+    #[arg(long, default_value_t = 8, value_name = "8|4")]
+    pub output_bits: u32,
+    /// Seed of the output dither (uniform, +-1/2 LSB per component before rounding; the same
+    /// values for the same seed and timestamps on every backend). Default: a random seed, which
+    /// `GET /status` reports. Engines of an array must not share a seed, or their dither
+    /// correlates.
+    #[arg(long, value_name = "SEED", conflicts_with = "no_dither")]
+    pub dither_seed: Option<u32>,
+    /// Turns the output dither off: values are rounded as they are.
+    #[arg(long)]
+    pub no_dither: bool,
     /// Spectra per output heap (S).
     #[arg(long, default_value_t = 256)]
     pub spectra_per_heap: usize,
@@ -414,10 +427,15 @@ impl EngineConfig {
             channels: a.channels,
             taps: a.taps,
             spectra_per_heap: a.spectra_per_heap,
-            bits: 8,
+            bits: a.output_bits,
             filter: FilterDesign {
                 window: a.window_function,
                 w_cutoff: a.w_cutoff,
+            },
+            dither: match (a.no_dither, a.dither_seed) {
+                (true, _) => None,
+                (false, Some(seed)) => Some(seed),
+                (false, None) => Some(rand::random()),
             },
         };
         // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md):
@@ -632,6 +650,11 @@ impl OutputSpec {
         self.geometry.channels / self.substreams()
     }
 
+    /// Bytes of one substream's heap: its channels' slice of a heap.
+    pub fn substream_bytes(&self) -> usize {
+        self.geometry.heap_bytes() / self.substreams()
+    }
+
     /// Samples between consecutive output heaps of one substream (S x 2n).
     pub fn heap_timestamp_step(&self) -> u64 {
         self.geometry.heap_samples() as u64
@@ -786,6 +809,7 @@ mod tests {
             (vec!["--w-cutoff", "inf"], "cutoff"),
             (vec!["--taps", "65"], "taps must be from 1 to 64"),
             (vec!["--taps", "0"], "taps must be from 1 to 64"),
+            (vec!["--output-bits", "6"], "output bits must be 8 or 4"),
         ] {
             let e = EngineConfig::from_args(&args(&extra).unwrap())
                 .unwrap_err()
@@ -818,6 +842,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("hann or rect"), "{e}");
+    }
+
+    #[test]
+    fn dither_and_output_bits_from_the_command_line() {
+        let output = |extra: &[&str]| {
+            EngineConfig::from_args(&args(extra).unwrap())
+                .unwrap()
+                .channelisation(0)
+                .output
+        };
+        // On by default, with a seed of its own per start.
+        let seeds: Vec<_> = (0..4).map(|_| output(&[]).dither).collect();
+        assert!(seeds.iter().all(|s| s.is_some()), "{seeds:?}");
+        assert!(seeds.windows(2).any(|w| w[0] != w[1]), "{seeds:?}");
+        assert_eq!(output(&["--dither-seed", "77"]).dither, Some(77));
+        assert_eq!(output(&["--no-dither"]).dither, None);
+        assert!(args(&["--no-dither", "--dither-seed", "1"]).is_err());
+        assert_eq!(output(&[]).bits, 8);
+        assert_eq!(output(&["--output-bits", "4"]).bits, 4);
     }
 
     #[test]

@@ -490,6 +490,8 @@ mod tests {
             channels: 1024,
             taps: 16,
             window_function: "hann".into(),
+            bits: 8,
+            dither_seed: None,
             w_cutoff: 1.0,
             spectra_per_heap: 256,
             heaps_per_frame: 4,

@@ -10,6 +10,8 @@
 //   FIR_BLOCK         threads per block of pfb_fir
 //   FIR_BATCH         spectra whose new samples pfb_fir loads together
 //   PP_ROWS           thread rows per block of postproc (each row does PP_TILE / PP_ROWS spectra)
+//   OUT_BITS          8, or 4 (real and imaginary parts packed in one byte)
+//   DITHER            1: postproc adds the output dither before rounding
 
 #if UNZIP != 4
 #error "the post-processing kernel hard-codes a 4-point FFT: UNZIP must be 4"

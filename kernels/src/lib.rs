@@ -8,8 +8,8 @@
 //!   and the PFB FIR, and writes float32 in the order the unzipped FFT reads.
 //! - (cuFFT: batched complex FFTs of [`Config::fft_len`] points, done by the host crate.)
 //! - `postproc`: twiddles and 4-point FFTs (the rest of the unzipped FFT), the real-FFT fix-up, fine
-//!   delay, fringe phase, gain, quantisation with saturation counts, and the transpose into heap
-//!   layout through shared memory.
+//!   delay, fringe phase, gain, dither, quantisation to 8 or 4 bits with saturation counts, and
+//!   the transpose into heap layout through shared memory.
 
 const COMMON: &str = include_str!("common.cuh");
 const PFB_FIR: &str = include_str!("pfb_fir.cu");
@@ -56,6 +56,10 @@ pub struct Config {
     pub taps: usize,
     pub sample_bits: u32,
     pub spectra_per_heap: usize,
+    /// Bits per output component: 8, or 4 (packed two to a byte).
+    pub output_bits: u32,
+    /// Whether `postproc` adds the output dither (keys per spectrum from the host).
+    pub dither: bool,
     pub tuning: Tuning,
 }
 
@@ -99,6 +103,12 @@ impl Config {
         if self.spectra_per_heap == 0 {
             return Err("spectra per heap must be positive".into());
         }
+        if self.output_bits != 8 && self.output_bits != 4 {
+            return Err(format!(
+                "the kernels write 8 or 4-bit output, not {}",
+                self.output_bits
+            ));
+        }
         let t = &self.tuning;
         if t.fir_batch == 0 || !t.fir_block.is_power_of_two() || t.fir_block > 1024 {
             return Err(format!(
@@ -126,6 +136,8 @@ pub fn source(cfg: &Config) -> String {
         ("FIR_BLOCK", cfg.fir_block().to_string()),
         ("FIR_BATCH", cfg.tuning.fir_batch.to_string()),
         ("PP_ROWS", cfg.tuning.postproc_rows.to_string()),
+        ("OUT_BITS", cfg.output_bits.to_string()),
+        ("DITHER", u32::from(cfg.dither).to_string()),
     ];
     let mut src = String::with_capacity(COMMON.len() + PFB_FIR.len() + POSTPROC.len() + 512);
     for (name, value) in defines {
@@ -148,6 +160,8 @@ mod tests {
             taps: 16,
             sample_bits: 10,
             spectra_per_heap: 256,
+            output_bits: 8,
+            dither: true,
             tuning: Tuning::default(),
         }
     }
@@ -161,6 +175,8 @@ mod tests {
         assert!(src.contains("#define FIR_BLOCK 128\n"));
         assert!(src.contains("#define FIR_BATCH 16\n"));
         assert!(src.contains("#define PP_ROWS 4\n"));
+        assert!(src.contains("#define OUT_BITS 8\n"));
+        assert!(src.contains("#define DITHER 1\n"));
         assert!(src.contains("void __launch_bounds__(FIR_BLOCK) pfb_fir("));
         assert!(src.contains("postproc("));
     }
@@ -192,6 +208,12 @@ mod tests {
         .is_err());
         assert!(Config {
             sample_bits: 9,
+            ..cfg()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            output_bits: 2,
             ..cfg()
         }
         .validate()

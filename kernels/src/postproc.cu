@@ -1,5 +1,5 @@
 // Post-processing (paper sections 3.6 and 4): the rest of the FFT, then fine delay, fringe phase,
-// gain, quantisation and the transpose into heap layout.
+// gain, dither, quantisation and the transpose into heap layout.
 //
 // The input holds, per polarisation and spectrum, the UNZIP = 4 FFTs of FFT_LEN = A points
 // Y_j[k1] = sum_i z_{4i+j} W_A^{i k1}. The n-point FFT of z is then
@@ -21,11 +21,44 @@
 #define PP_TILE 32
 #define PP_SLOTS (8 * PP_TILE) // channels per block: 4 values of k2 x 2 sides x PP_TILE pairs
 
+// One output element: both polarisations of one channel and spectrum.
+#if OUT_BITS == 4
+typedef uchar2 qjones; // per pol one byte: real in the high nibble, imaginary in the low
+#define QMAX 7
+#else
+typedef char4 qjones;  // (pol 0 re, im, pol 1 re, im)
+#define QMAX 127
+#endif
+
 __device__ __forceinline__ int quantise(float v, u32 &clamped) {
     int q = __float2int_rn(v); // round to nearest, ties to even (cvt.rni)
-    if (q > 127) { q = 127; clamped = 1; }
-    if (q < -127) { q = -127; clamped = 1; }
+    if (q > QMAX) { q = QMAX; clamped = 1; }
+    if (q < -QMAX) { q = -QMAX; clamped = 1; }
     return q;
+}
+
+__device__ __forceinline__ qjones make_qjones(char2 p0, char2 p1) {
+#if OUT_BITS == 4
+    return make_uchar2((unsigned char)((p0.x << 4) | (p0.y & 0xf)), (unsigned char)((p1.x << 4) | (p1.y & 0xf)));
+#else
+    return make_char4(p0.x, p0.y, p1.x, p1.y);
+#endif
+}
+
+// The output dither (engine/src/signal/dither.rs, which the host and the float64 reference use):
+// lowbias32 of the spectrum's key and the element's counter; the high 16 bits dither the real
+// part, the low 16 the imaginary, u -> (2u + 1 - 65536) / 131072, exact in float32.
+__device__ __forceinline__ u32 lowbias32(u32 x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+__device__ __forceinline__ float2 dither(u32 key, u32 channel, u32 pol) {
+    const u32 h = lowbias32(key ^ ((2u * channel + pol) * 0x9E3779B9u));
+    return make_float2((float)(int)(2u * (h >> 16) + 1u - 65536u) * (1.0f / 131072.0f),
+                       (float)(int)(2u * (h & 0xffffu) + 1u - 65536u) * (1.0f / 131072.0f));
 }
 
 // The channel of output slot `slot` of the block whose first pair is `t0`; -1 if none.
@@ -56,12 +89,12 @@ extern "C" __global__ void __launch_bounds__(PP_TILE * PP_ROWS) postproc(
     const float2 *__restrict__ fft,        // [pol][spectra][UNZIP][FFT_LEN]
     const float2 *__restrict__ twiddles,   // [CHANNELS]: exp(-i pi k/n); then [3][FFT_LEN]: W_n^{j k1}, j = 1..3
     const float2 *__restrict__ gains,      // [pol][CHANNELS]: half the complex gain
-    const float4 *__restrict__ rotation,   // [pol][spectra]: (fine delay r in samples, 0, cos p, sin p)
-    char4 *__restrict__ out,               // [heap][CHANNELS][SPECTRA_PER_HEAP] of (p0re, p0im, p1re, p1im)
+    const float4 *__restrict__ rotation,   // [pol][spectra]: (fine delay r in samples, dither key bits, cos p, sin p)
+    qjones *__restrict__ out,              // [heap][CHANNELS][SPECTRA_PER_HEAP]
     u64 *__restrict__ saturated,           // [pol], accumulated
     u32 spectra)
 {
-    __shared__ char4 tile[PP_SLOTS][PP_TILE + 1]; // +1: conflict-free column writes
+    __shared__ qjones tile[PP_SLOTS][PP_TILE + 1]; // +1: conflict-free column writes
     __shared__ u32 sat_block[2];
 
     const u32 tx = threadIdx.x, ty = threadIdx.y;
@@ -144,6 +177,11 @@ extern "C" __global__ void __launch_bounds__(PP_TILE * PP_ROWS) postproc(
                     const float2 gb = __ldg(g + kb + FFT_LEN * k2);
                     xa = cmul(xa, cmul(ra, ga));
                     xb = cmul(xb, cmul(rb, gb));
+#if DITHER
+                    const u32 key = __float_as_uint(rot.y);
+                    xa = cadd(xa, dither(key, ka + FFT_LEN * k2, pol));
+                    xb = cadd(xb, dither(key, kb + FFT_LEN * k2, pol));
+#endif
                     u32 ca = 0, cb = 0;
                     qa[pol][k2] = make_char2((signed char)quantise(xa.x, ca), (signed char)quantise(xa.y, ca));
                     qb[pol][k2] = make_char2((signed char)quantise(xb.x, cb), (signed char)quantise(xb.y, cb));
@@ -154,8 +192,8 @@ extern "C" __global__ void __launch_bounds__(PP_TILE * PP_ROWS) postproc(
             }
 #pragma unroll
             for (int k2 = 0; k2 < 4; k2++) {
-                tile[k2 * 2 * PP_TILE + tx][s] = make_char4(qa[0][k2].x, qa[0][k2].y, qa[1][k2].x, qa[1][k2].y);
-                tile[k2 * 2 * PP_TILE + PP_TILE + tx][s] = make_char4(qb[0][k2].x, qb[0][k2].y, qb[1][k2].x, qb[1][k2].y);
+                tile[k2 * 2 * PP_TILE + tx][s] = make_qjones(qa[0][k2], qa[1][k2]);
+                tile[k2 * 2 * PP_TILE + PP_TILE + tx][s] = make_qjones(qb[0][k2], qb[1][k2]);
             }
         }
     }
@@ -170,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(PP_TILE * PP_ROWS) postproc(
     if (m < spectra) {
         const u32 heap = m / SPECTRA_PER_HEAP;
         const u32 sh = m % SPECTRA_PER_HEAP;
-        char4 *dst = out + (u64)heap * CHANNELS * SPECTRA_PER_HEAP + sh;
+        qjones *dst = out + (u64)heap * CHANNELS * SPECTRA_PER_HEAP + sh;
         for (u32 slot = ty; slot < PP_SLOTS; slot += PP_ROWS) {
             const int k = slot_channel(t0, slot);
             if (k >= 0) dst[(u64)k * SPECTRA_PER_HEAP] = tile[slot][tx];

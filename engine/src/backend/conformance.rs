@@ -36,6 +36,7 @@ pub fn geometry(
             spectra_per_heap: s,
             bits: 8,
             filter: Default::default(),
+            dither: None,
         },
     )
 }
@@ -84,8 +85,10 @@ pub fn set_gains(backend: &mut dyn Backend, gains: &[Vec<Complex32>; POLS]) {
     }
 }
 
-/// Random coarse delays within `margin`, fine delays in [-0.5, 0.5], phases in [-pi, pi).
+/// Random coarse delays within `margin`, fine delays in [-0.5, 0.5], phases in [-pi, pi), and a
+/// random output timestamp (which keys the dither).
 pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame: &mut Frame) {
+    frame.outputs[0].timestamp = rng.random();
     for pol in 0..POLS {
         for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
             let c = rng.random_range(-(margin as i64)..=margin as i64);
@@ -98,9 +101,11 @@ pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame:
     }
 }
 
-/// Random complex gains putting outputs at about 30 rms for the noise of [`noise`]; about 1%
-/// of channels ten times higher so that some values saturate.
+/// Random complex gains putting outputs at about 30 rms for the noise of [`noise`] (8-bit output;
+/// scaled to the range of 4-bit output); about 1% of channels ten times higher so that some
+/// values saturate.
 pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
+    let level = 30.0 * g.limit() as f32 / 127.0;
     let sigma = 0.1 * (1 << (g.input.sample_bits - 1)) as f32;
     std::array::from_fn(|_| {
         (0..g.output.channels)
@@ -110,7 +115,7 @@ pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; PO
                 } else {
                     1.0
                 };
-                let mag = boost * 30.0 / sigma * rng.random_range(0.5f32..1.5);
+                let mag = boost * level / sigma * rng.random_range(0.5f32..1.5);
                 Complex32::from_polar(mag, rng.random_range(-3.2f32..3.2))
             })
             .collect()
@@ -125,11 +130,13 @@ pub fn copy_input(src: &Frame, dst: &mut Frame) {
         dst.input.chunk[pol].copy_from_slice(&src.input.chunk[pol]);
     }
     for (d, s) in dst.outputs.iter_mut().zip(&src.outputs) {
+        d.timestamp = s.timestamp;
         d.delays.clone_from(&s.delays);
     }
 }
 
-/// Fills the output with -128, a value no backend writes, so unwritten bytes show.
+/// Fills the output with 0x80 (-128, or -8 in the high nibble of 4-bit output), a byte no backend
+/// writes, so unwritten bytes show.
 pub fn poison(frame: &mut Frame) {
     frame.outputs[0].heaps.fill(0x80);
     frame.outputs[0].saturated = [u64::MAX; POLS];
@@ -346,6 +353,93 @@ pub fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
         assert!(
             (uncorrected[e] / reference[e] - 1.0).norm() > 0.1,
             "tau {tau}"
+        );
+    }
+}
+
+/// The mean output of a weak tone over 10^5 spectra: a tone at the centre of channel 10 whose
+/// gain puts it at 0.3 LSB (real, each spectrum), through `backend` (built for the geometry
+/// [`dither_geometry`] returns, with `dither` set on its output). Returns the mean complex output
+/// of the tone's channel, both polarisations together.
+pub fn weak_tone_mean(backend: &mut dyn Backend) -> Complex64 {
+    let g = Channelisation::new(*backend.input(), backend.outputs()[0]);
+    let (n, step, taps) = (g.output.channels, g.step(), g.output.taps);
+    let (k, amp, level) = (10usize, 400.0, 0.3);
+    let w = g.output.weights().unwrap();
+    // Unit gain at 10 bits puts the tone at amp / 2 * sqrt(response) (check_tone).
+    let tone_gain = level / (amp / 2.0 * weights::response(&w, n, 0.0).sqrt());
+    let mut gains = vec![Complex32::new(0.0, 0.0); n];
+    gains[k] = Complex32::new(tone_gain as f32, 0.0);
+    for pol in 0..POLS {
+        backend.set_gains(0, pol, &gains).unwrap();
+    }
+    let pi = std::f64::consts::PI;
+    let frames = 100_000usize.div_ceil(g.spectra_per_frame()) + 1;
+    let (mut sum, mut count) = (Complex64::new(0.0, 0.0), 0usize);
+    let mut frame = backend.alloc_frame().unwrap();
+    for f in 0..frames {
+        let first = f * g.chunk_samples();
+        let s: Vec<i16> = (0..g.chunk_samples())
+            .map(|i| {
+                (amp * (2.0 * pi * (k * (first + i)) as f64 / step as f64).cos()).round() as i16
+            })
+            .collect();
+        load_chunk(&mut frame, g.input.sample_bits, [&s, &s]);
+        frame.input.timestamp = first as u64;
+        frame.outputs[0].timestamp = first as u64;
+        for pol in 0..POLS {
+            for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
+                *d = SpectrumDelay {
+                    offset: (m * step) as u32,
+                    fine: 0.0,
+                    phase: 0.0,
+                };
+            }
+        }
+        poison(&mut frame);
+        backend.submit(frame).unwrap();
+        frame = backend.wait().unwrap().unwrap();
+        assert_written(&frame);
+        let q = frame.outputs[0].components(g.output.bits);
+        // Frame 0's first T-1 windows reach into the silent overlap.
+        for m in if f == 0 { taps - 1 } else { 0 }..g.spectra_per_frame() {
+            for pol in 0..POLS {
+                let e = g.output_index(m, pol, k);
+                sum += Complex64::new(q[2 * e] as f64, q[2 * e + 1] as f64);
+                count += 1;
+            }
+        }
+    }
+    assert!(count >= 2 * 100_000);
+    sum / count as f64
+}
+
+/// A geometry for [`weak_tone_mean`]: 64 channels, 4 taps, 10-bit input, 4096 spectra a frame.
+pub fn dither_geometry(bits: u32, dither: Option<u32>) -> Channelisation {
+    let mut g = geometry(64, 4, 10, 256, 16, 0);
+    g.input.overlap_samples = (g.output.taps - 1) * g.step();
+    g.output.bits = bits;
+    g.output.dither = dither;
+    g
+}
+
+/// The dither requirement on a backend: without dither a 0.3 LSB tone rounds to nothing; with it
+/// the mean comes back within 2% (10^5 spectra, 8- and 4-bit output).
+pub fn check_dither_unbiased(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
+    for bits in [8, 4] {
+        let plain = weak_tone_mean(make(&dither_geometry(bits, None)).as_mut());
+        assert_eq!(
+            plain,
+            Complex64::new(0.0, 0.0),
+            "{bits}-bit output without dither"
+        );
+        let dithered = weak_tone_mean(make(&dither_geometry(bits, Some(42))).as_mut());
+        println!(
+            "{bits}-bit output: weak tone of 0.3 LSB, mean {plain} without dither, {dithered} with"
+        );
+        assert!(
+            (dithered.re / 0.3 - 1.0).abs() < 0.02 && dithered.im.abs() < 0.02 * 0.3,
+            "{bits}-bit output with dither: mean {dithered}, want 0.3"
         );
     }
 }

@@ -5,7 +5,8 @@
 //! 1. filters the window into 2n real samples, stored as n complex values z_m = g_2m + i g_2m+1;
 //! 2. runs an n-point complex FFT on them (half the work of a 2n-point one);
 //! 3. untangles the real transform, X_k = (Z_k + Z*_(n-k))/2 - i e^(-i pi k/n) (Z_k - Z*_(n-k))/2,
-//!    applies gain, fine delay and phase, quantises, and writes the spectrum to a staging buffer;
+//!    applies gain, fine delay and phase, dithers and quantises, and writes the spectrum to a
+//!    staging buffer;
 //!
 //! and finally the staging buffer is transposed into the heap layout, in parallel by channel block.
 //! FFT plans, spans, staging and per-worker scratch are allocated once, in `new`.
@@ -91,6 +92,8 @@ struct Shared<'a> {
     /// Gains with the untangling's factor 1/2 folded in.
     half_gains: &'a [Vec<Complex32>; POLS],
     delays: &'a [Vec<SpectrumDelay>; POLS],
+    /// Output timestamp of the frame's first spectrum (keys the dither).
+    timestamp: u64,
 }
 
 /// The float32 CPU backend: a [`Process`], a backend as [`super::Synchronous`].
@@ -208,6 +211,7 @@ impl CpuBackend {
                 span: &this.span,
                 half_gains: &this.half_gains,
                 delays: &frame.outputs[0].delays,
+                timestamp: frame.outputs[0].timestamp,
             };
             let n = this.geometry.output.channels;
             let tasks = this.geometry.spectra_per_frame() * POLS;
@@ -317,7 +321,9 @@ fn run_tasks_body(
         worker.rotation.set(n, d.fine, d.phase);
         let unq = unq.as_deref_mut().map(|u| &mut u[i * n..(i + 1) * n]);
         untangle(s, pol, &worker.z, &worker.rotation, &mut worker.y);
-        worker.saturated[pol] += quantise::quantise_slice_c32(&worker.y, out);
+        let key = s.g.dither_key(s.timestamp, m);
+        worker.saturated[pol] +=
+            quantise::quantise_spectrum_c32(&worker.y, out, s.g.limit(), pol, key);
         if let Some(u) = unq {
             u.copy_from_slice(&worker.y);
         }
@@ -378,25 +384,26 @@ fn untangle(s: &Shared, pol: usize, z: &[Complex32], rot: &Rotation, y: &mut [Co
     }
 }
 
-/// Staging `[spectrum][pol][channel]` to output `[heap][channel][spectrum in heap][pol][re, im]`.
+/// Staging `[spectrum][pol][channel]` to output `[heap][channel][spectrum in heap][pol][re, im]`
+/// (packed into one byte per complex value with 4-bit output).
 fn transpose(g: &Channelisation, staging: &[[i8; 2]], output: &mut [u8]) {
     let (n, s) = (g.output.channels, g.output.spectra_per_heap);
+    let bits = g.output.bits;
+    let value_bytes = 2 * bits as usize / 8;
     // Blocks of whole channels (a power of two dividing n) of about TRANSPOSE_BYTES of output.
-    let target = (TRANSPOSE_BYTES / (s * POLS * 2)).max(16);
+    let target = (TRANSPOSE_BYTES / (s * POLS * value_bytes)).max(16);
     let block = (1usize << target.ilog2()).min(n);
     let blocks_per_heap = n / block;
     output
-        .par_chunks_mut(block * s * POLS * 2)
+        .par_chunks_mut(block * s * POLS * value_bytes)
         .enumerate()
         .for_each(|(c, out)| {
             let (heap, k0) = (c / blocks_per_heap, (c % blocks_per_heap) * block);
             for si in 0..s {
                 for pol in 0..POLS {
                     let row = ((heap * s + si) * POLS + pol) * n + k0;
-                    for (k, v) in staging[row..row + block].iter().enumerate() {
-                        let e = (k * s + si) * POLS + pol;
-                        out[2 * e] = v[0] as u8;
-                        out[2 * e + 1] = v[1] as u8;
+                    for (k, &v) in staging[row..row + block].iter().enumerate() {
+                        quantise::store(out, (k * s + si) * POLS + pol, v, bits);
                     }
                 }
             }
@@ -436,7 +443,7 @@ mod tests {
     fn compare(
         channels: usize,
         taps: usize,
-        filter: FilterDesign,
+        output: impl Fn(&mut OutputGeometry),
         bits: u32,
         s: usize,
         h: usize,
@@ -445,7 +452,7 @@ mod tests {
     ) -> (f64, f64) {
         let margin = 1000;
         let mut g = geometry(channels, taps, bits, s, h, margin);
-        g.output.filter = filter;
+        output(&mut g.output);
         let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
         let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
         let mut rng = rng(seed);
@@ -474,7 +481,10 @@ mod tests {
                 "unwritten value"
             );
             let rel = relative_error(to64(&got), &want);
-            let (ones, total) = int8_differences(a.outputs[0].heaps_i8(), b.outputs[0].heaps_i8());
+            let (ones, total) = int8_differences(
+                &a.outputs[0].components(g.output.bits),
+                &b.outputs[0].components(g.output.bits),
+            );
             for pol in 0..POLS {
                 // A value on the edge of saturating may fall either side.
                 let (x, y) = (
@@ -506,8 +516,7 @@ mod tests {
                 // saturate.
                 let frames = (taps / 2).div_ceil(s * h) + 1;
                 let t = std::time::Instant::now();
-                let design = FilterDesign::default();
-                let (ones, rel) = compare(channels, taps, design, bits, s, h, frames, seed);
+                let (ones, rel) = compare(channels, taps, |_| {}, bits, s, h, frames, seed);
                 let case = format!("{channels} ch {taps} taps {bits} bits, {frames} frames");
                 eprintln!(
                     "{case}: off by one {ones:.2e}, relative error {rel:.2e}, {:.1} s",
@@ -549,12 +558,42 @@ mod tests {
         {
             let filter = FilterDesign { window, w_cutoff };
             let frames = (taps / 2).div_ceil(4) + 1;
-            let (ones, rel) = compare(channels, taps, filter, 10, 4, 1, frames, 500 + seed as u64);
+            let design = |o: &mut OutputGeometry| o.filter = filter;
+            let (ones, rel) = compare(channels, taps, design, 10, 4, 1, frames, 500 + seed as u64);
             let case = format!("{channels} ch {taps} taps {filter:?}");
             eprintln!("{case}: off by one {ones:.2e}, relative error {rel:.2e}");
             assert!(ones < 1e-3, "{case}: {ones} of values off by one");
             assert!(rel < 1e-5, "{case}: relative error {rel}");
         }
+    }
+
+    /// Dithered and 4-bit outputs, each and both: the same values as the reference, dither
+    /// included (the same counter-based values on both sides).
+    #[test]
+    fn matches_reference_with_dither_and_four_bits() {
+        for (seed, (bits, dither)) in [(8u32, Some(11u32)), (4, None), (4, Some(12))]
+            .into_iter()
+            .enumerate()
+        {
+            let output = |o: &mut OutputGeometry| {
+                o.bits = bits;
+                o.dither = dither;
+            };
+            let (ones, rel) = compare(1024, 16, output, 10, 4, 2, 3, 700 + seed as u64);
+            let case = format!("{bits}-bit output, dither {dither:?}");
+            eprintln!("{case}: off by one {ones:.2e}, relative error {rel:.2e}");
+            assert!(ones < 1e-3, "{case}: {ones} of values off by one");
+            assert!(rel < 1e-5, "{case}: relative error {rel}");
+        }
+    }
+
+    #[test]
+    fn dither_recovers_a_weak_tone() {
+        check_dither_unbiased(&|g| {
+            Box::new(Synchronous::new(
+                CpuBackend::new(g.input, &[g.output]).unwrap(),
+            ))
+        });
     }
 
     #[test]
@@ -684,7 +723,7 @@ mod tests {
             assert_eq!(a.outputs[0].heaps_i8(), b.outputs[0].heaps_i8());
             assert_eq!(a.outputs[0].saturated, b.outputs[0].saturated);
             for (e, v) in values.iter().enumerate() {
-                let q = quantise::quantise_c32(*v).0;
+                let q = quantise::quantise_c32(*v, [0.0; 2], quantise::LIMIT).0;
                 assert_eq!(
                     [
                         a.outputs[0].heaps_i8()[2 * e],

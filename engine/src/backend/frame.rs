@@ -109,10 +109,14 @@ pub struct InputFrame {
 /// What one output makes of a frame: its delays in, its heaps and saturation counts out.
 #[derive(Debug)]
 pub struct OutputFrame {
+    /// Output timestamp (ADC samples, modulo 2^64) of the frame's first spectrum; spectrum m's is
+    /// `timestamp + m 2n`. Set by the engine (docs/signal-path.md, t0); keys the dither.
+    pub timestamp: u64,
     /// Per polarisation: one entry per spectrum of the frame
     /// ([`Channelisation::spectra_per_frame`]).
     pub delays: [Vec<SpectrumDelay>; POLS],
-    /// Output in heap layout: `[heap][channel][spectrum in heap][pol][re, im]` as `i8`
+    /// Output in heap layout: `[heap][channel][spectrum in heap][pol][re, im]` as `i8`, or with
+    /// 4-bit output one byte per complex value (`crate::signal::quantise::pack4`)
     /// ([`Channelisation::output_bytes`] bytes), so each output heap's slice of channels is
     /// contiguous.
     pub heaps: HostBuffer,
@@ -134,6 +138,7 @@ impl OutputFrame {
     /// Delays for `g` and heaps in `heaps` (ordinary or pinned memory, [`Channelisation::output_bytes`]).
     pub fn new(g: &Channelisation, heaps: HostBuffer) -> Self {
         Self {
+            timestamp: 0,
             delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); g.spectra_per_frame()]),
             heaps,
             saturated: [0; POLS],
@@ -143,6 +148,11 @@ impl OutputFrame {
     /// An output frame in ordinary memory.
     pub fn new_host(g: &Channelisation) -> Self {
         Self::new(g, HostBuffer::zeroed(g.output_bytes()))
+    }
+
+    /// Every output component (real, imaginary, in output order), unpacked from 8 or 4 bits.
+    pub fn components(&self, bits: u32) -> Vec<i8> {
+        crate::signal::quantise::components(&self.heaps, bits)
     }
 
     /// The heaps as signed bytes.

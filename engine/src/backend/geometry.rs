@@ -69,10 +69,12 @@ pub struct OutputGeometry {
     pub taps: usize,
     /// Spectra per output heap (S).
     pub spectra_per_heap: usize,
-    /// Bits per output value (real or imaginary part): 8.
+    /// Bits per output value (real or imaginary part): 8, or 4 (both parts packed in one byte).
     pub bits: u32,
     /// The PFB filter's taper and sinc cutoff.
     pub filter: FilterDesign,
+    /// The output dither's seed, or `None` for no dither (`crate::signal::dither`).
+    pub dither: Option<u32>,
 }
 
 impl OutputGeometry {
@@ -111,8 +113,8 @@ impl OutputGeometry {
         if self.spectra_per_heap == 0 {
             return Err("spectra per heap must be positive".into());
         }
-        if self.bits != 8 {
-            return Err(format!("output bits must be 8, not {}", self.bits));
+        if self.bits != 8 && self.bits != 4 {
+            return Err(format!("output bits must be 8 or 4, not {}", self.bits));
         }
         self.filter.validate()
     }
@@ -168,13 +170,30 @@ impl Channelisation {
     pub fn output_bytes(&self) -> usize {
         self.heap_bytes() * self.heaps_per_frame()
     }
+    /// Complex values of a frame's output (both polarisations).
+    pub fn output_values(&self) -> usize {
+        self.spectra_per_frame() * self.output.channels * POLS
+    }
     /// Index of the complex output value of spectrum `spectrum` (in the frame), polarisation `pol`,
     /// channel `channel` in the `[heap][channel][spectrum in heap][pol]` layout: its bytes in
-    /// [`super::OutputFrame::heaps`] are `2 * index` (real) and `2 * index + 1` (imaginary).
+    /// [`super::OutputFrame::heaps`] are `2 * index` (real) and `2 * index + 1` (imaginary), or
+    /// byte `index` with 4-bit output.
     pub fn output_index(&self, spectrum: usize, pol: usize, channel: usize) -> usize {
         let s_per_heap = self.output.spectra_per_heap;
         let (heap, s) = (spectrum / s_per_heap, spectrum % s_per_heap);
         ((heap * self.output.channels + channel) * s_per_heap + s) * POLS + pol
+    }
+    /// The dither key of spectrum `m` of a frame whose first spectrum has output timestamp
+    /// `first`, or `None` if the output is not dithered.
+    pub fn dither_key(&self, first: u64, m: usize) -> Option<u32> {
+        let t0 = first.wrapping_add((m * self.step()) as u64);
+        self.output
+            .dither
+            .map(|seed| crate::signal::dither::spectrum_key(seed, t0))
+    }
+    /// Largest magnitude of an output component: 127 for 8 bits, 7 for 4.
+    pub fn limit(&self) -> i8 {
+        crate::signal::quantise::limit(self.output.bits)
     }
     /// Checks the invariants every backend relies on, with a sentence saying what is wrong.
     pub fn validate(&self) -> Result<(), String> {
@@ -217,6 +236,7 @@ mod tests {
                 spectra_per_heap: 2,
                 bits: 8,
                 filter: Default::default(),
+                dither: None,
             },
         )
     }

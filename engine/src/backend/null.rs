@@ -64,6 +64,7 @@ mod tests {
             spectra_per_heap: 2,
             bits: 8,
             filter: Default::default(),
+            dither: None,
         };
         let g = Channelisation::new(input, output);
         let mut b = Synchronous::new(NullBackend::new(input, &[output]).unwrap());

@@ -2,7 +2,8 @@
 //!
 //! It evaluates docs/signal-path.md literally, a spectrum at a time: the FIR sum over taps, 2n-point
 //! complex FFT of the real filtered samples (keeping k = 0..n-1), then
-//! `Y_k = G_k X_k exp(i (p - pi k r / n))` and 8-bit quantisation. Simple rather than fast.
+//! `Y_k = G_k X_k exp(i (p - pi k r / n))`, dither and quantisation to 8 or 4 bits. Simple
+//! rather than fast.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use super::{
     single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
     Result, SpectrumDelay, POLS,
 };
-use crate::signal::{gain, quantise, unpack};
+use crate::signal::{dither, gain, quantise, unpack};
 
 /// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct ReferenceBackend {
@@ -94,9 +95,9 @@ impl ReferenceBackend {
     }
 
     /// Processes `frame` as `submit` would (filling its output's `heaps` and `saturated`,
-    /// advancing the span) and also returns the values before quantisation, in output order:
-    /// element [`Channelisation::output_index`]`(spectrum, pol, channel)` is what bytes `2 e` and
-    /// `2 e + 1` of the heaps quantise.
+    /// advancing the span) and also returns the values before dither and quantisation, in output
+    /// order: element [`Channelisation::output_index`]`(spectrum, pol, channel)` is what bytes
+    /// `2 e` and `2 e + 1` of the heaps quantise (byte `e` with 4-bit output).
     pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex64>> {
         let g = self.geometry;
         frame.check(&g.input, &[g.output])?;
@@ -111,7 +112,7 @@ impl ReferenceBackend {
             )
             .map_err(|e| BackendError::Misuse(e.to_string()))?;
         }
-        let mut values = vec![Complex64::new(f64::NAN, f64::NAN); g.output_bytes() / 2];
+        let mut values = vec![Complex64::new(f64::NAN, f64::NAN); g.output_values()];
         let mut saturated = [0u64; POLS];
         for m in 0..g.spectra_per_frame() {
             for (pol, saturated) in saturated.iter_mut().enumerate() {
@@ -123,11 +124,12 @@ impl ReferenceBackend {
                 let start = offset as usize;
                 let window = &self.span[pol][start..start + g.window()];
                 let y = self.spectrum(pol, window, fine as f64, phase as f64)?;
+                let key = g.dither_key(frame.outputs[0].timestamp, m);
                 for (k, &v) in y.iter().enumerate() {
                     let e = g.output_index(m, pol, k);
-                    let (q, sat) = quantise::quantise_c64(v);
-                    frame.outputs[0].heaps[2 * e] = q[0] as u8;
-                    frame.outputs[0].heaps[2 * e + 1] = q[1] as u8;
+                    let d = key.map_or([0.0; 2], |key| dither::value(key, k, pol));
+                    let (q, sat) = quantise::quantise_c64(v, d, g.limit());
+                    quantise::store(&mut frame.outputs[0].heaps, e, q, g.output.bits);
                     *saturated += u64::from(sat);
                     values[e] = v;
                 }
@@ -244,7 +246,7 @@ mod tests {
                             (got - want).norm() <= 1e-9 * want.norm().max(1.0),
                             "{f} {m} {pol} {k}: {got} vs {want}"
                         );
-                        let q = quantise::quantise_c64(got).0;
+                        let q = quantise::quantise_c64(got, [0.0; 2], quantise::LIMIT).0;
                         let e = g.output_index(m, pol, k);
                         assert_eq!(
                             [
@@ -323,6 +325,57 @@ mod tests {
                 assert!(v.norm() > 100.0, "value {e}: {v}");
             }
         }
+    }
+
+    #[test]
+    fn dither_recovers_a_weak_tone() {
+        check_dither_unbiased(&|g| {
+            Box::new(Synchronous::new(
+                ReferenceBackend::new(g.input, &[g.output]).unwrap(),
+            ))
+        });
+    }
+
+    /// Every output byte is the dithered value of the spectrum, channel and polarisation it stands
+    /// for (the key from the output timestamp, spectrum by spectrum), 4-bit packing included.
+    #[test]
+    fn dither_and_packing_follow_the_element() {
+        let margin = 16;
+        let mut g = geometry(64, 4, 10, 3, 2, margin);
+        g.output.bits = 4;
+        g.output.dither = Some(9);
+        let mut rb = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
+        let mut rng = rng(3);
+        set_gains(&mut rb, &random_gains(&mut rng, &g));
+        let mut frame = rb.alloc_frame().unwrap();
+        let x = noise(&mut rng, 10, g.chunk_samples());
+        load_chunk(&mut frame, 10, [&x, &x]);
+        random_delays(&mut rng, &g, margin, &mut frame);
+        let values = rb.process_unquantised(&mut frame).unwrap();
+        let t0 = frame.outputs[0].timestamp;
+        let (mut moved, mut total) = (0, 0);
+        for m in 0..g.spectra_per_frame() {
+            let key = dither::spectrum_key(9, t0.wrapping_add((m * g.step()) as u64));
+            for pol in 0..POLS {
+                for k in 0..64 {
+                    let e = g.output_index(m, pol, k);
+                    let v = values[e];
+                    let [dr, di] = dither::value(key, k, pol);
+                    let want = [
+                        quantise::quantise_f64(v.re + dr as f64, 7).0,
+                        quantise::quantise_f64(v.im + di as f64, 7).0,
+                    ];
+                    assert_eq!(
+                        quantise::unpack4(frame.outputs[0].heaps[e]),
+                        want,
+                        "{m} {pol} {k}"
+                    );
+                    moved += usize::from(want != quantise::quantise_c64(v, [0.0; 2], 7).0);
+                    total += 1;
+                }
+            }
+        }
+        assert!(moved > total / 10, "the dither changed {moved} of {total}");
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub fn build(
                 taps: g.output.taps,
                 window_function: g.output.filter.window.name().into(),
                 w_cutoff: g.output.filter.w_cutoff,
+                bits: g.output.bits,
+                dither_seed: g.output.dither,
                 spectra_per_heap: g.output.spectra_per_heap,
                 heaps_per_frame: g.heaps_per_frame(),
                 lag_samples: spec.lag,

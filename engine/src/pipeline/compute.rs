@@ -250,6 +250,10 @@ impl Compute {
             tail.copy_from_slice(&meta.present[p]);
         }
         for k in 0..self.outputs.len() {
+            let o = &self.outputs[k];
+            // Negative only for the first frames after timestamp 0; wrapped, it still keys the
+            // dither uniquely.
+            frame.outputs[k].timestamp = o.plan.spectrum_timestamp(&o.g, timestamp, 0) as u64;
             let delays = &mut frame.outputs[k].delays;
             let delays_ok = any_input && self.fill(k, timestamp, delays);
             let o = &mut self.outputs[k];

@@ -157,6 +157,21 @@ impl Transmitter {
         .map_err(|e| format!("cannot open the output socket: {e}."))?;
         let c = spec.substream_channels() as u64;
         let s = spec.geometry.spectra_per_heap as u64;
+        // katgpucbf's description of the data: int8 (re, im) pairs, or one opaque byte per
+        // complex value (real in the high nibble) at 4 bits.
+        let (raw_text, raw_dtype, raw_shape) = if spec.geometry.bits == 4 {
+            (
+                "Channelised data: (channels, spectra, polarisations), one byte per complex value, real in the high nibble, imaginary in the low, 4-bit two's complement.",
+                "|V1",
+                vec![c, s, POLS as u64],
+            )
+        } else {
+            (
+                "Channelised data: (channels, spectra, polarisations, real/imaginary), int8.",
+                "|i1",
+                vec![c, s, POLS as u64, 2],
+            )
+        };
         let descriptors = subs
             .clone()
             .map(|_| {
@@ -177,9 +192,9 @@ impl Transmitter {
                     Descriptor::numpy(
                         items::FENG_RAW,
                         "feng_raw",
-                        "Channelised data: (channels, spectra, polarisations, real/imaginary), int8.",
-                        "|i1",
-                        &[c, s, POLS as u64, 2],
+                        raw_text,
+                        raw_dtype,
+                        &raw_shape,
                     ),
                 ];
                 let encoded: Vec<Vec<u8>> = ds.iter().map(Descriptor::encode).collect();
@@ -194,7 +209,7 @@ impl Transmitter {
                 packets
             })
             .collect();
-        let heap_payload = spec.substream_channels() * spec.geometry.spectra_per_heap * POLS * 2;
+        let heap_payload = spec.substream_bytes();
         let packets = heap_payload.div_ceil(cfg.packet_payload);
         Ok(Self {
             output,
@@ -225,16 +240,16 @@ impl Transmitter {
         let heap_step = spec.heap_timestamp_step();
         // Send threads are at most a couple of frames apart (the hand-over queues hold two).
         let lag_limit = 4 * g.heaps_per_frame() as u64 * heap_step;
-        let sub_bytes = spec.substream_channels() * g.output.spectra_per_heap * POLS * 2;
+        let sub_bytes = spec.substream_bytes();
         let heap_bytes = g.heap_bytes();
         let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
-        // Output is 2 bytes per sample per polarisation... (n channels x 2 pols x 2 bytes per 2n
-        // samples) = 2 fs bytes/s, plus headers.
-        // This transmitter's share of it.
+        // Output is n channels x 2 pols x 2 components of `bits` bits per 2n samples: 2 fs bytes/s
+        // at 8 bits, fs at 4, plus headers. This transmitter's share of it.
         let share = self.subs.len() as f64 / spec.substreams() as f64;
+        let bytes_per_sample = g.heap_bytes() as f64 / g.output.heap_samples() as f64;
         let rate = share
             * cfg.send_rate_factor
-            * 2.0
+            * bytes_per_sample
             * cfg.fs
             * (segment as f64 / cfg.packet_payload as f64);
         let mut pacer = (rate > 0.0).then(|| Pacer::new(Instant::now(), 0, rate));

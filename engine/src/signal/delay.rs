@@ -215,6 +215,7 @@ mod tests {
                 spectra_per_heap: 2,
                 bits: 8,
                 filter: Default::default(),
+                dither: None,
             },
         )
     }

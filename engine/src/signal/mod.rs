@@ -4,10 +4,12 @@
 //! - [`weights`]: PFB weights and the channel response they imply.
 //! - [`unpack`]: packed digitiser samples to numbers and back.
 //! - [`delay`]: the delay model, per-spectrum placement in the span, and validity.
-//! - [`quantise`]: rounding and clamping to 8 bits.
+//! - [`dither`]: the counter-based output dither.
+//! - [`quantise`]: dither, rounding and clamping to 8 or 4 bits, 4-bit packing.
 //! - [`gain`]: the default per-channel gain.
 
 pub mod delay;
+pub mod dither;
 pub mod gain;
 pub mod quantise;
 pub mod unpack;

@@ -100,6 +100,7 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
             spectra_per_heap: opts.spectra_per_heap,
             bits: 8,
             filter: Default::default(),
+            dither: None,
         },
     )
 }

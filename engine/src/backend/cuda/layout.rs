@@ -154,6 +154,7 @@ mod tests {
                 spectra_per_heap: 256,
                 bits: 8,
                 filter: Default::default(),
+                dither: None,
             },
         );
         let cfg = kernels::Config {
@@ -161,6 +162,8 @@ mod tests {
             taps: g.output.taps,
             sample_bits: g.input.sample_bits,
             spectra_per_heap: g.output.spectra_per_heap,
+            output_bits: g.output.bits,
+            dither: false,
             tuning: kernels::Tuning::default(),
         };
         let s = Shapes::new(&g, &cfg).unwrap();

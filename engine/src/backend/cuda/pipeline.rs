@@ -117,6 +117,8 @@ impl Pipeline {
             taps: g.output.taps,
             sample_bits: g.input.sample_bits,
             spectra_per_heap: g.output.spectra_per_heap,
+            output_bits: g.output.bits,
+            dither: g.output.dither.is_some(),
             tuning,
         };
         let shapes = Shapes::new(&g, &cfg)?;
@@ -271,6 +273,7 @@ impl Pipeline {
         let m = self.geometry.spectra_per_frame();
         let stale = self.slots[slot].gains_version != self.gains_version;
         let st = self.slots[slot].staging.as_mut_slice();
+        let first = frame.outputs[0].timestamp;
         for pol in 0..POLS {
             let d = &frame.outputs[0].delays[pol];
             let offs = &mut st[l.offsets + 4 * pol * m..l.offsets + 4 * (pol + 1) * m];
@@ -278,14 +281,17 @@ impl Pipeline {
                 b.copy_from_slice(&s.offset.to_ne_bytes());
             }
             let rot = &mut st[l.rotation + 16 * pol * m..l.rotation + 16 * (pol + 1) * m];
-            for (b, s) in rot.chunks_exact_mut(16).zip(d) {
+            for (spectrum, (b, s)) in rot.chunks_exact_mut(16).zip(d).enumerate() {
                 // e^{ip} in float64: exact for any phase, however many turns it has wound up.
                 let (sin, cos) = (s.phase as f64).sin_cos();
-                for (i, v) in [s.fine, 0.0, cos as f32, sin as f32]
+                // The dither key rides in the second float's bits (the kernel reads them back
+                // with __float_as_uint).
+                let key = self.geometry.dither_key(first, spectrum).unwrap_or(0);
+                for (i, v) in [s.fine, f32::from_bits(key), cos as f32, sin as f32]
                     .into_iter()
                     .enumerate()
                 {
-                    b[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes());
+                    b[4 * i..4 * i + 4].copy_from_slice(&v.to_bits().to_ne_bytes());
                 }
             }
         }

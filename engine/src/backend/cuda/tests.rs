@@ -10,7 +10,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{SpectrumDelay, Synchronous, POLS};
 use crate::signal::weights::FilterDesign;
-use crate::signal::{gain, unpack, weights};
+use crate::signal::{dither, gain, unpack, weights};
 
 fn skip(why: &str) {
     println!("skipped: no CUDA device ({why})");
@@ -36,6 +36,7 @@ fn host_copy(g: &Channelisation, frame: &Frame) -> Frame {
         f.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
     }
     f.input.timestamp = frame.input.timestamp;
+    f.outputs[0].timestamp = frame.outputs[0].timestamp;
     f
 }
 
@@ -79,17 +80,20 @@ fn boundary_distance(x: f32) -> f64 {
 }
 
 fn compare(
+    g: &Channelisation,
     gpu: &Frame,
     reference: &Frame,
     ref_values: &[Complex64],
     cpu: &Frame,
     cpu_values: &[Complex32],
 ) -> Comparison {
+    let bits = g.output.bits;
     let (go, ro, co) = (
-        gpu.outputs[0].heaps_i8(),
-        reference.outputs[0].heaps_i8(),
-        cpu.outputs[0].heaps_i8(),
+        gpu.outputs[0].components(bits),
+        reference.outputs[0].components(bits),
+        cpu.outputs[0].components(bits),
     );
+    let clamp_edge = g.limit() as f32 + 0.5;
     // Float noise: the CPU's worst distance from the float64 values, twice over (the GPU's float32
     // arithmetic differs in order, not in precision), and never under 1e-4.
     let cpu_err = ref_values
@@ -104,9 +108,20 @@ fn compare(
         ..Default::default()
     };
     let mut sat_boundary = [0u64; POLS];
-    for (e, cv) in cpu_values.iter().enumerate() {
+    // Every element, with the dither it was rounded with (the same on every backend).
+    let elements = (0..g.spectra_per_frame()).flat_map(|m| {
+        let key = g.dither_key(gpu.outputs[0].timestamp, m);
+        (0..POLS).flat_map(move |pol| {
+            (0..g.output.channels).map(move |k| {
+                let d = key.map_or([0.0; 2], |key| dither::value(key, k, pol));
+                (g.output_index(m, pol, k), pol, d)
+            })
+        })
+    });
+    for (e, pol, d) in elements {
+        let cv = cpu_values[e];
         let mut near_clamp = false;
-        for (part, x) in [cv.re, cv.im].into_iter().enumerate() {
+        for (part, x) in [cv.re + d[0], cv.im + d[1]].into_iter().enumerate() {
             let i = 2 * e + part;
             let d = (go[i] as i32 - ro[i] as i32).abs();
             assert!(
@@ -119,13 +134,13 @@ fn compare(
             c.off_by_one += usize::from(d == 1);
             let near = boundary_distance(x) <= tol;
             c.near_boundary += usize::from(near);
-            near_clamp |= near && (x.abs() - 127.5).abs() <= tol as f32;
+            near_clamp |= near && (x.abs() - clamp_edge).abs() <= tol as f32;
             if go[i] != co[i] {
                 c.cpu_mismatch += 1;
                 c.cpu_mismatch_clear += usize::from(!near);
             }
         }
-        sat_boundary[e % POLS] += u64::from(near_clamp);
+        sat_boundary[pol] += u64::from(near_clamp);
     }
     for ((g, r), b) in gpu.outputs[0]
         .saturated
@@ -152,9 +167,19 @@ fn check_design(
     bits: u32,
     filter: FilterDesign,
 ) -> Option<Vec<Comparison>> {
+    check_output(channels, taps, bits, |o| o.filter = filter)
+}
+
+/// [`check_config`] with the output changed by `output` (filter design, bits, dither).
+fn check_output(
+    channels: usize,
+    taps: usize,
+    bits: u32,
+    output: impl Fn(&mut OutputGeometry),
+) -> Option<Vec<Comparison>> {
     let margin = 100;
     let mut g = geometry(channels, taps, bits, 7, 5, margin);
-    g.output.filter = filter;
+    output(&mut g.output);
     let mut gpu = cuda(&g)?;
     let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
     let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
@@ -186,7 +211,7 @@ fn check_design(
         assert_written(&frame);
         let rv = reference.process_unquantised(&mut rf).unwrap();
         let cv = cpu.process_unquantised(&mut cf).unwrap();
-        out.push(compare(&frame, &rf, &rv, &cf, &cv));
+        out.push(compare(&g, &frame, &rf, &rv, &cf, &cv));
     }
     Some(out)
 }
@@ -230,6 +255,8 @@ fn kernels_compile_for_sm90() {
                     taps,
                     sample_bits: bits,
                     spectra_per_heap: 256,
+                    output_bits: if taps == 4 { 4 } else { 8 },
+                    dither: bits != 12,
                     tuning: Tuning::default(),
                 });
             }
@@ -338,6 +365,54 @@ fn filter_designs_match_reference_and_cpu() {
     }
 }
 
+/// Dithered and 4-bit outputs against the float64 reference and the CPU backend: the same
+/// counter-based dither on every backend, 4-bit values packed in nibbles and clamped at 7.
+#[test]
+fn dither_and_four_bits_match_reference_and_cpu() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    for (channels, taps, bits, dither) in [
+        (1024, 16, 8u32, Some(1u32)),
+        (32768, 16, 8, Some(2)),
+        (4096, 16, 4, None),
+        (8192, 4, 4, Some(3)),
+        (65536, 16, 4, Some(4)),
+    ] {
+        let output = |o: &mut OutputGeometry| {
+            o.bits = bits;
+            o.dither = dither;
+        };
+        let frames = check_output(channels, taps, 10, output).expect("CUDA was present");
+        for (f, c) in frames.iter().enumerate() {
+            println!(
+                "{channels} ch {taps} taps {bits}-bit output, dither {dither:?}, frame {f}: off by \
+                 one {} of {} ({:.4}%), {} differ from CPU ({} clear of a rounding boundary), \
+                 saturation gap {}/{}",
+                c.off_by_one,
+                c.values,
+                100.0 * c.off_by_one as f64 / c.values as f64,
+                c.cpu_mismatch,
+                c.cpu_mismatch_clear,
+                c.saturation_gap,
+                c.saturation_allowed
+            );
+            assert!((c.off_by_one as f64) < 1e-3 * c.values as f64, "{c:?}");
+            assert_eq!(c.cpu_mismatch_clear, 0, "{c:?}");
+            assert!(c.saturation_gap <= c.saturation_allowed, "{c:?}");
+        }
+    }
+}
+
+/// The dither requirement on the GPU: a 0.3 LSB tone over 10^5 spectra.
+#[test]
+fn dither_recovers_a_weak_tone() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    check_dither_unbiased(&|g| Box::new(cuda(g).expect("CUDA was present")));
+}
+
 /// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
 /// overlap: each frame's span starts with the previous span's tail. Also a chunk shorter than the
 /// overlap, where the tail includes the previous frame's own overlap.
@@ -373,8 +448,10 @@ fn frames_carry_the_overlap() {
                 let done = gpu.wait().unwrap().unwrap();
                 let want = expected.pop_front().unwrap();
                 assert_written(&done);
-                let (o, v) =
-                    int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
+                let (o, v) = int8_differences(
+                    &done.outputs[0].components(8),
+                    &want.outputs[0].components(8),
+                );
                 assert_eq!(done.input.timestamp, want.input.timestamp);
                 ones += o;
                 values += v;
@@ -385,7 +462,10 @@ fn frames_carry_the_overlap() {
         while let Some(done) = gpu.wait().unwrap() {
             let want = expected.pop_front().unwrap();
             assert_written(&done);
-            let (o, v) = int8_differences(done.outputs[0].heaps_i8(), want.outputs[0].heaps_i8());
+            let (o, v) = int8_differences(
+                &done.outputs[0].components(8),
+                &want.outputs[0].components(8),
+            );
             ones += o;
             values += v;
             waited += 1;
