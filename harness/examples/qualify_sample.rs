@@ -382,6 +382,7 @@ fn main() -> anyhow::Result<()> {
             spectra_per_heap: 256,
             adc_sample_rate: 1.712e9,
             sample_bits: 10,
+            output_bits: 8,
             harness_version: env!("CARGO_PKG_VERSION").into(),
         },
         quick: true,

@@ -13,6 +13,7 @@ use clap::Args;
 use spead::transport::Endpoint;
 
 use crate::control::{CounterNames, Tone};
+use crate::feng_raw::OutputBits;
 use crate::receive::{HeapSink, NoSink, ReceiveConfig, Receiver};
 use crate::record::FilterDesign;
 use crate::services::{self, ArraySpec, LocalSpec, Services};
@@ -56,6 +57,12 @@ pub struct SystemArgs {
     /// Spectra per output heap. Default: the engine's /status, else learned from the heap size.
     #[arg(long, help_heading = "System")]
     pub spectra_per_heap: Option<usize>,
+    /// Bits per output component, 8 or 4 (one byte per complex value). With --local, passed to
+    /// the engine as its --output-bits [default: the engine's, 8]. In URL mode the engine's
+    /// /status says; this is used only where the status cannot be read, and a status that says
+    /// otherwise is an error.
+    #[arg(long, value_name = "8|4", help_heading = "System")]
+    pub output_bits: Option<OutputBits>,
     /// Bits per input sample (full scale for the response's gain choice).
     #[arg(long, default_value_t = 10, help_heading = "System")]
     pub sample_bits: u32,
@@ -224,6 +231,8 @@ pub struct Geometry {
     pub spectra_per_heap: Option<usize>,
     /// The engine's PFB filter design, from its /status (the default design until it says).
     pub filter: FilterDesign,
+    /// The engine's output format, from its /status (with --local, what it was told).
+    pub bits: OutputBits,
 }
 
 /// A running system and the receiver on its output.
@@ -282,6 +291,8 @@ pub fn setup(
             taps: sys.taps.unwrap_or(16),
             spectra_per_heap: sys.spectra_per_heap,
             filter: FilterDesign::default(),
+            // The receiver starts before the engine does: with the format the engine is told.
+            bits: sys.output_bits.unwrap_or_default(),
         };
         if sys.substreams == 0 {
             bail!("--substreams must be at least 1");
@@ -330,6 +341,7 @@ pub fn setup(
             channels,
             taps: geometry.taps,
             spectra_per_heap: sys.spectra_per_heap,
+            output_bits: sys.output_bits.map(OutputBits::bits),
             rate,
             tone: Some(tone),
             noise: sys.noise,
@@ -355,6 +367,8 @@ pub fn setup(
         if let Ok(g) = services.engine.geometry() {
             geometry.filter = g.filter;
         }
+        // ... or another output format, which the receiver, already started, cannot follow.
+        check_output_bits(&services, geometry.bits)?;
         return Ok(Setup {
             services,
             rx,
@@ -399,6 +413,19 @@ pub fn setup(
         .status()
         .map_err(|e| tracing::warn!("dsim /status unreadable ({e:#})"))
         .ok();
+    let bits = match eg {
+        Some(g) => engine_bits(g.output_bits, services.engine.url())?,
+        None => sys.output_bits.unwrap_or_default(),
+    };
+    if let Some(given) = sys.output_bits.filter(|&b| b != bits) {
+        bail!(
+            "the engine at {} sends {bits} output (its /status says), not the {given} of \
+             --output-bits",
+            services.engine.url()
+        );
+    }
+    // Every engine of an array alike.
+    check_output_bits(&services, bits)?;
     let geometry = Geometry {
         channels: sys
             .channels
@@ -407,6 +434,7 @@ pub fn setup(
         taps: sys.taps.or(eg.map(|g| g.taps)).unwrap_or(16),
         spectra_per_heap: sys.spectra_per_heap.or(eg.map(|g| g.spectra_per_heap)),
         filter: eg.map(|g| g.filter).unwrap_or_default(),
+        bits,
     };
     let dst: Endpoint = sys
         .dst
@@ -447,6 +475,33 @@ pub fn setup(
     })
 }
 
+/// The output format an engine's /status names, or an error that says the harness cannot read it.
+fn engine_bits(bits: u32, url: &str) -> Result<OutputBits> {
+    OutputBits::from_bits(bits).with_context(|| {
+        format!(
+            "the engine at {url} sends {bits}-bit output, which the harness cannot read (8 or 4)"
+        )
+    })
+}
+
+/// Checks that every engine whose /status can be read sends the `bits` output the harness reads.
+fn check_output_bits(services: &Services, bits: OutputBits) -> Result<()> {
+    for a in &services.antennas {
+        let Ok(g) = a.engine.geometry() else { continue };
+        let sent = engine_bits(g.output_bits, a.engine.url())?;
+        if sent != bits {
+            bail!(
+                "the engine at {} sends {sent} output, but the harness reads {bits}: give it \
+                 --output-bits {} (with --local it passes it on to the engine; leave it out of \
+                 --fengine-args)",
+                a.engine.url(),
+                sent.bits()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn start_receiver(
     sys: &SystemArgs,
     dst: &Endpoint,
@@ -459,6 +514,7 @@ pub fn start_receiver(
     cfg.payload = sink.is_some();
     let sink = sink.unwrap_or_else(|| Arc::new(NoSink));
     cfg.spectra_per_heap = g.spectra_per_heap;
+    cfg.bits = g.bits;
     cfg.interface = sys.interface;
     cfg.buffer_bytes = sys.rcvbuf;
     Ok(Receiver::start(&cfg, sink)?)

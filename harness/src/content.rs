@@ -1,15 +1,18 @@
-//! What the heaps hold: per-channel power of the 8-bit output, the strongest channel per
+//! What the heaps hold: per-channel power of the output, the strongest channel per
 //! polarisation, and whether it is the channel of the tone dsim sends.
 //!
-//! A heap's `feng_raw` is int8 `(channels_per_substream, spectra_per_heap, 2 pols, 2)`, channel
-//! major (docs/wire-formats.md). Reading every heap at 12 GB/s would cost the harness the cores the
-//! engine needs, so the monitor samples heaps at a bounded rate per substream.
+//! A heap's `feng_raw` is `(channels_per_substream, spectra_per_heap, 2 pols)` complex values,
+//! channel major, 8-bit (two int8 each) or 4-bit (one byte each) as the engine says
+//! ([`feng_raw`](crate::feng_raw), docs/wire-formats.md). Reading every heap at 12 GB/s would cost
+//! the harness the cores the engine needs, so the monitor samples heaps at a bounded rate per
+//! substream.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::feng_raw::{unpack4, OutputBits};
 use crate::receive::HeapSink;
 
 /// Sum of |x|^2 per channel and polarisation, and the spectra summed, for a whole band.
@@ -41,33 +44,35 @@ impl ChannelPower {
         self.spectra.iter_mut().for_each(|s| *s = 0);
     }
 
-    /// Adds one heap's `feng_raw` of `n` channels from `first_channel` (the spectra per heap
-    /// follow from its length). Returns false (and adds nothing) when the payload is not a whole
-    /// number of spectra of `n` channels, or runs past the band.
-    pub fn add_heap(&mut self, data: &[u8], first_channel: usize, n: usize) -> bool {
-        if n == 0 || data.is_empty() || !data.len().is_multiple_of(n * 4) {
+    /// Adds one heap's `feng_raw` of `n` channels from `first_channel`, in the output format
+    /// `bits` (the spectra per heap follow from its length). Returns false (and adds nothing)
+    /// when the payload is not a whole number of spectra of `n` channels, or runs past the band.
+    pub fn add_heap(
+        &mut self,
+        data: &[u8],
+        first_channel: usize,
+        n: usize,
+        bits: OutputBits,
+    ) -> bool {
+        let bytes = bits.spectrum_bytes();
+        if n == 0 || data.is_empty() || !data.len().is_multiple_of(n * bytes) {
             return false;
         }
-        let spectra = data.len() / (n * 4);
-        let per_channel = spectra * 4;
+        let spectra = data.len() / (n * bytes);
+        let per_channel = spectra * bytes;
         if first_channel + n > self.power.len() {
             return false;
         }
         for (c, block) in data.chunks_exact(per_channel).enumerate() {
             // Integer sums: exact, and faster than float per sample. 32-bit sums over 64 KiB
-            // pieces (2^15 squares of at most 2^14 per polarisation: below 2^32) let the compiler
-            // vectorise the loop; the pieces add up in 64 bits.
+            // pieces (at most 2^15 squares of at most 2^14 per polarisation: below 2^32) let the
+            // compiler vectorise the loop; the pieces add up in 64 bits.
             let mut acc = [0u64; 2];
             for piece in block.chunks(1 << 16) {
-                let mut part = [0u32; 2];
-                for v in piece.chunks_exact(4) {
-                    let sq = |b: u8| {
-                        let x = b as i8 as i32;
-                        (x * x) as u32
-                    };
-                    part[0] += sq(v[0]) + sq(v[1]);
-                    part[1] += sq(v[2]) + sq(v[3]);
-                }
+                let part = match bits {
+                    OutputBits::Eight => power8(piece),
+                    OutputBits::Four => power4(piece),
+                };
                 acc[0] += u64::from(part[0]);
                 acc[1] += u64::from(part[1]);
             }
@@ -104,6 +109,34 @@ impl ChannelPower {
             })
         })
     }
+}
+
+/// Per polarisation, the sum of |x|^2 over a piece of 8-bit values (4 bytes a spectrum).
+fn power8(piece: &[u8]) -> [u32; 2] {
+    let sq = |b: u8| {
+        let x = b as i8 as i32;
+        (x * x) as u32
+    };
+    let mut part = [0u32; 2];
+    for v in piece.chunks_exact(4) {
+        part[0] += sq(v[0]) + sq(v[1]);
+        part[1] += sq(v[2]) + sq(v[3]);
+    }
+    part
+}
+
+/// Per polarisation, the sum of |x|^2 over a piece of 4-bit values (2 bytes a spectrum).
+fn power4(piece: &[u8]) -> [u32; 2] {
+    let sq = |b: u8| {
+        let [re, im] = unpack4(b).map(i32::from);
+        (re * re + im * im) as u32
+    };
+    let mut part = [0u32; 2];
+    for v in piece.chunks_exact(2) {
+        part[0] += sq(v[0]);
+        part[1] += sq(v[1]);
+    }
+    part
 }
 
 /// The strongest channel of one polarisation.
@@ -230,6 +263,7 @@ impl Expected {
 pub struct ContentMonitor {
     interval: Duration,
     per_substream: usize,
+    bits: OutputBits,
     state: Mutex<MonitorState>,
 }
 
@@ -240,10 +274,12 @@ struct MonitorState {
 }
 
 impl ContentMonitor {
-    pub fn new(channels: usize, substreams: usize, interval: Duration) -> Self {
+    /// A monitor of `channels` over `substreams`, of output in the format `bits`.
+    pub fn new(channels: usize, substreams: usize, interval: Duration, bits: OutputBits) -> Self {
         Self {
             interval,
             per_substream: channels / substreams.max(1),
+            bits,
             state: Mutex::new(MonitorState {
                 acc: ChannelPower::new(channels),
                 last: vec![None; substreams],
@@ -273,7 +309,10 @@ impl HeapSink for ContentMonitor {
         if let Some(slot) = s.last.get_mut(substream) {
             *slot = Some(now);
         }
-        if !s.acc.add_heap(data, first_channel, self.per_substream) {
+        if !s
+            .acc
+            .add_heap(data, first_channel, self.per_substream, self.bits)
+        {
             s.bad_shape += 1;
         }
     }
@@ -282,6 +321,9 @@ impl HeapSink for ContentMonitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const EIGHT: OutputBits = OutputBits::Eight;
+    const FOUR: OutputBits = OutputBits::Four;
 
     /// A heap of `ch` channels x `spectra` where channel `tone` holds (a, 0) in pol 0 and (0, b)
     /// in pol 1 and every other value is `noise`.
@@ -320,7 +362,7 @@ mod tests {
     fn power_and_strongest_channel() {
         let mut acc = ChannelPower::new(16);
         assert!(!acc.sampled(11));
-        assert!(acc.add_heap(&heap(8, 4, 3, -100, 50, 1), 8, 8));
+        assert!(acc.add_heap(&heap(8, 4, 3, -100, 50, 1), 8, 8, EIGHT));
         assert_eq!(acc.mean(11, 0), Some(10000.0));
         assert!(acc.sampled(11) && acc.sampled(8) && !acc.sampled(7) && !acc.sampled(99));
         assert_eq!(acc.mean(11, 1), Some(2500.0));
@@ -343,7 +385,7 @@ mod tests {
         let mut data = vec![0x80u8; 2 * spectra * 4]; // -128 everywhere
         data[3] = 1; // pol 1 imaginary of channel 0's first spectrum: 1 instead of -128
         let mut acc = ChannelPower::new(2);
-        assert!(acc.add_heap(&data, 0, 2));
+        assert!(acc.add_heap(&data, 0, 2, EIGHT));
         let full = (spectra * 2 * 128 * 128) as f64;
         assert_eq!(acc.mean(0, 0), Some(full / spectra as f64));
         assert_eq!(
@@ -356,7 +398,7 @@ mod tests {
     #[test]
     fn flat_or_zero_output_is_no_tone() {
         let mut acc = ChannelPower::new(8);
-        acc.add_heap(&[0u8; 8 * 2 * 4], 0, 8);
+        acc.add_heap(&[0u8; 8 * 2 * 4], 0, 8, EIGHT);
         let peaks = acc.strongest();
         assert_eq!(check(&peaks, 3.0), Verdict::NoTone);
     }
@@ -364,10 +406,102 @@ mod tests {
     #[test]
     fn bad_shapes_are_refused() {
         let mut acc = ChannelPower::new(8);
-        assert!(!acc.add_heap(&[0u8; 7], 0, 2));
-        assert!(!acc.add_heap(&[0u8; 8 * 2 * 4], 1, 8));
-        assert!(!acc.add_heap(&[0u8; 8], 0, 0));
-        assert!(!acc.add_heap(&[], 0, 8));
+        assert!(!acc.add_heap(&[0u8; 7], 0, 2, EIGHT));
+        assert!(!acc.add_heap(&[0u8; 8 * 2 * 4], 1, 8, EIGHT));
+        assert!(!acc.add_heap(&[0u8; 8], 0, 0, EIGHT));
+        assert!(!acc.add_heap(&[], 0, 8, EIGHT));
+        // 4-bit: 2 bytes per channel and spectrum.
+        assert!(!acc.add_heap(&[0u8; 8 * 3], 0, 8, FOUR));
+        assert!(!acc.add_heap(&[0u8; 8 * 2 * 2], 1, 8, FOUR));
+        assert!(
+            !acc.add_heap(&[0u8; 6], 0, 3, EIGHT),
+            "one 4-bit spectrum of 3 channels is no whole 8-bit one"
+        );
+        assert!(acc.add_heap(&[0u8; 6], 0, 3, FOUR));
+    }
+
+    /// [`heap`] in 4-bit output: channel `tone` holds (a, 0) in pol 0 and (0, b) in pol 1, every
+    /// other value is (noise, noise); nibbles packed by hand, real part high.
+    fn heap4(ch: usize, spectra: usize, tone: usize, a: i8, b: i8, noise: i8) -> Vec<u8> {
+        let nib = |v: i8| (v as u8) & 0x0f;
+        let mut d = Vec::with_capacity(ch * spectra * 2);
+        for c in 0..ch {
+            for _ in 0..spectra {
+                if c == tone {
+                    d.extend_from_slice(&[nib(a) << 4, nib(b)]);
+                } else {
+                    d.extend_from_slice(&[nib(noise) << 4 | nib(noise); 2]);
+                }
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn power_and_strongest_channel_of_4_bit_output() {
+        let mut acc = ChannelPower::new(16);
+        assert!(acc.add_heap(&heap4(8, 4, 3, -7, 5, 1), 8, 8, FOUR));
+        assert_eq!(acc.mean(11, 0), Some(49.0));
+        assert_eq!(acc.mean(11, 1), Some(25.0));
+        assert_eq!(acc.mean(8, 0), Some(2.0));
+        assert_eq!(acc.mean(8, 1), Some(2.0));
+        assert!(acc.sampled(8) && acc.sampled(15) && !acc.sampled(7));
+        let [p0, p1] = acc.strongest();
+        let (p0, p1) = (p0.unwrap(), p1.unwrap());
+        assert_eq!((p0.channel, p0.power, p0.median), (11, 49.0, 2.0));
+        assert_eq!((p1.channel, p1.power), (11, 25.0));
+        assert_eq!(check(&[Some(p0), Some(p1)], 11.0), Verdict::Match);
+        // Negative noise, sign-extended: (-3, -3) is power 18, not (13, 13)'s 338.
+        let mut acc = ChannelPower::new(8);
+        assert!(acc.add_heap(&heap4(8, 2, 0, 7, 7, -3), 0, 8, FOUR));
+        assert_eq!(acc.mean(5, 0), Some(18.0));
+        assert_eq!(acc.mean(0, 1), Some(49.0));
+    }
+
+    #[test]
+    fn every_4_bit_value_adds_its_own_power() {
+        // One channel, a spectrum per byte value of pol 0 (pol 1 zero): the sum over all 256
+        // codes is 16 * 2 * (sum of v^2 over -8..7) = 32 * 344.
+        let mut data = Vec::new();
+        for b in 0..=255u8 {
+            data.extend_from_slice(&[b, 0]);
+        }
+        let mut acc = ChannelPower::new(1);
+        assert!(acc.add_heap(&data, 0, 1, FOUR));
+        assert_eq!(acc.mean(0, 0), Some(32.0 * 344.0 / 256.0));
+        assert_eq!(acc.mean(0, 1), Some(0.0));
+    }
+
+    #[test]
+    fn long_blocks_of_4_bit_full_scale_sum_exactly() {
+        // 300000 spectra of (-8, -8): several 64 KiB pieces per channel.
+        let spectra = 300_000;
+        let mut data = vec![0x88u8; 2 * spectra * 2];
+        data[1] = 0x10; // pol 1 of channel 0's first spectrum: (1, 0)
+        let mut acc = ChannelPower::new(2);
+        assert!(acc.add_heap(&data, 0, 2, FOUR));
+        let full = (spectra * 128) as f64;
+        assert_eq!(acc.mean(0, 0), Some(full / spectra as f64));
+        assert_eq!(acc.mean(0, 1), Some((full - 128.0 + 1.0) / spectra as f64));
+        assert_eq!(acc.mean(1, 1), Some(128.0));
+    }
+
+    #[test]
+    fn a_4_bit_monitor_finds_the_tone() {
+        let m = ContentMonitor::new(16, 2, Duration::ZERO, FOUR);
+        m.heap(0, 0, 0, &heap4(8, 4, 2, 6, 6, 0));
+        m.heap(1, 8, 0, &heap4(8, 4, 2, 1, 1, 1));
+        let (acc, bad) = m.take();
+        assert_eq!(bad, 0);
+        assert_eq!(acc.mean(2, 0), Some(36.0));
+        assert_eq!(acc.mean(10, 1), Some(1.0));
+        assert_eq!(acc.mean(11, 0), Some(2.0));
+        assert_eq!(acc.strongest()[1].map(|p| p.channel), Some(2));
+        // An 8-bit heap of the same spectra is twice as long: 4-bit of 8 spectra, still a whole
+        // number; one of an odd length is of the wrong shape.
+        m.heap(0, 0, 1, &heap(8, 4, 2, 6, 6, 0));
+        m.heap(1, 8, 1, &[0u8; 8 * 2 * 3 + 1]);
+        assert_eq!(m.take().1, 1);
     }
 
     #[test]
@@ -382,7 +516,7 @@ mod tests {
 
     #[test]
     fn monitor_samples_per_substream() {
-        let m = ContentMonitor::new(16, 2, Duration::from_secs(3600));
+        let m = ContentMonitor::new(16, 2, Duration::from_secs(3600), EIGHT);
         let h = heap(8, 4, 2, 100, 100, 0);
         m.heap(0, 0, 0, &h);
         // Within the interval: skipped.

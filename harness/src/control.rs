@@ -344,6 +344,8 @@ pub struct EngineGeometry {
     pub spectra_per_heap: usize,
     pub adc_sample_rate: f64,
     pub filter: crate::record::FilterDesign,
+    /// Bits per output component, as the engine says (8 or 4; an older engine says nothing: 8).
+    pub output_bits: u32,
 }
 
 impl EngineGeometry {
@@ -359,6 +361,7 @@ impl EngineGeometry {
                 rect: w.window_function == "rect",
                 w_cutoff: w.w_cutoff,
             },
+            output_bits: w.bits,
         })
     }
 }
@@ -484,13 +487,18 @@ mod tests {
 
     /// An engine status as the engine serves it: one wideband output.
     fn engine_status_text() -> String {
+        engine_status_text_bits(8)
+    }
+
+    /// As [`engine_status_text`], of output with `bits` per component.
+    fn engine_status_text_bits(bits: u32) -> String {
         use fgpu_api::engine::*;
         let wideband = Output {
             kind: OutputKind::Wideband,
             channels: 1024,
             taps: 16,
             window_function: "hann".into(),
-            bits: 8,
+            bits,
             dither_seed: None,
             w_cutoff: 1.0,
             spectra_per_heap: 256,
@@ -689,6 +697,12 @@ mod tests {
             (g.channels, g.taps, g.spectra_per_heap, g.adc_sample_rate),
             (1024, 16, 256, 1.712e9)
         );
+        assert_eq!(g.output_bits, 8);
+        let (url, _) = fake_server(|_, _| (200, engine_status_text_bits(4)));
+        let g = Engine::new(&url, CounterNames::default())
+            .geometry()
+            .unwrap();
+        assert_eq!(g.output_bits, 4);
         let (url, _) = fake_server(|_, _| (200, r#"{"config": {"channels": 1024}}"#.into()));
         let err = format!(
             "{:#}",

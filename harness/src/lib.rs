@@ -14,6 +14,7 @@
 //! - [`receive`]: join the output substreams, assemble heaps, track each substream's sequence.
 //! - [`gaps`]: pure sequence logic (gaps, late, duplicates) and the test bed's oracle of which
 //!   output heaps a lost input heap takes with it.
+//! - [`feng_raw`]: the output heaps' values, 8-bit or 4-bit, as the harness reads them.
 //! - [`content`]: per-channel power, strongest channel, the tone check.
 //! - [`watch`]: the `watch` loop, one record per interval, published on a [`feed`].
 //! - [`search`]: the binary search with repeats, over any trial function.
@@ -40,6 +41,7 @@ pub mod control;
 pub mod cpu;
 pub mod dashboard;
 pub mod feed;
+pub mod feng_raw;
 pub mod gaps;
 pub mod qualify;
 pub mod receive;

@@ -6,7 +6,8 @@
 //! The 8-bit output cannot hold the whole range at one gain, so each step sets the engine gain
 //! that puts the tone's expected level near `target` counts (the paper uses different gains for
 //! different tones) and divides it out. The gain comes from the theory only to choose a level;
-//! the measurement itself does not depend on it.
+//! the measurement itself does not depend on it. 4-bit output (clamped at 7 rather than 127) has
+//! every level scaled by 7/127.
 //!
 //! Theory, for n channels, T taps and weights w (docs/signal-path.md): a tone at k + d channels
 //! (frequency (k + d) fs / 2n) gives channel k the amplitude |W(d / 2n)|, W(nu) = sum_i w_i
@@ -21,6 +22,7 @@ use num_complex::Complex64;
 
 use crate::content::db;
 use crate::control::Tone;
+use crate::feng_raw::OutputBits;
 use crate::receive::{HeapSink, Receiver};
 pub use crate::record::{FilterDesign, ResponseConfig, ResponseGeometry};
 use crate::record::{ResponsePoint, ResponseReport, ResponseStep};
@@ -102,6 +104,7 @@ pub fn coherent_gain(weights: &[f64]) -> f64 {
 pub struct CrossAccumulator {
     channel: usize,
     per_substream: usize,
+    bits: OutputBits,
     state: Mutex<Cross>,
 }
 
@@ -114,15 +117,18 @@ pub struct Cross {
     /// Sums of |x0|^2 and |x1|^2.
     pub auto: [f64; 2],
     pub spectra: u64,
-    /// Values with a component at the clamp (+-127): the gain was too high.
+    /// Values with a component at the clamp (+-127, or +-7 for 4-bit output): the gain was too
+    /// high.
     pub saturated: u64,
 }
 
 impl CrossAccumulator {
-    pub fn new(channel: usize, channels: usize, substreams: usize) -> Self {
+    /// Sums `channel` of `channels` over `substreams`, of output in the format `bits`.
+    pub fn new(channel: usize, channels: usize, substreams: usize, bits: OutputBits) -> Self {
         Self {
             channel,
             per_substream: channels / substreams.max(1),
+            bits,
             state: Mutex::new(Cross::default()),
         }
     }
@@ -159,9 +165,10 @@ impl HeapSink for CrossAccumulator {
         if self.channel < first_channel || self.channel >= first_channel + self.per_substream {
             return;
         }
-        // Spectra per heap from the heap's length: (channels, spectra, 2 pols, re/im) int8.
-        let spectra = data.len() / (self.per_substream.max(1) * 4);
-        let per_channel = spectra * 4;
+        // Spectra per heap from the heap's length: (channels, spectra, 2 pols) complex values.
+        let bits = self.bits;
+        let spectra = data.len() / (self.per_substream.max(1) * bits.spectrum_bytes());
+        let per_channel = spectra * bits.spectrum_bytes();
         if per_channel == 0 {
             return;
         }
@@ -173,14 +180,14 @@ impl HeapSink for CrossAccumulator {
         if !s.armed || timestamp < s.min_timestamp {
             return;
         }
-        let v = |b: u8| b as i8 as f64;
-        for x in block.chunks_exact(4) {
-            let x0 = Complex64::new(v(x[0]), v(x[1]));
-            let x1 = Complex64::new(v(x[2]), v(x[3]));
+        let c = |v: [i32; 2]| Complex64::new(f64::from(v[0]), f64::from(v[1]));
+        for x in block.chunks_exact(bits.spectrum_bytes()) {
+            let [v0, v1] = bits.decode(x);
+            let (x0, x1) = (c(v0), c(v1));
             s.cross += x0 * x1.conj();
             s.auto[0] += x0.norm_sqr();
             s.auto[1] += x1.norm_sqr();
-            if x.iter().any(|&b| (b as i8).unsigned_abs() >= 127) {
+            if bits.at_limit(v0) || bits.at_limit(v1) {
                 s.saturated += 1;
             }
         }
@@ -258,14 +265,20 @@ pub fn gain_for(
 }
 
 /// The largest gain that keeps the input noise (Gaussian `noise` of full scale, plus dither and
-/// rounding, 1/6 LSB^2 together) well inside the 8-bit output: about 18 counts rms per part, so
-/// that with the tone on top a clamp is a 4-sigma event. Far from the centre this, not the
-/// tone's level, limits the gain.
-pub fn noise_limited_gain(noise: f64, sample_bits: u32) -> f64 {
+/// rounding, 1/6 LSB^2 together) well inside the output: about 18 counts rms per part of the
+/// 8-bit output (1 of the 4-bit), so that with the tone on top a clamp is a 4-sigma event. Far
+/// from the centre this, not the tone's level, limits the gain.
+pub fn noise_limited_gain(noise: f64, sample_bits: u32, bits: OutputBits) -> f64 {
     let full_scale = (1u64 << (sample_bits.clamp(2, 16) - 1)) as f64;
     let sigma = ((noise * full_scale).powi(2) + 1.0 / 6.0).sqrt();
     // Unit-energy weights: channel complex rms = input rms; per part that over sqrt(2).
-    25.0 / sigma
+    scaled_level(25.0, bits) / sigma
+}
+
+/// The level in output of `bits` that stands where `level` counts stand in 8-bit output: the
+/// same fraction of the clamp (7/127 of it for 4-bit output).
+pub fn scaled_level(level: f64, bits: OutputBits) -> f64 {
+    level * f64::from(bits.limit()) / 127.0
 }
 
 /// Runs the measurement: for each offset, set tone and gain, settle, integrate; each step's
@@ -310,11 +323,13 @@ pub fn measure(
             .min(noise_limited_gain(
                 config.noise.unwrap_or(DSIM_DEFAULT_NOISE),
                 geometry.sample_bits,
+                geometry.output_bits,
             ));
             if let Err(e) = services.engine.set_gain(gain) {
                 tracing::warn!(
                     "setting the engine gain failed ({e:#}); measuring at its own gain, so the \
-                     8-bit output limits the range"
+                     {} output limits the range",
+                    geometry.output_bits
                 );
                 gains_work = false;
                 gain = 1.0;
@@ -473,9 +488,14 @@ mod tests {
         assert!((g60 / g0 - 1000.0).abs() < 1e-6);
         assert_eq!(gain_for(-200.0, 0.9, 10, s, 40.0, 100.0), 100.0);
         // 0.001 of a 10-bit full scale is 0.512 counts: with dither, 0.66 rms, gain 38.
-        let g = noise_limited_gain(0.001, 10);
+        let g = noise_limited_gain(0.001, 10, OutputBits::Eight);
         assert!((g - 25.0 / (0.512f64.powi(2) + 1.0 / 6.0).sqrt()).abs() < 1e-9);
-        assert!(noise_limited_gain(0.05, 10) < 1.0);
+        assert!(noise_limited_gain(0.05, 10, OutputBits::Eight) < 1.0);
+        // 4-bit output: the same fraction of its clamp, 7 rather than 127.
+        let g4 = noise_limited_gain(0.001, 10, OutputBits::Four);
+        assert!((g4 / g - 7.0 / 127.0).abs() < 1e-12);
+        assert_eq!(scaled_level(127.0, OutputBits::Four), 7.0);
+        assert_eq!(scaled_level(40.0, OutputBits::Eight), 40.0);
     }
 
     fn cfg() -> ResponseConfig {
@@ -500,6 +520,7 @@ mod tests {
             channels: 1024,
             taps: 16,
             sample_bits: 10,
+            output_bits: OutputBits::Eight,
             adc_rate: 1712e6,
             filter: FilterDesign::default(),
         }
@@ -549,7 +570,7 @@ mod tests {
     #[test]
     fn cross_accumulator_sums_one_channel_when_armed() {
         // 2 substreams of 4 channels, 2 spectra per heap; measure channel 5 (substream 1, index 1).
-        let acc = CrossAccumulator::new(5, 8, 2);
+        let acc = CrossAccumulator::new(5, 8, 2, OutputBits::Eight);
         let mut heap = vec![0u8; 4 * 2 * 4];
         // Channel index 1 in the heap: spectra (3+4i, 3+4i) and (127, 0; 0, 0).
         heap[8..12].copy_from_slice(&[3, 4, 3, 4]);
@@ -568,5 +589,27 @@ mod tests {
         assert_eq!(c.saturated, 1);
         acc.heap(1, 4, 100, &heap);
         assert_eq!(acc.take().spectra, 2, "disarmed after take");
+    }
+
+    #[test]
+    fn cross_accumulator_reads_4_bit_output() {
+        // The same heap as above in 4-bit output, 2 bytes per channel and spectrum: channel index
+        // 1 holds (3+4i, 3+4i) and (7, 0; 0, -7), then a negative value (-3-4i, -3-4i).
+        let acc = CrossAccumulator::new(5, 8, 2, OutputBits::Four);
+        let mut heap = vec![0u8; 4 * 3 * 2];
+        heap[6..12].copy_from_slice(&[0x34, 0x34, 0x70, 0x09, 0xdc, 0xdc]);
+        acc.arm(0);
+        acc.heap(1, 4, 100, &heap);
+        let c = acc.take();
+        assert_eq!(c.spectra, 3);
+        // (3+4i)(3-4i) twice, and 7 conj(-7i) = 49i.
+        assert_eq!(c.cross, Complex64::new(50.0, 49.0));
+        assert_eq!(c.auto, [50.0 + 49.0, 50.0 + 49.0]);
+        assert_eq!(c.saturated, 1, "one value at the clamp of 7");
+        // An 8-bit reading of the same bytes would see other spectra: not this channel's.
+        let acc8 = CrossAccumulator::new(5, 8, 2, OutputBits::Eight);
+        acc8.arm(0);
+        acc8.heap(1, 4, 100, &heap);
+        assert_ne!(acc8.take().cross, c.cross);
     }
 }

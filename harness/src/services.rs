@@ -33,6 +33,8 @@ pub struct LocalSpec {
     pub channels: usize,
     pub taps: usize,
     pub spectra_per_heap: Option<usize>,
+    /// Bits per output component the engine is told (`--output-bits`); None: its default.
+    pub output_bits: Option<u32>,
     /// Initial ADC sample rate (sample/s per polarisation).
     pub rate: f64,
     pub tone: Option<Tone>,
@@ -328,6 +330,9 @@ impl AntennaPlan {
         if let Some(s) = spec.spectra_per_heap {
             engine_args.extend(["--spectra-per-heap".into(), s.to_string()]);
         }
+        if let Some(b) = spec.output_bits {
+            engine_args.extend(["--output-bits".into(), b.to_string()]);
+        }
         let mut dsim_args = vec![
             "--pol0-dest".into(),
             input(pol0),
@@ -484,6 +489,7 @@ mod tests {
             channels: 64,
             taps: 4,
             spectra_per_heap: None,
+            output_bits: None,
             rate: 1e6,
             tone: None,
             noise: None,

@@ -90,6 +90,83 @@ fn watch_clean_run_has_no_gaps_and_sees_the_tone() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// 4-bit output (`--output-bits 4`, passed on to the engine): heaps of 2 bytes per channel and
+/// spectrum, received whole and in sequence, and the tone found in its channel. dsim's noise is
+/// low because the engine's default gain is set for 8-bit output: its default noise (18 counts
+/// rms per part there) would clamp nearly every 4-bit value, and no channel would stand out.
+#[test]
+fn watch_reads_4_bit_output_and_sees_the_tone() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("watch-4bit");
+    let summary = dir.join("summary.json");
+    let out = harness(
+        &[
+            "watch",
+            "--duration",
+            "5",
+            "--quiet",
+            "--output-bits",
+            "4",
+            "--noise",
+            "0.003",
+            "--json",
+            summary.to_str().unwrap(),
+        ],
+        &bins,
+        &dir,
+        "",
+    );
+    let s = json_file(&summary);
+    assert_eq!(out.status.code(), Some(0), "{s:#}");
+    assert_eq!(s["ok"], true);
+    assert_eq!(s["sequence"]["gaps"], 0);
+    assert_eq!(s["malformed"], 0);
+    assert_eq!(s["content"]["bad_shape"], 0);
+    let heaps = s["heaps"].as_u64().unwrap();
+    assert!(heaps > 0);
+    // 4 substreams: CHANNELS / 4 channels x SPECTRA spectra x 2 pols, one byte per value.
+    assert_eq!(
+        s["heap_bytes"].as_u64().unwrap(),
+        heaps * (CHANNELS / 4) * SPECTRA * 2,
+        "heaps of 4-bit output"
+    );
+    assert!(
+        s["content"]["matched"].as_u64().unwrap() > 0,
+        "{:#}",
+        s["content"]
+    );
+    assert_eq!(s["content"]["wrong_channel"], 0);
+    assert_eq!(s["content"]["no_tone"], 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An engine told `--output-bits 4` behind the harness's back (in --fengine-args) is caught as
+/// soon as it answers /status, in one sentence that says what to give instead.
+#[test]
+fn an_engine_of_another_output_format_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bins) = binaries() else { return };
+    let dir = out_dir("watch-bits-mismatch");
+    let mut args: Vec<String> = vec!["watch".into(), "--duration".into(), "5".into()];
+    let mut system = support::local_system(&bins, &dir.join("logs"), "--buffer-heaps 512");
+    let at = system.iter().position(|a| a == "--fengine-args").unwrap() + 1;
+    system[at].push_str(" --output-bits 4");
+    args.extend(system);
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("sends 4-bit output, but the harness reads 8-bit")
+            && err.contains("--output-bits 4"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn watch_reports_exactly_the_dropped_heaps_and_fails() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -14,18 +14,20 @@ pub mod watch;
 fn announce(s: &Setup) {
     if s.local && s.array.is_none() {
         eprintln!(
-            "local system: fengine --backend {} ({}), dsim ({}), output {}",
+            "local system: fengine --backend {} ({}), dsim ({}), output {} ({})",
             s.backend,
             s.services.engine.url(),
             s.services.dsim.url(),
-            s.rx.endpoint()
+            s.rx.endpoint(),
+            s.geometry.bits
         );
     } else if s.local {
         eprintln!(
-            "local array of {} antennas: fengine --backend {}, output {}",
+            "local array of {} antennas: fengine --backend {}, output {} ({})",
             s.services.antennas.len(),
             s.backend,
-            s.rx.endpoint()
+            s.rx.endpoint(),
+            s.geometry.bits
         );
         for (i, a) in s.services.antennas.iter().enumerate() {
             eprintln!(

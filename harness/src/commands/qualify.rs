@@ -11,6 +11,7 @@ use fgpu_api::dsim::{PolSignal, PolsRequest, SignalRequest};
 
 use super::announce;
 use crate::bringup::{self, SystemArgs};
+use crate::feng_raw::OutputBits;
 use crate::qualify::spectra::Spectra;
 use crate::qualify::{self, Bench, Geometry, Plan};
 use crate::receive::{HeapSink, Sinks};
@@ -92,8 +93,13 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         None,
         Some(&a.out_dir),
         |g, subs| {
-            let spectra = Arc::new(Spectra::new(g.channels, subs));
-            let response = Arc::new(CrossAccumulator::new(g.channels / 4, g.channels, subs));
+            let spectra = Arc::new(Spectra::new(g.channels, subs, g.bits));
+            let response = Arc::new(CrossAccumulator::new(
+                g.channels / 4,
+                g.channels,
+                subs,
+                g.bits,
+            ));
             sinks = Some((spectra.clone(), response.clone()));
             let all: Vec<Arc<dyn HeapSink>> = vec![spectra, response];
             Some(Arc::new(Sinks(all)))
@@ -125,7 +131,15 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         max_delay_samples: status.max_delay_s * adc_rate,
         chunk_samples: status.input.chunk_samples,
         filter: s.geometry.filter,
+        output_bits: s.geometry.bits,
     };
+    if geometry.output_bits != OutputBits::Eight {
+        tracing::warn!(
+            "the engine sends {} output: the suite's signal levels are set for 8-bit output, so \
+             its level-dependent checks may clamp or lose resolution",
+            geometry.output_bits
+        );
+    }
     let system = SystemUnderTest {
         engine_url: s.services.engine.url().into(),
         dsim_url: s.services.dsim.url().into(),
@@ -135,6 +149,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         spectra_per_heap: geometry.spectra_per_heap,
         adc_sample_rate: adc_rate,
         sample_bits: geometry.sample_bits,
+        output_bits: geometry.output_bits.bits(),
         harness_version: env!("CARGO_PKG_VERSION").into(),
     };
     // What to put back afterwards.

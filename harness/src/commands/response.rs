@@ -38,13 +38,14 @@ pub struct ResponseArgs {
     /// Tone amplitude, fraction of full scale.
     #[arg(long, default_value_t = 0.9)]
     pub amplitude: f64,
-    /// Output level (counts) each step's gain aims the tone at.
-    #[arg(long, default_value_t = 40.0)]
-    pub target: f64,
+    /// Output level (counts) each step's gain aims the tone at [default: 40 for 8-bit output,
+    /// 40 x 7/127 = 2.2 for 4-bit].
+    #[arg(long)]
+    pub target: Option<f64>,
     /// Largest gain set.
     #[arg(long, default_value_t = 1000.0)]
     pub max_gain: f64,
-    /// Keep the engine's gain (no PUT /gains; the 8-bit output then limits the range).
+    /// Keep the engine's gain (no PUT /gains; the output's bits then limit the range).
     #[arg(long)]
     pub no_gains: bool,
     /// Compare only where the theory is above this (dB).
@@ -72,7 +73,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         Some(&a.out_dir),
         |g, subs| {
             let channel = channel_arg.unwrap_or(g.channels / 4);
-            let c = Arc::new(CrossAccumulator::new(channel, g.channels, subs));
+            let c = Arc::new(CrossAccumulator::new(channel, g.channels, subs, g.bits));
             acc = Some(c.clone());
             Some(c)
         },
@@ -90,6 +91,7 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         channels: s.geometry.channels,
         taps: s.geometry.taps,
         sample_bits: a.system.sample_bits,
+        output_bits: s.geometry.bits,
         adc_rate: s
             .adc_rate
             .context("the ADC rate is unknown: give --adc-rate")?,
@@ -104,7 +106,9 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         amplitude: a.amplitude,
         // Little noise, so that high gains far from the centre do not clamp it (dither stays).
         noise: Some(a.system.noise.unwrap_or(0.001)),
-        target: a.target,
+        target: a
+            .target
+            .unwrap_or(response::scaled_level(40.0, s.geometry.bits)),
         max_gain: a.max_gain,
         floor_db: a.floor_db,
         tolerance_db: a.tolerance_db,

@@ -264,6 +264,7 @@ pub fn run(a: SoakArgs) -> Result<bool> {
             g.channels,
             subs,
             Duration::from_millis(50),
+            g.bits,
         ));
         monitor = Some(m.clone());
         (!count_only).then_some(m as Arc<dyn HeapSink>)

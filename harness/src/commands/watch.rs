@@ -71,7 +71,7 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     let interval = Duration::from_secs_f64(a.content_interval.max(0.0));
     let s = bringup::setup(&a.system, &a.system.backend, None, None, |g, subs| {
         monitors = (0..engines)
-            .map(|_| Arc::new(ContentMonitor::new(g.channels, subs, interval)))
+            .map(|_| Arc::new(ContentMonitor::new(g.channels, subs, interval, g.bits)))
             .collect();
         let sinks: Vec<Arc<dyn HeapSink>> = monitors
             .iter()

@@ -197,7 +197,7 @@ mod tests {
             let v = if c == tone { a } else { 1 };
             heap.extend_from_slice(&[v as u8, 0, 1, 0]);
         }
-        assert!(p.add_heap(&heap, 0, channels));
+        assert!(p.add_heap(&heap, 0, channels, crate::feng_raw::OutputBits::Eight));
         p
     }
 

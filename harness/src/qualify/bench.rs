@@ -32,6 +32,8 @@ pub struct Geometry {
     pub chunk_samples: usize,
     /// The engine's PFB filter design.
     pub filter: crate::record::FilterDesign,
+    /// The engine's output format.
+    pub output_bits: crate::feng_raw::OutputBits,
 }
 
 impl Geometry {

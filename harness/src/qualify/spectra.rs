@@ -1,13 +1,15 @@
 //! The suite's view of the engine's output: per channel and polarisation the power, and per
 //! channel the cross-power of the polarisations, summed over spectra whose timestamps fall in a
 //! window; optionally a trace, one entry per spectrum. Each substream keeps its own sums (its
-//! own lock), so the receive threads never wait on each other.
+//! own lock), so the receive threads never wait on each other. The values are read in the
+//! engine's output format, 8-bit or 4-bit ([`crate::feng_raw`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use num_complex::Complex64;
 
+use crate::feng_raw::OutputBits;
 use crate::receive::HeapSink;
 
 /// Sums over the spectra of a window, for the whole band.
@@ -22,7 +24,8 @@ pub struct Integration {
     /// Spectra summed per channel (its substream's count: a heap lost on the way leaves one
     /// substream short).
     pub counts: Vec<u64>,
-    /// Values with a component at the 8-bit clamp (-128 or 127), per polarisation.
+    /// Values with a component at the clamp (+-127 for 8-bit output, +-7 for 4-bit), per
+    /// polarisation.
     pub saturated: [u64; 2],
     /// Values seen per polarisation (channels x spectra over every substream).
     pub values: u64,
@@ -93,6 +96,7 @@ struct Part {
 pub struct Spectra {
     channels: usize,
     per_substream: usize,
+    bits: OutputBits,
     parts: Vec<Mutex<Part>>,
 }
 
@@ -100,11 +104,13 @@ pub struct Spectra {
 pub const MAX_TRACE: usize = 1 << 16;
 
 impl Spectra {
-    pub fn new(channels: usize, substreams: usize) -> Self {
+    /// Sums for `channels` over `substreams`, of output in the format `bits`.
+    pub fn new(channels: usize, substreams: usize, bits: OutputBits) -> Self {
         let substreams = substreams.max(1);
         Self {
             channels,
             per_substream: channels / substreams,
+            bits,
             parts: (0..substreams)
                 .map(|_| Mutex::new(Part::default()))
                 .collect(),
@@ -201,9 +207,11 @@ impl HeapSink for Spectra {
         if substream >= self.parts.len() || n == 0 {
             return;
         }
-        // (channels, spectra, 2 pols, re/im) int8.
-        let spectra = data.len() / (n * 4);
-        if spectra == 0 || data.len() != n * spectra * 4 {
+        // (channels, spectra, 2 pols) complex values of `bytes` a spectrum's two.
+        let bits = self.bits;
+        let bytes = bits.spectrum_bytes();
+        let spectra = data.len() / (n * bytes);
+        if spectra == 0 || data.len() != n * spectra * bytes {
             return;
         }
         let step = 2 * self.channels as u64;
@@ -216,27 +224,23 @@ impl HeapSink for Spectra {
         if !p.armed || !(0..spectra).any(in_window) {
             return;
         }
-        let v = |b: u8| b as i8 as f64;
-        let clamped = |re: u8, im: u8| {
-            let at = |b: u8| matches!(b as i8, -128 | 127);
-            at(re) || at(im)
-        };
+        let complex = |v: [i32; 2]| Complex64::new(f64::from(v[0]), f64::from(v[1]));
         let part = &mut *p;
         let mut counted = 0u64;
         for c in 0..n {
-            let block = &data[c * spectra * 4..(c + 1) * spectra * 4];
-            for (s, x) in block.chunks_exact(4).enumerate() {
+            let block = &data[c * spectra * bytes..(c + 1) * spectra * bytes];
+            for (s, x) in block.chunks_exact(bytes).enumerate() {
                 if !in_window(s) {
                     continue;
                 }
-                let x0 = Complex64::new(v(x[0]), v(x[1]));
-                let x1 = Complex64::new(v(x[2]), v(x[3]));
+                let [v0, v1] = bits.decode(x);
+                let (x0, x1) = (complex(v0), complex(v1));
                 part.power[0][c] += x0.norm_sqr();
                 part.power[1][c] += x1.norm_sqr();
                 let cross = x1 * x0.conj();
                 part.cross[c] += cross;
-                part.saturated[0] += clamped(x[0], x[1]) as u64;
-                part.saturated[1] += clamped(x[2], x[3]) as u64;
+                part.saturated[0] += u64::from(bits.at_limit(v0));
+                part.saturated[1] += u64::from(bits.at_limit(v1));
                 counted += 1;
                 if let Some(spec) = &part.trace {
                     let t = timestamp + s as u64 * step;
@@ -285,7 +289,7 @@ mod tests {
 
     #[test]
     fn sums_the_window_only_and_assembles_the_band() {
-        let sp = Spectra::new(8, 2);
+        let sp = Spectra::new(8, 2, OutputBits::Eight);
         // Spectra every 16 samples; heaps of 4 spectra.
         sp.arm(32, 96);
         sp.heap(0, 0, 0, &heap(4, 4)); // spectra at 0, 16, 32, 48: two in the window
@@ -309,7 +313,7 @@ mod tests {
 
     #[test]
     fn counts_clamped_values_and_traces_each_spectrum() {
-        let sp = Spectra::new(2, 1);
+        let sp = Spectra::new(2, 1, OutputBits::Eight);
         let w = vec![Complex64::new(1.0, 0.0), Complex64::new(0.0, 1.0)];
         sp.arm_trace(0, 100, w, 1);
         let mut d = heap(2, 2);
@@ -330,12 +334,72 @@ mod tests {
         assert_eq!(t[&4].parts, 1);
     }
 
+    /// [`heap`] in 4-bit output, the values wrapped into -8..7 (c and j below 8 here).
+    fn heap4(n: usize, s: usize) -> Vec<u8> {
+        heap(n, s)
+            .chunks_exact(2)
+            .map(|v| (v[0] << 4) | (v[1] & 0x0f))
+            .collect()
+    }
+
+    #[test]
+    fn four_bit_output_sums_as_its_8_bit_twin() {
+        let (eight, four) = (
+            Spectra::new(8, 2, OutputBits::Eight),
+            Spectra::new(8, 2, OutputBits::Four),
+        );
+        for sp in [&eight, &four] {
+            sp.arm(32, 96);
+        }
+        for (sub, c0) in [(0, 0), (1, 4)] {
+            for t in [0, 64] {
+                eight.heap(sub, c0, t, &heap(4, 4));
+                four.heap(sub, c0, t, &heap4(4, 4));
+            }
+        }
+        let (a, b) = (eight.take(), four.take());
+        assert_eq!((b.spectra, b.values), (4, 32));
+        assert_eq!(a.power, b.power);
+        assert_eq!(a.cross, b.cross);
+        // pol1's imaginary part is -c: channel 3's, -3, sign-extended.
+        assert_eq!(b.cross[3], Complex64::new(0.0, -(14.0 + 36.0)));
+        assert_eq!(b.saturated, [0, 0]);
+    }
+
+    #[test]
+    fn four_bit_values_at_7_are_clamped() {
+        let sp = Spectra::new(2, 1, OutputBits::Four);
+        sp.arm(0, 100);
+        let mut d = heap4(2, 2);
+        d[0] = 0x70; // channel 0, spectrum 0, pol0 (7, 0)
+        d[3] = 0x09; // channel 0, spectrum 1, pol1 (0, -7)
+        d[5] = 0x16; // channel 1, spectrum 0, pol1 (1, 6): not clamped
+        sp.heap(0, 0, 0, &d);
+        let i = sp.take();
+        assert_eq!(i.saturated, [1, 1]);
+        assert_eq!(i.power[0][0], 49.0 + 1.0);
+    }
+
+    #[test]
+    fn negative_clamps_count_too() {
+        let sp = Spectra::new(2, 1, OutputBits::Eight);
+        sp.arm(0, 100);
+        let mut d = heap(2, 2);
+        d[1] = (-127i8) as u8; // channel 0, spectrum 0, pol0 imaginary
+        sp.heap(0, 0, 0, &d);
+        assert_eq!(sp.take().saturated, [1, 0]);
+    }
+
     #[test]
     fn ignores_heaps_of_the_wrong_shape() {
-        let sp = Spectra::new(8, 2);
+        let sp = Spectra::new(8, 2, OutputBits::Eight);
         sp.arm(0, u64::MAX);
         sp.heap(0, 0, 0, &[0u8; 15]);
         sp.heap(5, 0, 0, &heap(4, 1));
+        assert_eq!(sp.take().spectra, 0);
+        let sp = Spectra::new(8, 2, OutputBits::Four);
+        sp.arm(0, u64::MAX);
+        sp.heap(0, 0, 0, &[0u8; 7]);
         assert_eq!(sp.take().spectra, 0);
     }
 }

@@ -37,13 +37,15 @@ mod worker;
 pub use kernel::udp_rcvbuf_errors;
 pub use snapshot::{CounterCheck, Snapshot, SubstreamSnapshot, MAX_RANGES};
 
+use crate::feng_raw::OutputBits;
 use bind::bind_all;
 use snapshot::{Stats, Substream};
 use worker::{Worker, WorkerConfig};
 
 /// Receives complete heaps. Called on the substream's receive thread: keep it short.
 pub trait HeapSink: Send + Sync {
-    /// `data` is the heap's `feng_raw`: (channels_per_substream, spectra_per_heap, 2, 2) int8.
+    /// `data` is the heap's `feng_raw`: (channels_per_substream, spectra_per_heap, 2 pols)
+    /// complex values, in the receiver's output format ([`crate::feng_raw`]).
     fn heap(&self, substream: usize, first_channel: usize, timestamp: u64, data: &[u8]);
     /// A heap of engine `feng_id` of an array (0 without one). A sink that tells engines apart
     /// ([`PerEngine`]) overrides this; any other sees every engine's heaps alike.
@@ -98,6 +100,9 @@ pub struct ReceiveConfig {
     pub channels: usize,
     /// Spectra per heap; None: learned from the first heap's size.
     pub spectra_per_heap: Option<usize>,
+    /// The engine's output format (its `/status` says): 4 bytes per channel and spectrum at 8
+    /// bits, 2 at 4 bits.
+    pub bits: OutputBits,
     /// Interface to join multicast groups on.
     pub interface: Option<Ipv4Addr>,
     /// Socket receive buffer asked for.
@@ -118,6 +123,7 @@ impl ReceiveConfig {
             substreams,
             channels,
             spectra_per_heap: None,
+            bits: OutputBits::Eight,
             interface: None,
             buffer_bytes: 64 << 20,
             reorder_window: 4,
@@ -201,6 +207,7 @@ impl Receiver {
                 channels: cfg.channels,
                 per_sub,
                 spectra_per_heap: cfg.spectra_per_heap,
+                bits: cfg.bits,
                 window: cfg.reorder_window.max(1),
                 array: cfg.array,
             };
@@ -302,7 +309,11 @@ mod tests {
 
     /// Packets of one engine-style heap for substream `sub` of 2 (32 channels each).
     fn heap_packets(sub: usize, ts: u64, fill: u8, max_payload: usize) -> Vec<Vec<u8>> {
-        let data = vec![fill; CH / 2 * SPECTRA * 4];
+        packets(sub, ts, &vec![fill; CH / 2 * SPECTRA * 4], max_payload)
+    }
+
+    /// Packets of one engine-style heap of `data` for substream `sub` of 2.
+    fn packets(sub: usize, ts: u64, data: &[u8], max_payload: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         HeapWriter::new(max_payload).write(
             ts / 1000,
@@ -310,7 +321,7 @@ mod tests {
                 HeapItem::immediate(items::TIMESTAMP, ts),
                 HeapItem::immediate(items::FENG_ID, 0),
                 HeapItem::immediate(items::FREQUENCY, (sub * CH / 2) as u64),
-                HeapItem::addressed(items::FENG_RAW, &data),
+                HeapItem::addressed(items::FENG_RAW, data),
             ],
             |p| out.push(p.to_vec()),
         );
@@ -436,6 +447,80 @@ mod tests {
         assert_eq!(s.sequence.gaps, 1);
         assert_eq!(s.missing, vec![(1004 * step, 1005 * step)]);
         assert!(record.0.lock().unwrap().is_empty(), "no payload, no sink");
+    }
+
+    /// 4-bit output: heaps of 2 bytes per channel and spectrum are whole, their spectra (and so
+    /// the timestamp step) learned as such, their values read as 4-bit; an 8-bit heap of the same
+    /// spectra is the wrong size.
+    #[test]
+    fn four_bit_heaps_are_two_bytes_per_channel_and_spectrum() {
+        use crate::content::ContentMonitor;
+        let start = |spectra: Option<usize>, sink: Arc<dyn HeapSink>| {
+            let mut cfg =
+                ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)], CH / 2);
+            cfg.reorder_window = 2;
+            cfg.buffer_bytes = 4 << 20;
+            cfg.bits = OutputBits::Four;
+            cfg.spectra_per_heap = spectra;
+            Receiver::start(&cfg, sink).unwrap()
+        };
+        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
+        let send = |rx: &Receiver, k: u64, data: &[u8]| {
+            let step = (SPECTRA * 2 * CH / 2) as u64;
+            for p in packets(0, 7 * step + k * step, data, 200) {
+                tx.send_to(&p, rx.endpoint().addrs[0]).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        };
+        // Channel 5 holds (-6, 3) in pol 0 and (2, -1) in pol 1; every other value (1, -1).
+        let mut heap4 = Vec::new();
+        for c in 0..CH / 2 {
+            for _ in 0..SPECTRA {
+                heap4.extend_from_slice(if c == 5 { &[0xa3, 0x2f] } else { &[0x1f, 0x1f] });
+            }
+        }
+        assert_eq!(heap4.len(), CH / 2 * SPECTRA * 2);
+        let monitor = Arc::new(ContentMonitor::new(
+            CH / 2,
+            1,
+            Duration::ZERO,
+            OutputBits::Four,
+        ));
+        let rx = start(None, monitor.clone());
+        for k in 0..6 {
+            send(&rx, k, &heap4);
+        }
+        wait_for(&rx, 3);
+        let snap = rx.stop();
+        let s = &snap.substreams[0];
+        assert_eq!(
+            (s.heaps, s.sequence.gaps, s.malformed_packets),
+            (6, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(
+            s.step,
+            Some((SPECTRA * 2 * CH / 2) as u64),
+            "{SPECTRA} spectra a heap"
+        );
+        let (power, bad) = monitor.take();
+        assert_eq!(bad, 0);
+        assert_eq!(power.mean(5, 0), Some(45.0));
+        assert_eq!(power.mean(5, 1), Some(5.0));
+        assert_eq!(power.mean(6, 0), Some(2.0));
+        assert_eq!(power.strongest()[0].map(|p| p.channel), Some(5));
+        // Told the spectra per heap, a 4-bit receiver refuses heaps of 4 bytes per channel and
+        // spectrum.
+        let rx = start(Some(SPECTRA), Arc::new(NoSink));
+        for k in 0..3 {
+            send(&rx, k, &vec![0u8; CH / 2 * SPECTRA * 4]);
+        }
+        send(&rx, 3, &heap4);
+        std::thread::sleep(Duration::from_millis(100));
+        let snap = rx.stop();
+        let s = &snap.substreams[0];
+        assert_eq!(s.heaps, 1, "{s:?}");
+        assert!(s.malformed_packets >= 3, "{s:?}");
     }
 
     /// Packets of engine `feng` of `engines`' heap for substream `sub` of 2, counter as given.

@@ -22,6 +22,7 @@ use spead::{items, Limits, Packet, Reject};
 
 use super::snapshot::{Stats, Substream};
 use super::HeapSink;
+use crate::feng_raw::OutputBits;
 use crate::gaps::{Arrival, SeqTracker, DEFAULT_RESYNC_HEAPS};
 
 /// How often a receive thread reads its socket's drop count from the kernel.
@@ -58,6 +59,8 @@ pub(super) struct WorkerConfig {
     pub channels: usize,
     pub per_sub: usize,
     pub spectra_per_heap: Option<usize>,
+    /// The output format: bytes per channel and spectrum.
+    pub bits: OutputBits,
     /// Heaps kept open for reordering (at least 1).
     pub window: usize,
     /// Engines in the array; None: one engine, its feng_id not looked at.
@@ -332,14 +335,15 @@ impl<B: HeapMemory> Worker<B> {
             // Joined mid-heap: wait for the start of one (it tells the packet size).
             return false;
         }
-        let per_channel = self.cfg.per_sub as u64 * 4;
+        // Bytes of one spectrum of this substream's channels: 4 per channel at 8 bits, 2 at 4.
+        let per_spectrum = (self.cfg.per_sub * self.cfg.bits.spectrum_bytes()) as u64;
         let spectra = match self.cfg.spectra_per_heap {
-            Some(s) if s as u64 * per_channel == size => s as u64,
+            Some(s) if s as u64 * per_spectrum == size => s as u64,
             Some(_) => {
                 malformed(&sub, Some(Reject::WrongHeapSize));
                 return false;
             }
-            None if size > 0 && size.is_multiple_of(per_channel) => size / per_channel,
+            None if size > 0 && size.is_multiple_of(per_spectrum) => size / per_spectrum,
             None => {
                 malformed(&sub, Some(Reject::WrongHeapSize));
                 return false;

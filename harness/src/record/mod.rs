@@ -357,7 +357,7 @@ pub struct ResponseConfig {
     /// Compare only where the theory is above this (dB).
     pub floor_db: f64,
     pub tolerance_db: f64,
-    /// Set a gain per step (false: keep the engine's gain; range limited by 8 bits).
+    /// Set a gain per step (false: keep the engine's gain; range limited by the output's bits).
     pub set_gains: bool,
 }
 
@@ -367,6 +367,9 @@ pub struct ResponseGeometry {
     pub channels: usize,
     pub taps: usize,
     pub sample_bits: u32,
+    /// The engine's output format (bits per component): the levels aimed at scale with its
+    /// clamp.
+    pub output_bits: crate::feng_raw::OutputBits,
     pub adc_rate: f64,
     /// The engine's PFB filter design, as its /status reports it.
     pub filter: FilterDesign,

@@ -32,7 +32,14 @@ pub struct SystemUnderTest {
     pub spectra_per_heap: usize,
     pub adc_sample_rate: f64,
     pub sample_bits: u32,
+    /// Bits per output component (8 or 4; reports from before 4-bit output: 8).
+    #[serde(default = "eight")]
+    pub output_bits: u32,
     pub harness_version: String,
+}
+
+fn eight() -> u32 {
+    8
 }
 
 /// How a test ended. A test that could not run is neither a pass nor a fail: it says why.

@@ -85,12 +85,13 @@ fn header(h: &mut String, report: &QualifyReport) {
         }
     );
     // Three columns: the engine's geometry, its input, the run, where it was reached.
-    let rows: [(&str, String); 11] = [
+    let rows: [(&str, String); 12] = [
         ("Backend", esc(&sys.backend)),
         ("Channels", sys.channels.to_string()),
         ("Taps", sys.taps.to_string()),
         ("ADC rate", esc(&rate(sys.adc_sample_rate))),
         ("Sample bits", sys.sample_bits.to_string()),
+        ("Output bits", sys.output_bits.to_string()),
         ("Spectra per heap", sys.spectra_per_heap.to_string()),
         ("Started", esc(&utc(report.started_unix))),
         ("Took", esc(&duration(report.duration_s))),
@@ -495,6 +496,7 @@ mod tests {
             spectra_per_heap: 256,
             adc_sample_rate: 1.712e9,
             sample_bits: 10,
+            output_bits: 8,
             harness_version: "0.1.0".into(),
         }
     }

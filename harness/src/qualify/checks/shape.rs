@@ -41,7 +41,7 @@ fn shape(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         settle: Duration::from_secs_f64(0.3 + 2.0 * g.chunk_samples as f64 / g.adc_rate),
         amplitude: 0.9,
         noise: Some(0.001),
-        target: 40.0,
+        target: response::scaled_level(40.0, g.output_bits),
         max_gain: 1000.0,
         floor_db: FLOOR_DB,
         tolerance_db: TOLERANCE_DB,
@@ -52,6 +52,7 @@ fn shape(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         channels: g.channels,
         taps: g.taps,
         sample_bits: g.sample_bits,
+        output_bits: g.output_bits,
         adc_rate: g.adc_rate,
     };
     let r = response::measure(
