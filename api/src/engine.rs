@@ -105,6 +105,18 @@ pub struct PolInput {
     /// (absent from older engines: 0).
     #[serde(default)]
     pub digitiser_clip_samples: u64,
+    /// The input's rms in dB relative to a full-scale sine, over the latest frame whose heaps all
+    /// arrived (null before the first, from a backend that does not look at samples, and from
+    /// older engines).
+    #[serde(default)]
+    pub rms_dbfs: Option<f64>,
+    /// Samples at the most negative or positive code, over the frames measured (absent from
+    /// older engines: 0).
+    #[serde(default)]
+    pub full_scale_samples: u64,
+    /// Frames the two figures above come from (absent from older engines: 0).
+    #[serde(default)]
+    pub frames_measured: u64,
     /// Highest digitiser timestamp placed into a chunk, of the stream in place (it goes back when
     /// the digitiser restarts).
     pub last_timestamp: u64,
@@ -268,6 +280,9 @@ mod tests {
                         heaps_missing: 4,
                         digitiser_clip_heaps: 2,
                         digitiser_clip_samples: 70,
+                        rms_dbfs: Some(-23.5),
+                        full_scale_samples: 3,
+                        frames_measured: 9,
                         ..Default::default()
                     },
                 ],
@@ -286,6 +301,8 @@ mod tests {
         assert_eq!(v["outputs"]["wideband"]["kind"], "wideband");
         assert_eq!(v["input"]["pols"][1]["heaps_missing"], 4);
         assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 70);
+        assert_eq!(v["input"]["pols"][1]["rms_dbfs"], -23.5);
+        assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
         // An older engine's status, without the digitiser's clipping counters, still reads.
         let mut old = v.clone();
         for p in old["input"]["pols"].as_array_mut().unwrap() {

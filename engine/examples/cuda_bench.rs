@@ -1,7 +1,8 @@
 //! Runs the CUDA backend's benchmark (`fengine::backend::cuda::bench`) until the CLI has
 //! `fengine bench --backend cuda`.
 //!
-//!     cargo run --release -p fengine --example cuda_bench -- [channels,...] [taps] [bits]
+//!     cargo run --release -p fengine --example cuda_bench -- [channels,...] [taps] [bits] \
+//!         [output bits: 8|4] [dither: 0|1]
 
 use fengine::backend::cuda::bench::{run, BenchOptions};
 use fengine::backend::cuda::Tuning;
@@ -17,6 +18,12 @@ fn main() {
     }
     if let Some(b) = args.get(2).and_then(|b| b.parse().ok()) {
         opts.sample_bits = b;
+    }
+    if let Some(b) = args.get(3).and_then(|b| b.parse().ok()) {
+        opts.output_bits = b;
+    }
+    if let Some(d) = args.get(4) {
+        opts.dither = d == "1";
     }
     // FENGINE_BENCH_VARIANTS=1 also compares launch shapes at 32768 channels.
     if std::env::var_os("FENGINE_BENCH_VARIANTS").is_some() {

@@ -255,7 +255,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "TOKEN")]
     pub control_token: Option<fgpu_serve::Token>,
     /// Initial complex gain, real part, for every channel of both polarisations (default
-    /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18).
+    /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18; a sixteenth of
+    /// that with 4-bit output, rms 1.1).
     #[arg(long, allow_negative_numbers = true)]
     pub gain: Option<f32>,
     /// Multicast TTL of the output.
@@ -568,10 +569,13 @@ impl EngineConfig {
             dests: a.dst.addrs.clone(),
             gain: a
                 .gain
-                .unwrap_or_else(|| crate::signal::gain::default_gain(a.sample_bits)),
+                .unwrap_or_else(|| crate::signal::gain::default_gain(a.sample_bits, a.output_bits)),
             send_threads: match a.send_threads {
                 // One kernel-UDP sender thread moves about 3 GB/s with GSO (docs/performance.md).
-                0 => (2.0 * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize,
+                0 => {
+                    let bytes_per_sample = 2.0 * a.output_bits as f64 / 8.0;
+                    (bytes_per_sample * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize
+                }
                 n => n,
             }
             .clamp(1, a.dst.addrs.len()),

@@ -171,6 +171,27 @@ impl Collector for StatsCollector {
         )?;
         counters(
             enc,
+            "fengine_input_full_scale_samples",
+            "Input samples at the most negative or positive code, in the frames measured (those whose heaps all arrived).",
+            per_pol(&|p| p.full_scale_samples.load(Relaxed)),
+        )?;
+        counters(
+            enc,
+            "fengine_input_frames_measured",
+            "Frames whose input the backend measured with all their heaps present.",
+            per_pol(&|p| p.frames_measured.load(Relaxed)),
+        )?;
+        gauges(
+            enc,
+            "fengine_input_rms_dbfs",
+            "The input's rms in dB relative to a full-scale sine, over the latest frame measured (absent before the first).",
+            (0..POLS).filter_map(|p| {
+                let v = stats.pols[p].rms_dbfs()?;
+                Some((vec![("pol", p.to_string())], v))
+            }),
+        )?;
+        counters(
+            enc,
             "fengine_input_unpaired_chunks",
             "Chunks processed without the other polarisation's chunk.",
             per_pol(&|p| p.unpaired_chunks.load(Relaxed)),
@@ -313,6 +334,14 @@ mod tests {
         s.outputs[0].heaps_sent[1].fetch_add(3, Relaxed);
         s.pols[1].digitiser_clip_heaps.fetch_add(2, Relaxed);
         s.pols[1].digitiser_clip_samples.fetch_add(77, Relaxed);
+        s.pols[0].record_input(
+            crate::signal::power::InputPower {
+                sum_squares: 0,
+                full_scale: 5,
+            },
+            100,
+            10,
+        );
         s.chunk_time.record(std::time::Duration::from_millis(2));
         s.queues
             .lock()
@@ -344,6 +373,15 @@ mod tests {
         ));
         assert!(text
             .contains("fengine_input_digitiser_clip_samples_total{backend=\"cpu\",pol=\"0\"} 0\n"));
+        assert!(
+            text.contains("fengine_input_full_scale_samples_total{backend=\"cpu\",pol=\"0\"} 5\n")
+        );
+        // Silence reads -200 dBFS; pol 1 has no measure yet and no series.
+        assert!(
+            text.contains("fengine_input_rms_dbfs{backend=\"cpu\",pol=\"0\"} -200.0\n"),
+            "{text}"
+        );
+        assert!(!text.contains("fengine_input_rms_dbfs{backend=\"cpu\",pol=\"1\"}"));
         assert!(text.contains("# TYPE fengine_saturated_total counter\n"));
         assert!(
             text.contains("\nprocess_resident_memory_bytes ")

@@ -39,9 +39,27 @@ pub struct PolStats {
     /// clipping at its input. Added to by the receive threads once per receive round.
     pub digitiser_clip_heaps: AtomicU64,
     pub digitiser_clip_samples: AtomicU64,
+    /// The input sensors, from the backend's measure of each frame whose heaps all arrived for
+    /// this polarisation: frames measured, the latest one's rms in dBFS (f64 bits), and the
+    /// samples at full scale summed over them.
+    pub frames_measured: AtomicU64,
+    pub rms_dbfs_bits: AtomicU64,
+    pub full_scale_samples: AtomicU64,
 }
 
 impl PolStats {
+    /// The latest measured frame's rms in dBFS (None before the first).
+    pub fn rms_dbfs(&self) -> Option<f64> {
+        (self.frames_measured.load(Relaxed) > 0)
+            .then(|| f64::from_bits(self.rms_dbfs_bits.load(Relaxed)))
+    }
+    /// Records one frame's measure of `samples` samples of `bits`-bit input.
+    pub fn record_input(&self, p: crate::signal::power::InputPower, samples: usize, bits: u32) {
+        self.rms_dbfs_bits
+            .store(p.rms_dbfs(samples, bits).to_bits(), Relaxed);
+        self.full_scale_samples.fetch_add(p.full_scale, Relaxed);
+        self.frames_measured.fetch_add(1, Relaxed);
+    }
     fn chunk_stat(&self, f: impl Fn(&ChunkStats) -> &AtomicU64) -> u64 {
         self.chunk
             .get()

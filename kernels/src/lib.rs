@@ -10,14 +10,18 @@
 //! - `postproc`: twiddles and 4-point FFTs (the rest of the unzipped FFT), the real-FFT fix-up, fine
 //!   delay, fringe phase, gain, dither, quantisation to 8 or 4 bits with saturation counts, and
 //!   the transpose into heap layout through shared memory.
+//! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
+//!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
 
 const COMMON: &str = include_str!("common.cuh");
 const PFB_FIR: &str = include_str!("pfb_fir.cu");
 const POSTPROC: &str = include_str!("postproc.cu");
+const INPUT_POWER: &str = include_str!("input_power.cu");
 
 /// Kernel names, as `extern "C"` in the sources.
 pub const PFB_FIR_KERNEL: &str = "pfb_fir";
 pub const POSTPROC_KERNEL: &str = "postproc";
+pub const INPUT_POWER_KERNEL: &str = "input_power";
 
 /// The n-point complex FFT is split into `UNZIP` FFTs of n / UNZIP points (cuFFT) and
 /// UNZIP-point FFTs in the post-processing kernel (paper, section 4.2).
@@ -139,11 +143,13 @@ pub fn source(cfg: &Config) -> String {
         ("OUT_BITS", cfg.output_bits.to_string()),
         ("DITHER", u32::from(cfg.dither).to_string()),
     ];
-    let mut src = String::with_capacity(COMMON.len() + PFB_FIR.len() + POSTPROC.len() + 512);
+    let mut src = String::with_capacity(
+        COMMON.len() + PFB_FIR.len() + POSTPROC.len() + INPUT_POWER.len() + 512,
+    );
     for (name, value) in defines {
         src.push_str(&format!("#define {name} {value}\n"));
     }
-    for part in [COMMON, PFB_FIR, POSTPROC] {
+    for part in [COMMON, PFB_FIR, POSTPROC, INPUT_POWER] {
         src.push_str(part);
         src.push('\n');
     }
@@ -179,6 +185,7 @@ mod tests {
         assert!(src.contains("#define DITHER 1\n"));
         assert!(src.contains("void __launch_bounds__(FIR_BLOCK) pfb_fir("));
         assert!(src.contains("postproc("));
+        assert!(src.contains("input_power("));
     }
 
     #[test]

@@ -443,3 +443,36 @@ pub fn check_dither_unbiased(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>)
         );
     }
 }
+
+/// The input sensors a backend reports are the exact integer measure of each chunk (sum of
+/// squares, samples at either end of the range), frame after frame, for every sample width.
+pub fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
+    for bits in [8, 10, 12, 16] {
+        let g = geometry(256, 4, bits, 4, 3, 64);
+        let mut backend = make(&g);
+        let mut rng = rng(bits as u64);
+        let (lo, hi) = sample_range(bits);
+        let mut frame = backend.alloc_frame().unwrap();
+        for f in 0..3 {
+            let mut x = [
+                noise(&mut rng, bits, g.chunk_samples()),
+                noise(&mut rng, bits, g.chunk_samples()),
+            ];
+            // Some samples at full scale, a different number per polarisation and frame.
+            for (pol, x) in x.iter_mut().enumerate() {
+                for i in 0..(5 * f + 3 * pol + 1) {
+                    let at = rng.random_range(0..x.len());
+                    x[at] = if i % 2 == 0 { hi } else { lo };
+                }
+            }
+            load_chunk(&mut frame, bits, [&x[0], &x[1]]);
+            random_delays(&mut rng, &g, 64, &mut frame);
+            frame.input.power = None;
+            backend.submit(frame).unwrap();
+            frame = backend.wait().unwrap().unwrap();
+            let want = [0, 1].map(|pol| crate::signal::power::InputPower::of(&x[pol], bits));
+            assert_eq!(frame.input.power, Some(want), "{bits}-bit input, frame {f}");
+            assert!(want.iter().all(|p| p.full_scale > 0 && p.sum_squares > 0));
+        }
+    }
+}

@@ -21,6 +21,7 @@ use super::{
     single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
     Result, SpectrumDelay, POLS,
 };
+use crate::signal::power::InputPower;
 use crate::signal::{gain, quantise, unpack};
 
 /// Filter outputs per block of the FIR.
@@ -167,7 +168,10 @@ impl CpuBackend {
                 saturated: [0; POLS],
             })
             .collect();
-        let half = Complex32::new(gain::default_gain(g.input.sample_bits) / 2.0, 0.0);
+        let half = Complex32::new(
+            gain::default_gain(g.input.sample_bits, g.output.bits) / 2.0,
+            0.0,
+        );
         Ok(Self {
             weights,
             twiddle,
@@ -202,7 +206,7 @@ impl CpuBackend {
         let this = &mut *self;
         let pool = Arc::clone(&this.pool);
         let run = || -> Result<()> {
-            unpack_spans(&this.geometry, &mut this.span, frame)?;
+            frame.input.power = Some(unpack_spans(&this.geometry, &mut this.span, frame)?);
             let shared = Shared {
                 g: &this.geometry,
                 weights: &this.weights,
@@ -254,22 +258,33 @@ fn lower_priority() {
     }
 }
 
-/// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them.
-fn unpack_spans(g: &Channelisation, span: &mut [Vec<f32>; POLS], frame: &Frame) -> Result<()> {
+/// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them;
+/// returns each chunk's input sensors, measured on each piece while it is in cache.
+fn unpack_spans(
+    g: &Channelisation,
+    span: &mut [Vec<f32>; POLS],
+    frame: &Frame,
+) -> Result<[InputPower; POLS]> {
     // HostBuffer is Send but not Sync: share the bytes, not the buffers.
     let chunks: [&[u8]; POLS] = [&frame.input.chunk[0], &frame.input.chunk[1]];
-    span.par_iter_mut()
+    let bits = g.input.sample_bits;
+    let power: Vec<InputPower> = span
+        .par_iter_mut()
         .zip(chunks)
-        .try_for_each(|(span, chunk)| {
+        .map(|(span, chunk)| {
             span.copy_within(g.chunk_samples().., 0);
             span[g.input.overlap_samples..]
                 .par_chunks_mut(UNPACK_PIECE)
                 .enumerate()
-                .try_for_each(|(i, piece)| {
-                    unpack::unpack_f32(chunk, g.input.sample_bits, i * UNPACK_PIECE, piece)
-                        .map_err(|e| BackendError::Misuse(e.to_string()))
+                .map(|(i, piece)| {
+                    unpack::unpack_f32(chunk, bits, i * UNPACK_PIECE, piece)
+                        .map_err(|e| BackendError::Misuse(e.to_string()))?;
+                    Ok(InputPower::of(piece, bits))
                 })
+                .try_reduce(InputPower::default, |a, b| Ok(a + b))
         })
+        .collect::<Result<_>>()?;
+    Ok([power[0], power[1]])
 }
 
 /// Runs tasks `first..` (task = spectrum * POLS + pol), one per `n` entries of `out`, with AVX2
@@ -585,6 +600,15 @@ mod tests {
             assert!(ones < 1e-3, "{case}: {ones} of values off by one");
             assert!(rel < 1e-5, "{case}: relative error {rel}");
         }
+    }
+
+    #[test]
+    fn input_power_is_measured_exactly() {
+        check_input_power(&|g| {
+            Box::new(Synchronous::new(
+                CpuBackend::new(g.input, &[g.output]).unwrap(),
+            ))
+        });
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::any::Any;
 use std::ptr::NonNull;
 
 use super::{BackendError, Channelisation, InputGeometry, OutputGeometry, Result, POLS};
+use crate::signal::power::InputPower;
 
 /// Where and how one spectrum of one polarisation is computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -104,6 +105,9 @@ pub struct InputFrame {
     pub timestamp: u64,
     /// Per polarisation: the chunk's packed samples ([`InputGeometry::chunk_bytes`] bytes).
     pub chunk: [HostBuffer; POLS],
+    /// Filled by the backend: per polarisation, the chunk's sum of squares and full-scale samples
+    /// (`None` from a backend that does not look at the samples: null).
+    pub power: Option<[InputPower; POLS]>,
 }
 
 /// What one output makes of a frame: its delays in, its heaps and saturation counts out.
@@ -130,6 +134,7 @@ impl InputFrame {
         Self {
             timestamp: 0,
             chunk: std::array::from_fn(|_| HostBuffer::zeroed(g.chunk_bytes())),
+            power: None,
         }
     }
 }

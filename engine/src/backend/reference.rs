@@ -14,6 +14,7 @@ use super::{
     single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
     Result, SpectrumDelay, POLS,
 };
+use crate::signal::power::InputPower;
 use crate::signal::{dither, gain, quantise, unpack};
 
 /// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`].
@@ -36,7 +37,10 @@ impl ReferenceBackend {
             .weights()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let fft = FftPlanner::new().plan_fft_forward(geometry.step());
-        let g0 = Complex64::new(gain::default_gain(geometry.input.sample_bits) as f64, 0.0);
+        let g0 = Complex64::new(
+            gain::default_gain(geometry.input.sample_bits, geometry.output.bits) as f64,
+            0.0,
+        );
         let gains = [
             vec![g0; geometry.output.channels],
             vec![g0; geometry.output.channels],
@@ -112,6 +116,12 @@ impl ReferenceBackend {
             )
             .map_err(|e| BackendError::Misuse(e.to_string()))?;
         }
+        frame.input.power = Some(std::array::from_fn(|pol| {
+            InputPower::of(
+                &self.span[pol][g.input.overlap_samples..],
+                g.input.sample_bits,
+            )
+        }));
         let mut values = vec![Complex64::new(f64::NAN, f64::NAN); g.output_values()];
         let mut saturated = [0u64; POLS];
         for m in 0..g.spectra_per_frame() {
@@ -325,6 +335,15 @@ mod tests {
                 assert!(v.norm() > 100.0, "value {e}: {v}");
             }
         }
+    }
+
+    #[test]
+    fn input_power_is_measured_exactly() {
+        check_input_power(&|g| {
+            Box::new(Synchronous::new(
+                ReferenceBackend::new(g.input, &[g.output]).unwrap(),
+            ))
+        });
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub fn build(
                 socket_drops: ps.socket_drops.load(Relaxed),
                 digitiser_clip_heaps: ps.digitiser_clip_heaps.load(Relaxed),
                 digitiser_clip_samples: ps.digitiser_clip_samples.load(Relaxed),
+                rms_dbfs: ps.rms_dbfs(),
+                full_scale_samples: ps.full_scale_samples.load(Relaxed),
+                frames_measured: ps.frames_measured.load(Relaxed),
                 last_timestamp: ps.last_timestamp.load(Relaxed),
                 rejected: ps
                     .rejects
@@ -158,6 +161,14 @@ mod tests {
             .digitiser_clip_samples
             .fetch_add(900, Relaxed);
         s.stats.outputs[0].saturated[1].fetch_add(3, Relaxed);
+        s.stats.pols[1].record_input(
+            crate::signal::power::InputPower {
+                sum_squares: 511 * 511 / 2 * 1000,
+                full_scale: 7,
+            },
+            1000,
+            10,
+        );
         let st = build(&s.cfg, &s.stats, s.backend, true, Duration::ZERO, None);
         let v = serde_json::to_value(&st).unwrap();
         for key in [
@@ -172,6 +183,11 @@ mod tests {
         assert_eq!(v["input"]["pols"][0]["digitiser_clip_heaps"], 4);
         assert_eq!(v["input"]["pols"][0]["digitiser_clip_samples"], 900);
         assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 0);
+        assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
+        let db = v["input"]["pols"][1]["rms_dbfs"].as_f64().unwrap();
+        assert!(db.abs() < 0.01, "{db}");
+        assert_eq!(v["input"]["pols"][1]["full_scale_samples"], 7);
+        assert_eq!(v["input"]["pols"][1]["frames_measured"], 1);
         assert_eq!(v["input"]["heap_samples"], 1024);
         let back: Status = serde_json::from_value(v).unwrap();
         assert_eq!(back, st);

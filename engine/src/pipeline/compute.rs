@@ -392,6 +392,16 @@ impl Compute {
                     self.stats.chunk_time.record(t.elapsed());
                 }
                 meta.computed = true;
+                // Input sensors only from whole chunks: a missing heap's zeros would read as a
+                // quieter input.
+                if let Some(power) = frame.input.power {
+                    let g = self.backend.input();
+                    for (p, power) in power.into_iter().enumerate() {
+                        if meta.present[p].iter().all(|&x| x) {
+                            self.stats.pols[p].record_input(power, g.chunk_samples, g.sample_bits);
+                        }
+                    }
+                }
                 for (stats, out) in self.stats.outputs.iter().zip(&frame.outputs) {
                     for p in 0..POLS {
                         stats.saturated[p].fetch_add(out.saturated[p], Relaxed);

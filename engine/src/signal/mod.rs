@@ -7,10 +7,12 @@
 //! - [`dither`]: the counter-based output dither.
 //! - [`quantise`]: dither, rounding and clamping to 8 or 4 bits, 4-bit packing.
 //! - [`gain`]: the default per-channel gain.
+//! - [`power`]: the input sensors (sum of squares, full-scale samples, rms in dBFS).
 
 pub mod delay;
 pub mod dither;
 pub mod gain;
+pub mod power;
 pub mod quantise;
 pub mod unpack;
 pub mod weights;

@@ -91,6 +91,14 @@ fn clipping_case(s: Setup) {
             sent,
             "pol {p}: /metrics"
         );
+        // The engine's own count of samples at full scale sees every clipped sample (and any
+        // that landed on the last code unclipped), in the frames it measured.
+        assert!(
+            pol.frames_measured > 0 && pol.full_scale_samples >= sent,
+            "pol {p}: {} samples at full scale in {} frames measured, dsim clipped {sent}",
+            pol.full_scale_samples,
+            pol.frames_measured
+        );
         samples[p] = sent;
     }
     assert!(

@@ -20,6 +20,9 @@ pub struct BenchOptions {
     pub channels: Vec<usize>,
     pub taps: usize,
     pub sample_bits: u32,
+    /// Output bits (8 or 4) and whether the output is dithered.
+    pub output_bits: u32,
+    pub dither: bool,
     pub spectra_per_heap: usize,
     /// New samples per polarisation per frame (rounded to whole heaps).
     pub chunk_samples: usize,
@@ -41,6 +44,8 @@ impl Default for BenchOptions {
             channels: vec![1024, 4096, 8192, 32768, 65536],
             taps: 16,
             sample_bits: 10,
+            output_bits: 8,
+            dither: false,
             spectra_per_heap: 256,
             chunk_samples: 1 << 26,
             iterations: 20,
@@ -98,9 +103,9 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
             channels,
             taps: opts.taps,
             spectra_per_heap: opts.spectra_per_heap,
-            bits: 8,
+            bits: opts.output_bits,
             filter: Default::default(),
-            dither: None,
+            dither: opts.dither.then_some(1),
         },
     )
 }
@@ -151,7 +156,14 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         let mut backend = CudaBackend::new(g.input, &[g.output], opts.gpu_index)?;
         let startup_ms = t0.elapsed().as_secs_f64() * 1e3;
         if i == 0 {
-            writeln!(out, "device: {}", backend.device_name()).map_err(io)?;
+            writeln!(
+                out,
+                "device: {}; output {}-bit, dither {}",
+                backend.device_name(),
+                opts.output_bits,
+                if opts.dither { "on" } else { "off" }
+            )
+            .map_err(io)?;
             ceilings = measure_ceilings(&backend.pipeline.ctx)?;
             writeln!(
                 out,

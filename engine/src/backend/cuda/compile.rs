@@ -10,10 +10,11 @@ use cudarc::nvrtc::{sys, Ptx};
 use super::device::{driver, no_panic};
 use crate::backend::{BackendError, Result};
 
-/// The loaded module and its two kernels.
+/// The loaded module and its kernels.
 pub(crate) struct Kernels {
     pub fir: CudaFunction,
     pub postproc: CudaFunction,
+    pub input_power: CudaFunction,
     /// Keeps the module loaded while the functions are in use.
     _module: Arc<CudaModule>,
 }
@@ -46,6 +47,9 @@ impl Kernels {
         let postproc = module
             .load_function(kernels::POSTPROC_KERNEL)
             .map_err(driver("finding postproc"))?;
+        let input_power = module
+            .load_function(kernels::INPUT_POWER_KERNEL)
+            .map_err(driver("finding input_power"))?;
         let times = CompileTimes {
             nvrtc_ms: (t1 - t0).as_secs_f64() * 1e3,
             load_ms: t1.elapsed().as_secs_f64() * 1e3,
@@ -54,6 +58,7 @@ impl Kernels {
             Self {
                 fir,
                 postproc,
+                input_power,
                 _module: module,
             },
             times,

@@ -112,6 +112,7 @@ impl Backend for CudaBackend {
             input: InputFrame {
                 timestamp: 0,
                 chunk: [self.pinned(g.chunk_bytes())?, self.pinned(g.chunk_bytes())?],
+                power: None,
             },
             outputs: vec![OutputFrame::new(g, self.pinned(g.output_bytes())?)],
         })
@@ -141,7 +142,9 @@ impl Backend for CudaBackend {
         let Some((slot, mut frame)) = self.in_flight.pop_front() else {
             return Ok(None);
         };
-        frame.outputs[0].saturated = self.pipeline.finish(slot)?;
+        let counters = self.pipeline.finish(slot)?;
+        frame.outputs[0].saturated = counters.saturated;
+        frame.input.power = Some(counters.power);
         Ok(Some(frame))
     }
 

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, PushKernelArg};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex32;
 
 use super::compile::{CompileTimes, Kernels};
@@ -25,14 +25,25 @@ use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
 use crate::backend::{BackendError, Channelisation, Frame, Result, POLS};
 use crate::signal::gain;
+use crate::signal::power::InputPower;
 
 /// Frames in flight: one being copied in, one computed, one copied out, and one more so that a late
 /// `wait` (host jitter) does not leave the copy-in stream idle.
 pub(crate) const IN_FLIGHT: usize = 4;
 /// One more slot than frames in flight: frame seq + 1 reads frame seq's span for its overlap.
 const SLOTS: usize = IN_FLIGHT + 1;
-/// Bytes of saturation counters (u64 per polarisation) after each slot's output.
-const SAT_BYTES: usize = 8 * POLS;
+/// Bytes of counters after each slot's output, u64 per polarisation: saturated output values, the
+/// input's sum of squares, its full-scale samples.
+const SAT_BYTES: usize = 3 * 8 * POLS;
+/// Threads per block of `input_power` (its `__launch_bounds__`), and most blocks per polarisation.
+const POWER_BLOCK: u32 = 256;
+const POWER_BLOCKS: u32 = 512;
+
+/// A frame's counters, read back with its output.
+pub struct Counters {
+    pub saturated: [u64; POLS],
+    pub power: [InputPower; POLS],
+}
 
 /// Everything frame `seq` owns on the device until it is waited for.
 struct Slot {
@@ -192,8 +203,8 @@ impl Pipeline {
             postproc_registers: super::compile::registers(&kernels.postproc),
         };
         let gains = [
-            gain::default_gains(g.output.channels, g.input.sample_bits),
-            gain::default_gains(g.output.channels, g.input.sample_bits),
+            gain::default_gains(g.output.channels, g.input.sample_bits, g.output.bits),
+            gain::default_gains(g.output.channels, g.input.sample_bits, g.output.bits),
         ];
         Ok(Self {
             shapes,
@@ -253,17 +264,22 @@ impl Pipeline {
         Ok(slot)
     }
 
-    /// Waits for the frame in `slot` to have left the device; returns its saturation counts.
-    pub fn finish(&self, slot: usize) -> Result<[u64; POLS]> {
+    /// Waits for the frame in `slot` to have left the device; returns its counters.
+    pub fn finish(&self, slot: usize) -> Result<Counters> {
         self.bind()?;
         let s = &self.slots[slot];
         s.copied_out
             .synchronize()
             .map_err(driver("waiting for a frame"))?;
         let b = s.saturated.as_slice();
-        Ok(std::array::from_fn(|p| {
-            u64::from_ne_bytes(b[8 * p..8 * p + 8].try_into().unwrap_or([0; 8]))
-        }))
+        let word = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        Ok(Counters {
+            saturated: std::array::from_fn(word),
+            power: std::array::from_fn(|p| InputPower {
+                sum_squares: word(POLS + p),
+                full_scale: word(2 * POLS + p),
+            }),
+        })
     }
 
     /// Writes the frame's delays (and the gains, if they changed) into the slot's staging memory.
@@ -407,6 +423,30 @@ impl Pipeline {
             .arg(&per_thread);
         // SAFETY: argument types and order match pfb_fir; every buffer is sized for the geometry.
         unsafe { fir.launch(self.shapes.fir) }.map_err(driver("launching pfb_fir"))?;
+        // The input sensors read the new chunk, which follows the overlap in the span.
+        let (first_pair, pairs) = (
+            (g.input.overlap_samples / 2) as u64,
+            (g.chunk_samples() / 2) as u64,
+        );
+        let sums = s.output.at(g.output_bytes());
+        let blocks = pairs
+            .div_ceil(8 * POWER_BLOCK as u64)
+            .min(POWER_BLOCKS as u64) as u32;
+        let mut power = self.compute.launch_builder(&self.kernels.input_power);
+        power
+            .arg(&span)
+            .arg(&span_words)
+            .arg(&first_pair)
+            .arg(&pairs)
+            .arg(&sums);
+        let shape = LaunchConfig {
+            grid_dim: (blocks.max(1), POLS as u32, 1),
+            block_dim: (POWER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order match input_power; the pairs lie in the span and the
+        // counters after the output.
+        unsafe { power.launch(shape) }.map_err(driver("launching input_power"))?;
         mark(2)?;
 
         self.plan.forward(fft)?;

@@ -185,7 +185,7 @@ fn check_output(
     let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
     let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64);
     let gains = random_gains(&mut rng, &g);
-    let default = gain::default_gains(channels, bits);
+    let default = gain::default_gains(channels, bits, g.output.bits);
     let mut out = Vec::new();
     for f in 0..2 {
         for (pol, random) in gains.iter().enumerate() {
@@ -402,6 +402,15 @@ fn dither_and_four_bits_match_reference_and_cpu() {
             assert!(c.saturation_gap <= c.saturation_allowed, "{c:?}");
         }
     }
+}
+
+/// The input sensors on the GPU: the chunk's exact sum of squares and full-scale count.
+#[test]
+fn input_power_is_measured_exactly() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    check_input_power(&|g| Box::new(cuda(g).expect("CUDA was present")));
 }
 
 /// The dither requirement on the GPU: a 0.3 LSB tone over 10^5 spectra.
