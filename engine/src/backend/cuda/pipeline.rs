@@ -6,7 +6,8 @@
 //!   the chunk after it, the delays and gains;
 //! - compute: `pfb_fir`, cuFFT, `postproc` (kernels only, so that it never queues behind a large
 //!   PCIe copy on a copy engine);
-//! - device-to-host: the output and the saturation counts (then cleared for the slot's next use).
+//! - device-to-host: the output and the counters (then cleared for the slot's next use);
+//! - sensors: `input_power` over the new chunk, beside the FIR (it only reads the span).
 //!
 //! Events order them: the copy in waits until the slot's span and parameters are no longer read
 //! (compute of frame seq - SLOTS + 1; the overlap copy that reads the slot's tail is earlier on the
@@ -59,6 +60,8 @@ struct Slot {
     saturated: PinnedAlloc,
     copied_in: CudaEvent,
     computed: CudaEvent,
+    /// The input sensors' kernel has read the chunk and written its counters.
+    measured: CudaEvent,
     copied_out: CudaEvent,
 }
 
@@ -95,6 +98,8 @@ pub(crate) struct Pipeline {
     pub h2d: Arc<CudaStream>,
     pub compute: Arc<CudaStream>,
     pub d2h: Arc<CudaStream>,
+    /// The input sensors' kernel, beside the compute stream.
+    pub sensors: Arc<CudaStream>,
     kernels: Kernels,
     plan: FftPlan,
     weights: DeviceBuffer,
@@ -144,6 +149,9 @@ impl Pipeline {
         let d2h = ctx
             .new_stream()
             .map_err(driver("creating the device-to-host stream"))?;
+        let sensors = ctx
+            .new_stream()
+            .map_err(driver("creating the input sensors' stream"))?;
 
         let t_plan = Instant::now();
         let m = g.spectra_per_frame();
@@ -183,6 +191,7 @@ impl Pipeline {
                 saturated: PinnedAlloc::new(&ctx, SAT_BYTES)?,
                 copied_in: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
                 computed: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
+                measured: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
                 // Blocking: `wait` sleeps rather than spins, leaving the CPU to the network threads.
                 copied_out: event(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)?,
             });
@@ -213,6 +222,7 @@ impl Pipeline {
             h2d,
             compute,
             d2h,
+            sensors,
             kernels,
             plan,
             weights,
@@ -258,6 +268,7 @@ impl Pipeline {
         let slot = (seq % SLOTS as u64) as usize;
         self.stage_params(slot, frame);
         self.copy_in(slot, frame)?;
+        self.enqueue_sensors(slot)?;
         self.enqueue_compute(slot, false, None)?;
         self.copy_out(slot, frame.outputs[0].heaps.as_mut_ptr())?;
         self.seq += 1;
@@ -332,6 +343,10 @@ impl Pipeline {
         self.h2d
             .wait(&next.computed)
             .map_err(driver("ordering the copy in"))?;
+        // ... and the slot's own input measure (on its own stream) has read it.
+        self.h2d
+            .wait(&self.slots[slot].measured)
+            .map_err(driver("ordering the copy in after the input measure"))?;
         // The span starts with the previous span's tail (written earlier on this same stream).
         if self.seq > 0 {
             self.copy_overlap(slot, &self.h2d)?;
@@ -423,30 +438,6 @@ impl Pipeline {
             .arg(&per_thread);
         // SAFETY: argument types and order match pfb_fir; every buffer is sized for the geometry.
         unsafe { fir.launch(self.shapes.fir) }.map_err(driver("launching pfb_fir"))?;
-        // The input sensors read the new chunk, which follows the overlap in the span.
-        let (first_pair, pairs) = (
-            (g.input.overlap_samples / 2) as u64,
-            (g.chunk_samples() / 2) as u64,
-        );
-        let sums = s.output.at(g.output_bytes());
-        let blocks = pairs
-            .div_ceil(8 * POWER_BLOCK as u64)
-            .min(POWER_BLOCKS as u64) as u32;
-        let mut power = self.compute.launch_builder(&self.kernels.input_power);
-        power
-            .arg(&span)
-            .arg(&span_words)
-            .arg(&first_pair)
-            .arg(&pairs)
-            .arg(&sums);
-        let shape = LaunchConfig {
-            grid_dim: (blocks.max(1), POLS as u32, 1),
-            block_dim: (POWER_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: argument types and order match input_power; the pairs lie in the span and the
-        // counters after the output.
-        unsafe { power.launch(shape) }.map_err(driver("launching input_power"))?;
         mark(2)?;
 
         self.plan.forward(fft)?;
@@ -498,12 +489,56 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The input sensors' kernel, on a stream of its own: it only reads the new chunk, so it runs
+    /// beside the FIR (which leaves DRAM bandwidth idle) instead of after it. It waits for the
+    /// copy in and for the slot's counters to have been read out and cleared.
+    fn enqueue_sensors(&self, slot: usize) -> Result<()> {
+        let g = &self.geometry;
+        let s = &self.slots[slot];
+        for (event, what) in [
+            (&s.copied_in, "the copy in"),
+            (&s.copied_out, "the copy out"),
+        ] {
+            self.sensors.wait(event).map_err(driver(what))?;
+        }
+        let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
+        // The input sensors read the new chunk, which follows the overlap in the span.
+        let (first_pair, pairs) = (
+            (g.input.overlap_samples / 2) as u64,
+            (g.chunk_samples() / 2) as u64,
+        );
+        let sums = s.output.at(g.output_bytes());
+        let blocks = pairs
+            .div_ceil(8 * POWER_BLOCK as u64)
+            .min(POWER_BLOCKS as u64) as u32;
+        let mut power = self.sensors.launch_builder(&self.kernels.input_power);
+        power
+            .arg(&span)
+            .arg(&span_words)
+            .arg(&first_pair)
+            .arg(&pairs)
+            .arg(&sums);
+        let shape = LaunchConfig {
+            grid_dim: (blocks.max(1), POLS as u32, 1),
+            block_dim: (POWER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order match input_power; the pairs lie in the span and the
+        // counters after the output.
+        unsafe { power.launch(shape) }.map_err(driver("launching input_power"))?;
+        s.measured
+            .record(&self.sensors)
+            .map_err(driver("recording the input measure"))
+    }
+
     fn copy_out(&self, slot: usize, output: *mut u8) -> Result<()> {
         let s = &self.slots[slot];
         let d2h = self.d2h.cu_stream();
-        self.d2h
-            .wait(&s.computed)
-            .map_err(driver("ordering the copy out"))?;
+        for event in [&s.computed, &s.measured] {
+            self.d2h
+                .wait(event)
+                .map_err(driver("ordering the copy out"))?;
+        }
         let bytes = self.geometry.output_bytes();
         // SAFETY: `output` is the frame's output buffer of `bytes` bytes (checked by the caller),
         // kept alive until the frame is finished; the counters are SAT_BYTES after the output.
@@ -532,10 +567,10 @@ impl Pipeline {
             .map_err(driver("recording the copy out"))
     }
 
-    /// Waits for all three streams (used before freeing buffers a copy may still touch).
+    /// Waits for all four streams (used before freeing buffers a copy may still touch).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
-        for s in [&self.h2d, &self.compute, &self.d2h] {
+        for s in [&self.h2d, &self.compute, &self.d2h, &self.sensors] {
             s.synchronize().map_err(driver("synchronising a stream"))?;
         }
         Ok(())
