@@ -104,6 +104,9 @@ impl Timing {
 /// Depths of the queues between stages, read through functions the pipeline installs.
 pub type DepthFn = Box<dyn Fn() -> usize + Send + Sync>;
 
+/// Delay models that may wait for their load time, per polarisation.
+pub const MAX_PENDING_DELAYS: u64 = 256;
+
 /// Everything GET /status and GET /metrics report: the input's counters per polarisation, each
 /// output's own, and the engine's as a whole.
 #[derive(Default)]
@@ -118,6 +121,9 @@ pub struct Stats {
     pub frames_empty: AtomicU64,
     /// (spectrum, polarisation) pairs whose coarse delay put the window outside the span.
     pub delay_out_of_span: AtomicU64,
+    /// Delay models loaded for a later time and not yet in force, per polarisation (the compute
+    /// stage keeps the count; the control API refuses more than [`MAX_PENDING_DELAYS`]).
+    pub pending_delays: [AtomicU64; POLS],
     /// Time from submitting a frame to the backend until its output is ready.
     pub chunk_time: Timing,
     /// ADC timestamp of the chunk of the last frame computed, and its completion time (Unix ns).

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 use super::{reply, send, ControlState, Shared};
 use crate::backend::POLS;
 use crate::pipeline::Command;
+use crate::stats::MAX_PENDING_DELAYS;
+
+/// Timestamps are 48-bit (SPEAD-64-48): a load time at or past 2^48 can never come.
+const TIMESTAMP_LIMIT: u64 = 1 << 48;
 use crate::signal::delay::DelayModel;
 
 /// One polarisation's delay request (units as katgpucbf: s, s/s, rad, rad/s).
@@ -165,6 +169,12 @@ pub fn parse_delay_request(body: &[u8], ctx: &DelayContext) -> Result<DelayUpdat
         // At once: the values hold now (the newest input timestamp), from the next frame on.
         (None, None) => (ctx.now, 0),
     };
+    if load >= TIMESTAMP_LIMIT {
+        return Err(format!(
+            "the load time is ADC sample {load}, past the stream's 48-bit timestamps (at most {})",
+            TIMESTAMP_LIMIT - 1
+        ));
+    }
     if req.pol0.is_none() && req.pol1.is_none() {
         return Err("give pol0, pol1 or both".into());
     }
@@ -202,6 +212,19 @@ fn apply_delays(s: &ControlState, body: &[u8]) -> Result<Delays, (StatusCode, St
         apply_from,
         models,
     } = parse_delay_request(body, &ctx).map_err(|m| (StatusCode::BAD_REQUEST, m))?;
+    // Models loaded ahead wait in the compute stage: bounded, so that a client looping on
+    // future loads cannot grow the engine without limit.
+    for (pol, d) in models.iter().enumerate() {
+        let pending = s.stats.pending_delays[pol].load(Relaxed);
+        if d.is_some() && apply_from > ctx.now && pending >= MAX_PENDING_DELAYS {
+            return Err((
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "pol{pol} already has {pending} delay models waiting for their load time (at most {MAX_PENDING_DELAYS}); load fewer ahead"
+                ),
+            ));
+        }
+    }
     let mut loaded = s.loaded()?;
     for (pol, d) in models.iter().enumerate() {
         let Some(d) = d else { continue };
@@ -267,6 +290,10 @@ mod tests {
             (br#"{"pol2": {"delay": 0}}"#, "not a delay request"),
             (br#"{"load_time": 5, "pol0": {"delay": 0}}"#, "sync-time"),
             (br#"{}"#, "pol0, pol1"),
+            (
+                br#"{"pol0": {"delay": 0}, "load_timestamp": 281474976710656}"#,
+                "48-bit timestamps",
+            ),
             (b"nonsense", "not a delay request"),
         ] {
             let (code, msg) = apply_delays(&s, body).unwrap_err();
@@ -302,6 +329,23 @@ mod tests {
             phase_rate: d.phase_rate,
         };
         assert!(model.at(5 + (1 << 48), ctx.fs).is_ok());
+    }
+
+    /// Models waiting for their load time are bounded per polarisation: past the bound a future
+    /// load is refused with 429 and nothing is sent; loads that apply at once still go through.
+    #[test]
+    fn models_waiting_ahead_are_bounded() {
+        let (s, rx) = state();
+        s.stats.pending_delays[1].store(MAX_PENDING_DELAYS, Relaxed);
+        let (code, msg) =
+            apply_delays(&s, br#"{"pol1": "1e-4,0:0,0", "load_timestamp": 99999}"#).unwrap_err();
+        assert_eq!(code, StatusCode::TOO_MANY_REQUESTS);
+        assert!(msg.contains("pol1 already has 256"), "{msg}");
+        assert!(rx.try_recv().is_err(), "a refused request changes nothing");
+        // The other polarisation, and a load that applies at once, are not held back.
+        apply_delays(&s, br#"{"pol0": "1e-4,0:0,0", "load_timestamp": 99999}"#).unwrap();
+        apply_delays(&s, br#"{"pol1": "1e-4,0:0,0"}"#).unwrap();
+        assert_eq!(rx.try_iter().count(), 2);
     }
 
     /// GET /delays keeps today's JSON: the four values, the load timestamp and apply_from.

@@ -185,6 +185,7 @@ impl Compute {
             } => {
                 if let Some(m) = self.models.get_mut(pol) {
                     m.load(apply_from, model);
+                    self.stats.pending_delays[pol].store(m.pending.len() as u64, Relaxed);
                 }
             }
         }
@@ -276,6 +277,9 @@ impl Compute {
             for (h, v) in meta.heap_valid[k].iter_mut().enumerate() {
                 *v = o.spectrum_valid[h * s..(h + 1) * s].iter().all(|&x| x);
             }
+        }
+        for (p, m) in self.models.iter().enumerate() {
+            self.stats.pending_delays[p].store(m.pending.len() as u64, Relaxed);
         }
         if any_input {
             self.last_computed = Some(id);
