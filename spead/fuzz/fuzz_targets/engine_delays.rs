@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
         update.apply_from == update.load || (update.apply_from == 0 && update.load == ctx.now),
         "{update:?}"
     );
+    assert!(update.load < 1 << 48, "a load time past the 48-bit timestamps: {update:?}");
     for d in update.models.iter().flatten() {
         for v in [d.delay, d.delay_rate, d.phase, d.phase_rate] {
             assert!(v.is_finite(), "{d:?}");
