@@ -196,9 +196,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         channels: args.channels,
         taps: args.taps,
         spectra_per_heap: args.spectra_per_heap,
-        bits: 8,
+        bits: args.output_bits,
         filter: Default::default(),
-        dither: None,
+        dither: args.dither.then_some(1),
     };
     let input = InputGeometry {
         sample_bits: args.sample_bits,
@@ -226,6 +226,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
             channels: vec![args.channels],
             taps: args.taps,
             sample_bits: args.sample_bits,
+            output_bits: args.output_bits,
+            dither: args.dither,
             spectra_per_heap: args.spectra_per_heap,
             chunk_samples: input.chunk_samples,
             frames: args.frames,

@@ -42,12 +42,18 @@ impl fmt::Display for BenchResult {
         let g = &self.geometry;
         write!(
             f,
-            "{}: {} channels, {} taps, {}-bit, {} spectra x {} heaps per frame: \
-             {:.1} Msample/s per polarisation (dual-pol), {:.2} ms per frame ({} frames)",
+            "{}: {} channels, {} taps, {}-bit input, {}-bit output{}, {} spectra x {} heaps per \
+             frame: {:.1} Msample/s per polarisation (dual-pol), {:.2} ms per frame ({} frames)",
             self.backend,
             g.output.channels,
             g.output.taps,
             g.input.sample_bits,
+            g.output.bits,
+            if g.output.dither.is_some() {
+                " dithered"
+            } else {
+                ""
+            },
             g.output.spectra_per_heap,
             g.heaps_per_frame(),
             self.msamples_per_s(),

@@ -311,6 +311,12 @@ pub struct BenchArgs {
     /// Output heaps per frame.
     #[arg(long, default_value_t = 4)]
     pub heaps_per_frame: usize,
+    /// Bits per output component: 8 or 4.
+    #[arg(long, default_value_t = 8, value_name = "8|4")]
+    pub output_bits: u32,
+    /// Dithers the output (as `fengine run` does by default), to time its cost.
+    #[arg(long)]
+    pub dither: bool,
     /// CUDA device index.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
