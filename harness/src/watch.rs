@@ -14,8 +14,11 @@ use crate::content::{self, ChannelPower, ContentMonitor, Expected, Verdict};
 use crate::control::{dsim_skipped_reason, Dsim, Engine, EngineCounters};
 use crate::feed::Feed;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
-use crate::record::{ContentSummary, EngineInterval, EngineSummary, WatchInterval, WatchSummary};
+use crate::record::{
+    ContentSummary, EngineInterval, EngineSummary, PolSensors, WatchInterval, WatchSummary,
+};
 use crate::signals;
+use fgpu_api::engine::PolInput;
 
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
@@ -45,6 +48,8 @@ struct Followed<'a> {
     content: ContentSummary,
     engine_before: Option<EngineCounters>,
     skipped_before: Option<u64>,
+    /// The input polarisations at the latest reading of the engine's status.
+    input_before: Option<Vec<PolInput>>,
 }
 
 impl Followed<'_> {
@@ -56,6 +61,24 @@ impl Followed<'_> {
     }
     fn engine_counters(&self) -> Option<EngineCounters> {
         self.w.engine.as_ref().and_then(|e| e.counters().ok())
+    }
+    fn input(&self) -> Option<Vec<PolInput>> {
+        self.w
+            .engine
+            .as_ref()
+            .and_then(|e| Some(e.status().ok()?.input.pols))
+    }
+    /// The input sensors since the previous reading of the engine's status (None when this
+    /// one or every earlier one failed; a failed reading leaves the next interval to cover its
+    /// time).
+    fn input_sensors(&mut self) -> Option<Vec<PolSensors>> {
+        let now = self.input()?;
+        let sensors = self
+            .input_before
+            .as_ref()
+            .map(|before| PolSensors::between(before, &now));
+        self.input_before = Some(now);
+        sensors
     }
 }
 
@@ -86,9 +109,11 @@ pub fn run(
                 },
                 engine_before: None,
                 skipped_before: None,
+                input_before: None,
             };
             f.engine_before = f.engine_counters();
             f.skipped_before = f.dsim_skipped();
+            f.input_before = f.input();
             f
         })
         .collect();
@@ -121,6 +146,7 @@ pub fn run(
                 peaks: power.strongest(),
                 expected_channel: f.w.expected.channel(),
                 verdict,
+                input: f.input_sensors(),
             });
             powers.push(power);
         }
@@ -136,6 +162,7 @@ pub fn run(
             peaks: first.peaks,
             expected_channel: first.expected_channel,
             verdict: first.verdict,
+            input: first.input,
             power: Arc::new(powers.swap_remove(0)),
             engines: if array { engines } else { Vec::new() },
         });

@@ -26,6 +26,9 @@ pub struct Frame {
     pub spectrum: Spectrum,
     pub verdict: Option<Verdict>,
     pub engine: ServiceState,
+    /// The engine's latest input level per polarisation, in dB relative to a full-scale sine
+    /// (null where it does not measure it: the null backend, an older engine).
+    pub input_rms_dbfs: [Option<f64>; 2],
     pub dsim: DsimState,
     /// Whether the page may change dsim's tone and the engine's gain and delay.
     pub controls: bool,
@@ -53,6 +56,12 @@ pub struct Counters {
     pub engine_missing_input: Option<f64>,
     pub engine_skipped_output: Option<f64>,
     pub saturated: Option<f64>,
+    /// The engine's input samples at full scale, per polarisation.
+    pub full_scale_pol0: Option<u64>,
+    pub full_scale_pol1: Option<u64>,
+    /// Saturated samples the digitiser's status items reported to the engine, per polarisation.
+    pub digitiser_clip_pol0: Option<u64>,
+    pub digitiser_clip_pol1: Option<u64>,
     pub dsim_heaps_skipped: Option<u64>,
 }
 

@@ -223,6 +223,7 @@ fn make_frame(
         },
         verdict: r.verdict,
         engine: polled.engine_state(ctx),
+        input_rms_dbfs: polled.input_rms_dbfs(),
         dsim: polled.dsim_state(ctx),
         controls: ctx.controls,
     }

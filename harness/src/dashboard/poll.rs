@@ -8,6 +8,8 @@ use anyhow::Result;
 use super::frame::{Counters, DsimState, ServiceState};
 use super::{Config, Shared};
 use crate::control::{parse_prometheus, sum_matching};
+use crate::record::PolSensors;
+use fgpu_api::engine::{PolInput, Status};
 
 /// How often the services are read.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -39,6 +41,9 @@ pub struct Polled {
     engine_now: Option<EngineCounts>,
     engine_backend: Option<String>,
     engine_error: Option<String>,
+    /// The engine's input polarisations at the first and the latest reading of its status.
+    input_first: Option<Vec<PolInput>>,
+    input_now: Option<Vec<PolInput>>,
     dsim_skipped_first: Option<u64>,
     dsim_skipped_now: Option<u64>,
     pub dsim_rate: Option<f64>,
@@ -57,6 +62,26 @@ impl Polled {
         if let (Some(first), Some(now)) = (self.dsim_skipped_first, self.dsim_skipped_now) {
             c.dsim_heaps_skipped = Some(now.saturating_sub(first));
         }
+        if let (Some(first), Some(now)) = (&self.input_first, &self.input_now) {
+            let grown = PolSensors::between(first, now);
+            let of =
+                |pol: usize, f: fn(&PolSensors) -> u64| grown.iter().find(|s| s.pol == pol).map(f);
+            c.full_scale_pol0 = of(0, |s| s.full_scale_samples);
+            c.full_scale_pol1 = of(1, |s| s.full_scale_samples);
+            c.digitiser_clip_pol0 = of(0, |s| s.digitiser_clip_samples);
+            c.digitiser_clip_pol1 = of(1, |s| s.digitiser_clip_samples);
+        }
+    }
+
+    /// The latest input level per polarisation (dBFS), where the engine measures it.
+    pub fn input_rms_dbfs(&self) -> [Option<f64>; 2] {
+        [0, 1].map(|pol| {
+            self.input_now
+                .as_ref()?
+                .iter()
+                .find(|p| p.pol == pol)?
+                .rms_dbfs
+        })
     }
 
     pub fn engine_state(&self, ctx: &Config) -> ServiceState {
@@ -106,7 +131,7 @@ fn read_engine(shared: &Shared, p: &mut Polled) {
     let Some(engine) = &shared.ctx.engine else {
         return;
     };
-    let read = || -> Result<(EngineCounts, String)> {
+    let read = || -> Result<(EngineCounts, Status)> {
         let samples = parse_prometheus(&engine.metrics()?);
         let names = engine.counter_names();
         let get = |pattern: &str| sum_matching(&samples, pattern).unwrap_or(0.0);
@@ -115,13 +140,15 @@ fn read_engine(shared: &Shared, p: &mut Polled) {
             skipped_output: get(&names.skipped_output),
             saturated: get("saturated"),
         };
-        Ok((counts, engine.status()?.backend))
+        Ok((counts, engine.status()?))
     };
     match read() {
-        Ok((counts, backend)) => {
+        Ok((counts, status)) => {
             p.engine_first.get_or_insert(counts);
             p.engine_now = Some(counts);
-            p.engine_backend = Some(backend);
+            p.engine_backend = Some(status.backend);
+            p.input_first.get_or_insert(status.input.pols.clone());
+            p.input_now = Some(status.input.pols);
             p.engine_error = None;
         }
         Err(e) => p.engine_error = Some(format!("{e:#}")),
@@ -181,5 +208,34 @@ mod tests {
             "a counter that fell restarted at zero"
         );
         assert_eq!(c.dsim_heaps_skipped, Some(4));
+        assert_eq!(c.full_scale_pol0, None, "the input not read: nothing shown");
+        assert_eq!(p.input_rms_dbfs(), [None, None]);
+    }
+
+    #[test]
+    fn input_sensors_since_the_first_reading() {
+        let pol = |p: usize, full: u64, clip: u64, rms: Option<f64>| PolInput {
+            pol: p,
+            full_scale_samples: full,
+            digitiser_clip_samples: clip,
+            rms_dbfs: rms,
+            ..Default::default()
+        };
+        let p = Polled {
+            input_first: Some(vec![pol(0, 5, 1, Some(-30.0)), pol(1, 0, 0, None)]),
+            input_now: Some(vec![pol(0, 9, 4, Some(-21.3)), pol(1, 2, 0, Some(-21.4))]),
+            ..Default::default()
+        };
+        let mut c = Counters::default();
+        p.fill(&mut c);
+        assert_eq!((c.full_scale_pol0, c.full_scale_pol1), (Some(4), Some(2)));
+        assert_eq!(
+            (c.digitiser_clip_pol0, c.digitiser_clip_pol1),
+            (Some(3), Some(0))
+        );
+        assert_eq!(p.input_rms_dbfs(), [Some(-21.3), Some(-21.4)]);
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["full_scale_pol0"], 4);
+        assert_eq!(v["digitiser_clip_pol1"], 0);
     }
 }

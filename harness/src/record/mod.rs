@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fgpu_api::engine::PolInput;
 use serde::Serialize;
 
 use crate::content::{ChannelPower, Peak, Verdict};
@@ -46,9 +47,66 @@ pub struct WatchInterval {
     /// The interval's channel power, for a live page to draw (not part of the JSON record).
     #[serde(skip)]
     pub power: Arc<ChannelPower>,
+    /// The engine's input sensors per polarisation over the interval (antenna 0's in an array);
+    /// None when the engine's status could not be read now and at the interval's start.
+    pub input: Option<Vec<PolSensors>>,
     /// An array's engines, each on its own (empty with one engine).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineInterval>,
+}
+
+/// One input polarisation's sensors over a watch interval, from the engine's `GET /status`
+/// (katgpucbf's `dig-rms-dbfs` and `dig-clip-cnt`): the latest level, and how far the counters
+/// grew since the previous reading. An engine older than the sensors reports no level and
+/// counts nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PolSensors {
+    pub pol: usize,
+    /// The latest whole frame's rms in dB relative to a full-scale sine (-200: silence); None
+    /// before the first frame, from the null backend and from older engines.
+    pub rms_dbfs: Option<f64>,
+    /// Samples at the most negative or positive code, over the interval.
+    pub full_scale_samples: u64,
+    /// Frames measured over the interval (what `full_scale_samples` is counted over).
+    pub frames_measured: u64,
+    /// Saturated samples the digitiser's status items reported, over the interval.
+    pub digitiser_clip_samples: u64,
+    /// Heaps whose digitiser status item reported saturation, over the interval.
+    pub digitiser_clip_heaps: u64,
+}
+
+impl PolSensors {
+    /// Each polarisation of `now` against the same polarisation of `before`: the counters'
+    /// growth (a counter that went down, or a polarisation not read before, means the engine
+    /// restarted in between: then all of its count is new) and the latest level.
+    pub fn between(before: &[PolInput], now: &[PolInput]) -> Vec<Self> {
+        let grown = |a: u64, b: Option<u64>| match b {
+            Some(b) if b <= a => a - b,
+            _ => a,
+        };
+        now.iter()
+            .map(|n| {
+                let b = before.iter().find(|b| b.pol == n.pol);
+                Self {
+                    pol: n.pol,
+                    rms_dbfs: n.rms_dbfs,
+                    full_scale_samples: grown(
+                        n.full_scale_samples,
+                        b.map(|b| b.full_scale_samples),
+                    ),
+                    frames_measured: grown(n.frames_measured, b.map(|b| b.frames_measured)),
+                    digitiser_clip_samples: grown(
+                        n.digitiser_clip_samples,
+                        b.map(|b| b.digitiser_clip_samples),
+                    ),
+                    digitiser_clip_heaps: grown(
+                        n.digitiser_clip_heaps,
+                        b.map(|b| b.digitiser_clip_heaps),
+                    ),
+                }
+            })
+            .collect()
+    }
 }
 
 /// One engine of an array over a watch interval.
@@ -64,6 +122,8 @@ pub struct EngineInterval {
     pub peaks: [Option<Peak>; 2],
     pub expected_channel: Option<f64>,
     pub verdict: Option<Verdict>,
+    /// This engine's input sensors over the interval (None: its status was not read).
+    pub input: Option<Vec<PolSensors>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -403,4 +463,99 @@ pub struct ResponseReport {
     pub worst_offset: Option<f64>,
     pub compared: usize,
     pub pass: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pol(p: usize, full: u64, frames: u64, clip: u64, rms: Option<f64>) -> PolInput {
+        PolInput {
+            pol: p,
+            full_scale_samples: full,
+            frames_measured: frames,
+            digitiser_clip_samples: clip,
+            digitiser_clip_heaps: clip / 10,
+            rms_dbfs: rms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sensors_grow_over_the_interval_and_restart_from_zero() {
+        let before = [
+            pol(0, 100, 10, 50, Some(-20.0)),
+            pol(1, 7, 10, 0, Some(-21.0)),
+        ];
+        let now = [pol(0, 130, 12, 70, Some(-19.5)), pol(1, 3, 2, 0, None)];
+        let s = PolSensors::between(&before, &now);
+        assert_eq!(
+            s[0],
+            PolSensors {
+                pol: 0,
+                rms_dbfs: Some(-19.5),
+                full_scale_samples: 30,
+                frames_measured: 2,
+                digitiser_clip_samples: 20,
+                digitiser_clip_heaps: 2,
+            }
+        );
+        // Counters that went down: the engine restarted, all of their count is new.
+        assert_eq!(s[1].full_scale_samples, 3);
+        assert_eq!(s[1].frames_measured, 2);
+        assert_eq!(s[1].rms_dbfs, None);
+        // A polarisation not read before counts from zero.
+        let s = PolSensors::between(&before[..1], &now);
+        assert_eq!(s[1].full_scale_samples, 3);
+    }
+
+    #[test]
+    fn an_older_engine_without_the_sensors_reads_as_no_level_and_no_counts() {
+        // A polarisation as an engine before the input sensors served it.
+        let old = serde_json::json!({
+            "pol": 0, "sources": [], "receive_threads": 1, "packets": 5, "heaps_received": 5,
+            "heaps_missing": 0, "resyncs": 0, "unpaired_chunks": 0, "socket_drops": 0,
+            "last_timestamp": 0, "rejected": {}
+        });
+        let old: PolInput = serde_json::from_value(old).unwrap();
+        let s = PolSensors::between(std::slice::from_ref(&old), std::slice::from_ref(&old));
+        assert_eq!(s, vec![PolSensors::default()]);
+    }
+
+    #[test]
+    fn the_interval_record_carries_the_sensors() {
+        let sensors = PolSensors {
+            pol: 1,
+            rms_dbfs: Some(-21.25),
+            full_scale_samples: 4,
+            frames_measured: 3,
+            digitiser_clip_samples: 9,
+            digitiser_clip_heaps: 1,
+        };
+        let r = EngineInterval {
+            feng_id: 2,
+            sample_rate: 1e8,
+            heaps_per_s: 10.0,
+            sequence: SeqCounts::default(),
+            malformed: 0,
+            peaks: [None, None],
+            expected_channel: None,
+            verdict: None,
+            input: Some(vec![PolSensors::default(), sensors]),
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        let p = &v["input"][1];
+        assert_eq!(p["pol"], 1);
+        assert_eq!(p["rms_dbfs"], -21.25);
+        assert_eq!(p["full_scale_samples"], 4);
+        assert_eq!(p["frames_measured"], 3);
+        assert_eq!(p["digitiser_clip_samples"], 9);
+        assert_eq!(p["digitiser_clip_heaps"], 1);
+        assert_eq!(v["input"][0]["rms_dbfs"], serde_json::Value::Null);
+        let unread = EngineInterval { input: None, ..r };
+        assert_eq!(
+            serde_json::to_value(&unread).unwrap()["input"],
+            serde_json::Value::Null
+        );
+    }
 }

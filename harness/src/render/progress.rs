@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 
 use crate::content::Peak;
 use crate::gsps;
-use crate::record::{ResponseStep, TrialProgress, TrialRecord, WatchInterval};
+use crate::record::{PolSensors, ResponseStep, TrialProgress, TrialRecord, WatchInterval};
 use crate::trial::STILL;
 
 fn peak_text(p: &Option<Peak>) -> String {
@@ -15,11 +15,41 @@ fn peak_text(p: &Option<Peak>) -> String {
     }
 }
 
+/// Per polarisation, `/`-separated.
+fn per_pol(s: &[PolSensors], f: impl Fn(&PolSensors) -> String) -> String {
+    s.iter().map(f).collect::<Vec<_>>().join("/")
+}
+
+/// The engine's input sensors for a progress line: `  in -21.3/-21.4 dBFS` (the latest level
+/// per polarisation, `-` where it is not measured), then the samples at full scale and the
+/// digitiser's clipped samples over the interval, each only when one is not zero. Empty when the
+/// engine was not read, or measures nothing and counted nothing (the null backend, an older
+/// engine).
+pub fn input_text(input: &Option<Vec<PolSensors>>) -> String {
+    let Some(s) = input.as_deref().filter(|s| !s.is_empty()) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if s.iter().any(|p| p.rms_dbfs.is_some()) {
+        let level = per_pol(s, |p| p.rms_dbfs.map_or("-".into(), |d| format!("{d:.1}")));
+        out.push_str(&format!("  in {level} dBFS"));
+    }
+    if s.iter().any(|p| p.full_scale_samples > 0) {
+        let full = per_pol(s, |p| p.full_scale_samples.to_string());
+        out.push_str(&format!("  full-scale {full}"));
+    }
+    if s.iter().any(|p| p.digitiser_clip_samples > 0) {
+        let clip = per_pol(s, |p| p.digitiser_clip_samples.to_string());
+        out.push_str(&format!("  dig clip {clip}"));
+    }
+    out
+}
+
 /// The line `watch` prints once an interval.
 pub fn watch_line(r: &WatchInterval) -> String {
     let seq = &r.sequence;
     format!(
-        "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}",
+        "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}{}",
         r.elapsed_s,
         gsps(r.sample_rate),
         r.heaps_per_s,
@@ -33,7 +63,8 @@ pub fn watch_line(r: &WatchInterval) -> String {
         match r.expected_channel {
             Some(e) => format!("  (tone ch {e:.2})"),
             None => String::new(),
-        }
+        },
+        input_text(&r.input),
     )
 }
 
@@ -61,7 +92,7 @@ pub fn watch_lines(r: &WatchInterval) -> Vec<String> {
     lines.extend(r.engines.iter().map(|e| {
         let seq = &e.sequence;
         format!(
-            "[{:>6.1} s] feng {}  {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  pol0 {}  pol1 {}{}",
+            "[{:>6.1} s] feng {}  {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  pol0 {}  pol1 {}{}{}",
             r.elapsed_s,
             e.feng_id,
             gsps(e.sample_rate),
@@ -75,7 +106,8 @@ pub fn watch_lines(r: &WatchInterval) -> Vec<String> {
             match e.expected_channel {
                 Some(x) => format!("  (tone ch {x:.2})"),
                 None => String::new(),
-            }
+            },
+            input_text(&e.input),
         )
     }));
     lines
@@ -288,5 +320,89 @@ mod tests {
             "t: settling (losses still for 0.3 of 1 s, at most 20 s)"
         );
         assert_eq!(trial_progress_line(&TrialProgress::Done), None);
+    }
+
+    fn sensors(rms: [Option<f64>; 2], full: [u64; 2], clip: [u64; 2]) -> Option<Vec<PolSensors>> {
+        Some(
+            (0..2)
+                .map(|p| PolSensors {
+                    pol: p,
+                    rms_dbfs: rms[p],
+                    full_scale_samples: full[p],
+                    frames_measured: 4,
+                    digitiser_clip_samples: clip[p],
+                    digitiser_clip_heaps: clip[p].min(1),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn input_sensors_in_the_progress_line() {
+        let quiet = sensors([Some(-21.26), Some(-21.44)], [0, 0], [0, 0]);
+        assert_eq!(input_text(&quiet), "  in -21.3/-21.4 dBFS");
+        let clipping = sensors([Some(-3.0), None], [12, 0], [0, 5]);
+        assert_eq!(
+            input_text(&clipping),
+            "  in -3.0/- dBFS  full-scale 12/0  dig clip 0/5"
+        );
+        let silent = sensors([Some(-200.0), Some(-200.0)], [0, 0], [0, 0]);
+        assert_eq!(input_text(&silent), "  in -200.0/-200.0 dBFS");
+        // The null backend or an older engine: nothing measured, nothing counted.
+        assert_eq!(input_text(&sensors([None, None], [0, 0], [0, 0])), "");
+        assert_eq!(
+            input_text(&sensors([None, None], [0, 0], [3, 0])),
+            "  dig clip 3/0"
+        );
+        // The engine not read.
+        assert_eq!(input_text(&None), "");
+        assert_eq!(input_text(&Some(Vec::new())), "");
+    }
+
+    fn interval(input: Option<Vec<PolSensors>>) -> WatchInterval {
+        WatchInterval {
+            elapsed_s: 3.0,
+            sample_rate: 1e8,
+            heaps_per_s: 100.0,
+            sequence: Default::default(),
+            malformed: 0,
+            socket_drops: 0,
+            peaks: [None, None],
+            expected_channel: None,
+            verdict: None,
+            power: std::sync::Arc::new(crate::content::ChannelPower::new(8)),
+            input,
+            engines: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn watch_lines_end_with_the_input_sensors() {
+        let r = interval(sensors([Some(-21.3), Some(-21.4)], [0, 2], [0, 0]));
+        let line = watch_line(&r);
+        assert!(
+            line.ends_with("pol0 -  pol1 -  in -21.3/-21.4 dBFS  full-scale 0/2"),
+            "{line}"
+        );
+        // An array: each engine's own, on its own line; none on the array's.
+        let mut r = interval(sensors([Some(-1.0), Some(-1.0)], [0, 0], [0, 0]));
+        r.engines = (0..2)
+            .map(|i| crate::record::EngineInterval {
+                feng_id: i,
+                sample_rate: 1e8,
+                heaps_per_s: 50.0,
+                sequence: Default::default(),
+                malformed: 0,
+                peaks: [None, None],
+                expected_channel: None,
+                verdict: None,
+                input: sensors([Some(-20.0 - i as f64), Some(-20.0)], [0, 0], [0, 0]),
+            })
+            .collect();
+        let lines = watch_lines(&r);
+        assert_eq!(lines.len(), 3);
+        assert!(!lines[0].contains("dBFS"), "{}", lines[0]);
+        assert!(lines[1].ends_with("in -20.0/-20.0 dBFS"), "{}", lines[1]);
+        assert!(lines[2].ends_with("in -21.0/-20.0 dBFS"), "{}", lines[2]);
     }
 }
