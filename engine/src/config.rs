@@ -1,9 +1,12 @@
 //! The command line (`fengine run`, `fengine bench`) and the engine configuration derived from it:
-//! the input and its outputs ([`InputSpec`], [`OutputSpec`]: today's flags describe one output,
-//! [`WIDEBAND`]), the lag and overlap that `--max-delay` implies, and the checks that turn a bad
-//! combination into one sentence ([`ConfigError`]).
+//! the input and its outputs ([`InputSpec`], [`OutputSpec`]: `--dst` and the output flags describe
+//! one output, [`WIDEBAND`]; each `--wideband NAME:key=value,...` ([`WidebandSpec`]) one output
+//! of its own, the flags giving the keys it leaves out), the lags and overlap that `--max-delay`
+//! implies, and the checks that turn a bad combination into one sentence ([`ConfigError`]).
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -34,7 +37,13 @@ polarisation, plus samples kept from the previous chunk for the filter and for d
 --max-delay. Spectrum m of the frame whose chunk starts at ADC sample T has timestamp \
 T - lag + m 2n (lag = (taps-1) 2n + max delay, rounded up to 2n): the ADC sample of its first \
 input sample before delay. An output heap is sent only if every input sample of every spectrum \
-in it (both polarisations) arrived.";
+in it (both polarisations) arrived.
+
+--dst and the output flags make one output, named wideband. Instead of --dst, each --wideband \
+NAME:dst=ADDR[+N]:PORT,key=value,... makes an output of its own (at most 8, all from the one \
+input): its own channels, taps, bits, filter, dither, gain and destinations, the output flags \
+giving the keys it leaves out. Each output has its own lag; the chunk is S x H x 2n of the \
+output with the most channels, a whole number of every output's heaps.";
 
 const AFTER_HELP: &str = "\
 HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metrics (Prometheus),
@@ -46,8 +55,8 @@ HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metri
     (Unix s; needs --sync-time), or, with neither, from the next frame. A polarisation left out
     keeps its model.
   PUT /gains {\"pol0\": 0.5, \"pol1\": [0.5, -0.1]}  or one [re, im] per channel: [[re, im], ...].
-    Gains belong to an output: /gains is the wideband output's, /outputs/NAME/gains any output's
-    (today's one output is named wideband).
+    Gains belong to an output: /outputs/NAME/gains is output NAME's, /gains the one named
+    wideband (--dst's output; with --wideband, the one given that name, if any).
   A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
 Limits: a request body of at most 128 bytes per channel of the largest output, and at least
 1 MiB (8 MiB at 65536 channels: room for a PUT /gains with one [re, im] per channel for both
@@ -58,6 +67,13 @@ With --control-token (or FENGINE_CONTROL_TOKEN), every change (PUT) needs the he
 \"Authorization: Bearer TOKEN\", else 401; GET stays open. --control binds loopback unless told
 otherwise (0.0.0.0:7147: every interface).
 
+--wideband NAME:key=value,... (repeatable, instead of --dst): NAME is 1 to 32 of a-z 0-9 _ -.
+  dst=ADDR[+N]:PORT (required), channels=N, taps=T, bits=8|4, window=hann|rect, w_cutoff=X,
+  dither=SEED|off, gain=G. A key left out takes its flag's value (--channels, --taps,
+  --output-bits, --window-function, --w-cutoff, --dither-seed/--no-dither, --gain). Without
+  dither=, output k (0 for the first given) gets --dither-seed + k, or a random seed of its own.
+  Two outputs may not share a destination ADDR:PORT.
+
 Logs go to stderr (RUST_LOG sets the filter, default info).
 
 Examples:
@@ -66,6 +82,9 @@ Examples:
   fengine --src-pol0 127.0.0.1:7148 --src-pol1 127.0.0.1:7149 --dst 127.0.0.1:7150 \\
           --channels 1024 --taps 4 --spectra-per-heap 64 --adc-sample-rate 5e7 --backend cpu \\
           --control 127.0.0.1:0
+  fengine --src-pol0 239.10.0.1+3:7148 --src-pol1 239.10.0.5+3:7148 --interface 10.0.0.2 \\
+          --adc-sample-rate 1712e6 --wideband wide:dst=239.10.1.1+3:7148,channels=4096 \\
+          --wideband fine:dst=239.10.2.1+7:7148,channels=32768,bits=4
   fengine bench --backend cuda --channels 32768";
 
 #[derive(Parser, Debug)]
@@ -165,15 +184,28 @@ pub struct RunArgs {
     /// Polarisation 1 digitiser stream, as --src-pol0.
     #[arg(long, value_name = "ADDR[+N]:PORT")]
     pub src_pol1: Endpoint,
-    /// Output substreams: ADDR[+N]:PORT. Channels are divided evenly: substream i carries channels
-    /// [i c, (i+1) c) with c = channels / (N+1).
-    #[arg(long, value_name = "ADDR[+N]:PORT")]
-    pub dst: Endpoint,
+    /// Output substreams of the one output (named wideband): ADDR[+N]:PORT. Channels are divided
+    /// evenly: substream i carries channels [i c, (i+1) c) with c = channels / (N+1). Required
+    /// unless --wideband is given, and not with it.
+    #[arg(
+        long,
+        value_name = "ADDR[+N]:PORT",
+        required_unless_present = "wideband",
+        conflicts_with = "wideband"
+    )]
+    pub dst: Option<Endpoint>,
+    /// A wideband output of its own, instead of --dst (repeatable, at most 8):
+    /// NAME:dst=ADDR[+N]:PORT and optionally channels=, taps=, bits=8|4, window=hann|rect,
+    /// w_cutoff=, dither=SEED|off, gain=, comma-separated; keys left out take the output flags'
+    /// values (see below).
+    #[arg(long, value_name = "NAME:dst=ADDR[+N]:PORT,KEY=VALUE,...")]
+    pub wideband: Vec<WidebandSpec>,
     /// Local IPv4 address of the interface to join multicast groups and send on (default: the
     /// kernel's choice).
     #[arg(long, value_name = "ADDR")]
     pub interface: Option<Ipv4Addr>,
-    /// Output channels n (a power of two, 16 to 65536); each spectrum takes 2n samples.
+    /// Output channels n (a power of two, 16 to 65536); each spectrum takes 2n samples. This and
+    /// the other output flags are also the defaults of every --wideband output.
     #[arg(long, default_value_t = 4096)]
     pub channels: usize,
     /// PFB taps T (1 to 64); each spectrum's window is 2nT samples.
@@ -195,17 +227,19 @@ pub struct RunArgs {
     /// Seed of the output dither (uniform, +-1/2 LSB per component before rounding; the same
     /// values for the same seed and timestamps on every backend). Default: a random seed, which
     /// `GET /status` reports. Engines of an array must not share a seed, or their dither
-    /// correlates.
+    /// correlates. With several --wideband outputs, output k (0 for the first) gets SEED + k
+    /// unless it gives dither=.
     #[arg(long, value_name = "SEED", conflicts_with = "no_dither")]
     pub dither_seed: Option<u32>,
     /// Turns the output dither off: values are rounded as they are.
     #[arg(long)]
     pub no_dither: bool,
-    /// Spectra per output heap (S).
+    /// Spectra per output heap (S), every output's.
     #[arg(long, default_value_t = 256)]
     pub spectra_per_heap: usize,
     /// Output heaps (in time) per frame (H): one frame processes a chunk of S*H*2n samples per
-    /// polarisation, which must be a whole number of digitiser heaps.
+    /// polarisation (n: the most channels of any output), which must be a whole number of
+    /// digitiser heaps.
     #[arg(long, default_value_t = 4)]
     pub heaps_per_frame: usize,
     /// ADC sample rate in Hz (samples per second per polarisation).
@@ -271,8 +305,9 @@ pub struct RunArgs {
     /// CPU than the send on a virtual machine). 0 paces every send.
     #[arg(long, default_value_t = 200.0, value_name = "MICROSECONDS")]
     pub send_burst: f64,
-    /// Send threads, each with its own socket and a contiguous share of the substreams. 0 picks
-    /// one per 2 GB/s of output (2 x ADC rate bytes/s), at most one per substream.
+    /// Send threads of each output, each with its own socket and a contiguous share of the
+    /// output's substreams. 0 picks one per 2 GB/s of output (2 x ADC rate bytes/s at 8 bits),
+    /// at most one per substream.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub send_threads: usize,
     /// Receive threads per polarisation. Each takes its own share of the polarisation's source
@@ -286,6 +321,149 @@ pub struct RunArgs {
     /// net.core.rmem_max / wmem_max).
     #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
     pub socket_buffer: usize,
+}
+
+/// Most outputs one engine makes.
+pub const MAX_OUTPUTS: usize = 8;
+
+/// Words of the control API's routes (`/status`, `/outputs/NAME/gains`, ...), which an output may
+/// not be named.
+const RESERVED_NAMES: [&str; 6] = ["health", "status", "metrics", "delays", "gains", "outputs"];
+
+/// One `--wideband NAME:dst=ADDR[+N]:PORT,key=value,...`: a wideband output's name and
+/// destinations, and the keys it gives; `None` takes the value of the output flags (`--channels`,
+/// `--taps`, `--output-bits`, `--window-function`, `--w-cutoff`, `--dither-seed`/`--no-dither`,
+/// `--gain`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WidebandSpec {
+    pub name: String,
+    pub dst: Endpoint,
+    pub channels: Option<usize>,
+    pub taps: Option<usize>,
+    pub bits: Option<u32>,
+    pub window: Option<WindowFunction>,
+    pub w_cutoff: Option<f64>,
+    /// `Some(None)`: `dither=off`.
+    pub dither: Option<Option<u32>>,
+    pub gain: Option<f32>,
+}
+
+/// Checks an output's name: 1 to 32 of a-z, 0-9, `_` and `-`, and no word of the control API's
+/// routes. The error is a sentence.
+pub fn check_output_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+    if name.is_empty() || name.len() > 32 || !name.chars().all(allowed) {
+        return Err(format!(
+            "output name {name:?} must be 1 to 32 characters from a-z, 0-9, _ and -."
+        ));
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return Err(format!(
+            "output name {name:?} would clash with the control API's routes ({}); choose another.",
+            RESERVED_NAMES.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+impl FromStr for WidebandSpec {
+    type Err = String;
+
+    /// Parses `NAME:dst=ADDR[+N]:PORT,key=value,...`. Errors are one sentence naming the part.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some((name, keys)) = s.split_once(':') else {
+            return Err(format!(
+                "{s:?} is not NAME:dst=ADDR[+N]:PORT,key=value,... (the name and a colon first)."
+            ));
+        };
+        check_output_name(name)?;
+        let refuse = |msg: String| format!("output {name:?}: {msg}");
+        let mut dst = None;
+        let mut spec = WidebandSpec {
+            name: name.to_string(),
+            dst: Endpoint { addrs: Vec::new() },
+            channels: None,
+            taps: None,
+            bits: None,
+            window: None,
+            w_cutoff: None,
+            dither: None,
+            gain: None,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for part in keys.split(',').filter(|_| !keys.is_empty()) {
+            let Some((key, value)) = part.split_once('=') else {
+                return Err(refuse(format!("{part:?} is not key=value.")));
+            };
+            if seen.contains(&key) {
+                return Err(refuse(format!("the key {key} is given twice.")));
+            }
+            seen.push(key);
+            let whole = |what: &str| {
+                value
+                    .parse::<usize>()
+                    .map_err(|_| refuse(format!("{key}={value} is not {what}.")))
+            };
+            match key {
+                "dst" => {
+                    let e = value
+                        .parse::<Endpoint>()
+                        .map_err(|e| refuse(format!("dst={value}: {}", sentence(e))))?;
+                    dst = Some(e);
+                }
+                "channels" => spec.channels = Some(whole("a whole number of channels")?),
+                "taps" => spec.taps = Some(whole("a whole number of taps")?),
+                "bits" => {
+                    spec.bits = Some(match value {
+                        "8" => 8,
+                        "4" => 4,
+                        _ => return Err(refuse(format!("bits={value} must be 8 or 4."))),
+                    })
+                }
+                "window" => {
+                    spec.window =
+                        Some(value.parse().map_err(|e: String| {
+                            refuse(format!("window={value}: {}", sentence(e)))
+                        })?)
+                }
+                "w_cutoff" => {
+                    spec.w_cutoff = Some(
+                        value
+                            .parse()
+                            .map_err(|_| refuse(format!("w_cutoff={value} is not a number.")))?,
+                    )
+                }
+                "dither" => {
+                    spec.dither = Some(match value {
+                        "off" => None,
+                        seed => Some(seed.parse().map_err(|_| {
+                            refuse(format!(
+                                "dither={value} must be a seed from 0 to {} or off.",
+                                u32::MAX
+                            ))
+                        })?),
+                    })
+                }
+                "gain" => {
+                    let gain: f32 = value
+                        .parse()
+                        .map_err(|_| refuse(format!("gain={value} is not a number.")))?;
+                    if !gain.is_finite() {
+                        return Err(refuse(format!("gain={value} is not a finite number.")));
+                    }
+                    spec.gain = Some(gain);
+                }
+                _ => {
+                    return Err(refuse(format!(
+                        "unknown key {key:?}; the keys are dst, channels, taps, bits, window, \
+                         w_cutoff, dither and gain."
+                    )))
+                }
+            }
+        }
+        spec.dst = dst.ok_or_else(|| refuse("needs dst=ADDR[+N]:PORT.".into()))?;
+        Ok(spec)
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -323,11 +501,13 @@ pub struct BenchArgs {
 }
 
 /// Everything the pipeline needs, checked and derived from [`RunArgs`]: the engine's one input,
-/// its outputs (in order; today's command line makes exactly one, [`WIDEBAND`]), and what the
-/// engine as a whole runs with.
+/// its outputs, and what the engine as a whole runs with.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub input: InputSpec,
+    /// The outputs, 1 to [`MAX_OUTPUTS`], in the order given: `--dst` makes one, [`WIDEBAND`];
+    /// each `--wideband` one of the name it gives (unique, [`check_output_name`]). Every output
+    /// is a whole number of heaps per frame, and no two share a destination address and port.
     pub outputs: Vec<OutputSpec>,
     /// Largest coarse delay magnitude in samples that keeps every window inside the span.
     pub max_delay_samples: u64,
@@ -366,7 +546,7 @@ pub struct InputSpec {
 /// One output stream of the engine: what it computes and where it goes.
 #[derive(Clone, Debug)]
 pub struct OutputSpec {
-    /// Keys the output in stats, control and `/status` ([`WIDEBAND`] for today's one output).
+    /// Keys the output in stats, control and `/status` ([`WIDEBAND`] for `--dst`'s output).
     pub name: String,
     pub kind: OutputKind,
     pub geometry: OutputGeometry,
@@ -402,10 +582,128 @@ fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
 
+/// One output as the command line asks for it, every key filled in, before the engine-wide
+/// derivation.
+struct Requested {
+    name: String,
+    /// Made by `--wideband`: its refusals name it. `--dst`'s output is named by its flags.
+    named: bool,
+    dst: Endpoint,
+    geometry: OutputGeometry,
+    /// `None`: the default gain for its bits.
+    gain: Option<f32>,
+}
+
+impl Requested {
+    /// `msg` as a sentence that names the output where `--wideband` made it.
+    fn refuse(&self, msg: impl Into<String>) -> String {
+        let msg = sentence(msg);
+        if self.named {
+            format!("output {:?}: {msg}", self.name)
+        } else {
+            msg
+        }
+    }
+
+    /// How refusals call its destinations.
+    fn dst_flag(&self) -> &'static str {
+        if self.named {
+            "dst="
+        } else {
+            "--dst "
+        }
+    }
+}
+
 impl EngineConfig {
     /// Checks the arguments and derives the geometry. Errors are one sentence for the user.
     pub fn from_args(a: &RunArgs) -> Result<Self, ConfigError> {
         Ok(Self::check(a)?)
+    }
+
+    /// The outputs the command line asks for, in order, each key given or taken from the output
+    /// flags. Dither seeds: the output's own `dither=`, else none with `--no-dither`, else
+    /// `--dither-seed` + k for output k, else a random seed unlike every other output's.
+    fn requested(a: &RunArgs) -> Result<Vec<Requested>, String> {
+        let flags = OutputGeometry {
+            channels: a.channels,
+            taps: a.taps,
+            spectra_per_heap: a.spectra_per_heap,
+            bits: a.output_bits,
+            filter: FilterDesign {
+                window: a.window_function,
+                w_cutoff: a.w_cutoff,
+            },
+            dither: None,
+        };
+        // The flags' seed for output k; `None`: draw one.
+        let flag_seed = |k: usize| match (a.no_dither, a.dither_seed) {
+            (true, _) => Some(None),
+            (false, Some(seed)) => Some(Some(seed.wrapping_add(k as u32))),
+            (false, None) => None,
+        };
+        let mut wanted = Vec::new();
+        let mut seeds = Vec::new();
+        match (&a.dst, a.wideband.as_slice()) {
+            (Some(dst), []) => {
+                wanted.push(Requested {
+                    name: WIDEBAND.to_string(),
+                    named: false,
+                    dst: dst.clone(),
+                    geometry: flags,
+                    gain: a.gain,
+                });
+                seeds.push(flag_seed(0));
+            }
+            (None, []) => return Err("give --dst, or one or more --wideband outputs.".into()),
+            (Some(_), [_, ..]) => return Err("give either --dst or --wideband, not both.".into()),
+            (None, specs) => {
+                if specs.len() > MAX_OUTPUTS {
+                    return Err(format!(
+                        "{} --wideband outputs is more than {MAX_OUTPUTS}.",
+                        specs.len()
+                    ));
+                }
+                for (k, w) in specs.iter().enumerate() {
+                    check_output_name(&w.name)?;
+                    if specs[..k].iter().any(|o| o.name == w.name) {
+                        return Err(format!(
+                            "output {:?} is given twice; every output needs a name of its own.",
+                            w.name
+                        ));
+                    }
+                    wanted.push(Requested {
+                        name: w.name.clone(),
+                        named: true,
+                        dst: w.dst.clone(),
+                        geometry: OutputGeometry {
+                            channels: w.channels.unwrap_or(flags.channels),
+                            taps: w.taps.unwrap_or(flags.taps),
+                            bits: w.bits.unwrap_or(flags.bits),
+                            filter: FilterDesign {
+                                window: w.window.unwrap_or(flags.filter.window),
+                                w_cutoff: w.w_cutoff.unwrap_or(flags.filter.w_cutoff),
+                            },
+                            ..flags
+                        },
+                        gain: w.gain.or(a.gain),
+                    });
+                    seeds.push(w.dither.or_else(|| flag_seed(k)));
+                }
+            }
+        }
+        let mut taken: Vec<u32> = seeds.iter().flatten().flatten().copied().collect();
+        for (w, seed) in wanted.iter_mut().zip(seeds) {
+            w.geometry.dither = seed.unwrap_or_else(|| {
+                let mut drawn: u32 = rand::random();
+                while taken.contains(&drawn) {
+                    drawn = rand::random();
+                }
+                taken.push(drawn);
+                Some(drawn)
+            });
+        }
+        Ok(wanted)
     }
 
     fn check(a: &RunArgs) -> Result<Self, String> {
@@ -430,40 +728,47 @@ impl EngineConfig {
             ));
         }
         let max_delay_samples = max_delay_samples as u64;
-        let output = OutputGeometry {
-            channels: a.channels,
-            taps: a.taps,
-            spectra_per_heap: a.spectra_per_heap,
-            bits: a.output_bits,
-            filter: FilterDesign {
-                window: a.window_function,
-                w_cutoff: a.w_cutoff,
-            },
-            dither: match (a.no_dither, a.dither_seed) {
-                (true, _) => None,
-                (false, Some(seed)) => Some(seed),
-                (false, None) => Some(rand::random()),
-            },
-        };
-        // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md):
-        // lag >= (T-1) 2n + D and overlap >= lag + D.
-        let step = 2 * a.channels.max(1);
-        let d = max_delay_samples as usize;
-        let lag = round_up(a.taps.saturating_sub(1) * step + d, step);
-        let overlap = round_up(lag + d, 8);
+        let wanted = Self::requested(a)?;
         if a.spectra_per_heap == 0 || a.heaps_per_frame == 0 {
             return Err("spectra per heap and heaps per frame must be positive.".into());
         }
+        for w in &wanted {
+            w.geometry.validate().map_err(|e| w.refuse(e))?;
+        }
+        // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md): each
+        // output's lag >= (T-1) 2n + D, and the overlap >= every output's lag + D.
+        let d = max_delay_samples as usize;
+        let lags: Vec<usize> = wanted
+            .iter()
+            .map(|w| {
+                let step = w.geometry.step();
+                round_up((w.geometry.taps - 1) * step + d, step)
+            })
+            .collect();
+        let (longest, lag_max) = lags
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by_key(|&(k, lag)| (lag, std::cmp::Reverse(k)))
+            .expect("at least one output");
+        let overlap = round_up(lag_max + d, 8);
+        // Channel counts are powers of two: the widest output's heaps are a whole number of
+        // every output's.
+        let widest = wanted.iter().map(|w| w.geometry.step()).max().unwrap_or(0);
         let input = InputGeometry {
             sample_bits: a.sample_bits,
             chunk_samples: a
                 .spectra_per_heap
                 .saturating_mul(a.heaps_per_frame)
-                .saturating_mul(step),
+                .saturating_mul(widest),
             overlap_samples: overlap,
         };
-        let geometry = Channelisation::new(input, output);
-        geometry.validate().map_err(sentence)?;
+        input.validate().map_err(sentence)?;
+        for w in &wanted {
+            Channelisation::new(input, w.geometry)
+                .validate()
+                .map_err(|e| w.refuse(e))?;
+        }
         let chunk = input.chunk_samples;
         if a.heap_samples == 0 || !a.heap_samples.is_multiple_of(8) {
             return Err(format!(
@@ -471,15 +776,26 @@ impl EngineConfig {
                 a.heap_samples
             ));
         }
+        let several = wanted.len() > 1;
         if !chunk.is_multiple_of(a.heap_samples) {
+            let channels = if several {
+                "the most channels of any output"
+            } else {
+                "channels"
+            };
             return Err(format!(
-                "a frame's chunk of {chunk} samples (spectra-per-heap x heaps-per-frame x 2 x channels) is not a whole number of {}-sample digitiser heaps.",
+                "a frame's chunk of {chunk} samples (spectra-per-heap x heaps-per-frame x 2 x {channels}) is not a whole number of {}-sample digitiser heaps.",
                 a.heap_samples
             ));
         }
         if overlap > chunk {
+            let whose = if several {
+                format!("output {:?}'s taps", wanted[longest].name)
+            } else {
+                "taps".to_string()
+            };
             return Err(format!(
-                "the overlap of {overlap} samples that taps and --max-delay need exceeds a frame's chunk of {chunk} samples; raise --heaps-per-frame or --spectra-per-heap, or lower --max-delay."
+                "the overlap of {overlap} samples that {whose} and --max-delay need exceeds a frame's chunk of {chunk} samples; raise --heaps-per-frame or --spectra-per-heap, or lower --max-delay."
             ));
         }
         let heap_bytes = a.heap_samples * a.sample_bits as usize / 8;
@@ -496,18 +812,34 @@ impl EngineConfig {
                 MAX_UDP_PAYLOAD - PACKET_HEADER_BYTES
             ));
         }
-        let substreams = a.dst.addrs.len();
-        if substreams == 0 || !a.channels.is_multiple_of(substreams) {
-            return Err(format!(
-                "{} channels cannot be divided evenly over {substreams} output substreams.",
-                a.channels
-            ));
-        }
-        if substreams > 256 {
-            return Err(format!("{substreams} output substreams is more than 256."));
-        }
-        if a.dst.addrs.iter().any(|d| d.port() == 0) {
-            return Err(format!("--dst {} needs a port other than 0.", a.dst));
+        let mut senders: HashMap<SocketAddrV4, &str> = HashMap::new();
+        for w in &wanted {
+            let substreams = w.dst.addrs.len();
+            if substreams == 0 || !w.geometry.channels.is_multiple_of(substreams) {
+                return Err(w.refuse(format!(
+                    "{} channels cannot be divided evenly over {substreams} output substreams",
+                    w.geometry.channels
+                )));
+            }
+            if substreams > 256 {
+                return Err(w.refuse(format!("{substreams} output substreams is more than 256")));
+            }
+            if w.dst.addrs.iter().any(|d| d.port() == 0) {
+                return Err(w.refuse(format!(
+                    "{}{} needs a port other than 0",
+                    w.dst_flag(),
+                    w.dst
+                )));
+            }
+            for addr in &w.dst.addrs {
+                if let Some(other) = senders.insert(*addr, &w.name) {
+                    return Err(format!(
+                        "outputs {other:?} and {:?} both send to {addr}; each output needs \
+                         destinations of its own.",
+                        w.name
+                    ));
+                }
+            }
         }
         for (p, src) in [&a.src_pol0, &a.src_pol1].iter().enumerate() {
             if src.addrs.is_empty() || src.addrs.len() > 64 {
@@ -543,6 +875,11 @@ impl EngineConfig {
                 return Err(format!("--gain {gain} is not a finite number."));
             }
         }
+        for w in &wanted {
+            if let Some(gain) = w.gain.filter(|g| !g.is_finite()) {
+                return Err(w.refuse(format!("gain {gain} is not a finite number")));
+            }
+        }
         if !(a.send_burst.is_finite() && (0.0..=1e6).contains(&a.send_burst)) {
             return Err(format!(
                 "--send-burst {} must be between 0 and 1000000 microseconds.",
@@ -561,31 +898,39 @@ impl EngineConfig {
                 a.feng_id, a.array_size
             ));
         }
-        let plan = FramePlan {
-            lag,
-            fs: a.adc_sample_rate,
-        };
-        plan.validate(&geometry)
-            .map_err(|e| sentence(e.to_string()))?;
-        let wideband = OutputSpec {
-            name: WIDEBAND.to_string(),
-            kind: OutputKind::Wideband,
-            geometry: output,
-            lag,
-            dests: a.dst.addrs.clone(),
-            gain: a
-                .gain
-                .unwrap_or_else(|| crate::signal::gain::default_gain(a.sample_bits, a.output_bits)),
-            send_threads: match a.send_threads {
-                // One kernel-UDP sender thread moves about 3 GB/s with GSO (docs/performance.md).
-                0 => {
-                    let bytes_per_sample = 2.0 * a.output_bits as f64 / 8.0;
-                    (bytes_per_sample * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil() as usize
+        for (w, &lag) in wanted.iter().zip(&lags) {
+            let plan = FramePlan {
+                lag,
+                fs: a.adc_sample_rate,
+            };
+            plan.validate(&Channelisation::new(input, w.geometry))
+                .map_err(|e| w.refuse(e.to_string()))?;
+        }
+        let outputs = wanted
+            .into_iter()
+            .zip(lags)
+            .map(|(w, lag)| OutputSpec {
+                send_threads: match a.send_threads {
+                    // One kernel-UDP sender thread moves about 3 GB/s with GSO
+                    // (docs/performance.md).
+                    0 => {
+                        let bytes_per_sample = 2.0 * w.geometry.bits as f64 / 8.0;
+                        (bytes_per_sample * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil()
+                            as usize
+                    }
+                    n => n,
                 }
-                n => n,
-            }
-            .clamp(1, a.dst.addrs.len()),
-        };
+                .clamp(1, w.dst.addrs.len()),
+                gain: w.gain.unwrap_or_else(|| {
+                    crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
+                }),
+                kind: OutputKind::Wideband,
+                geometry: w.geometry,
+                lag,
+                dests: w.dst.addrs,
+                name: w.name,
+            })
+            .collect();
         Ok(Self {
             input: InputSpec {
                 geometry: input,
@@ -601,7 +946,7 @@ impl EngineConfig {
                 }
                 .clamp(1, fewest_sources),
             },
-            outputs: vec![wideband],
+            outputs,
             max_delay_samples,
             max_delay: a.max_delay,
             fs: a.adc_sample_rate,
@@ -682,7 +1027,8 @@ pub fn sentence(s: impl Into<String>) -> String {
 }
 
 /// The run arguments of `fengine` with test addresses and `extra` flags: for the tests of every
-/// module that needs a configuration.
+/// module that needs a configuration. The output goes to `--dst 127.0.0.1:7150` unless `extra`
+/// gives `--dst` or `--wideband`.
 #[cfg(test)]
 pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
     let mut v = vec![
@@ -691,9 +1037,13 @@ pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         "127.0.0.1:7148",
         "--src-pol1",
         "127.0.0.1:7149",
-        "--dst",
-        "127.0.0.1:7150",
     ];
+    let outputs_given = extra
+        .iter()
+        .any(|f| f.starts_with("--dst") || f.starts_with("--wideband"));
+    if !outputs_given {
+        v.extend(["--dst", "127.0.0.1:7150"]);
+    }
     v.extend_from_slice(extra);
     let cli = Cli::try_parse_from(v)?;
     Ok(cli.run.expect("run arguments"))
@@ -871,6 +1221,321 @@ mod tests {
         assert!(args(&["--no-dither", "--dither-seed", "1"]).is_err());
         assert_eq!(output(&[]).bits, 8);
         assert_eq!(output(&["--output-bits", "4"]).bits, 4);
+    }
+
+    /// The configuration of `extra`, or the sentence that refuses it (clap's or the engine's).
+    fn refusal(extra: &[&str]) -> String {
+        match args(extra) {
+            Err(e) => e.to_string(),
+            Ok(a) => match EngineConfig::from_args(&a) {
+                Err(e) => e.to_string(),
+                Ok(c) => panic!("{extra:?} was accepted: {:?}", c.outputs),
+            },
+        }
+    }
+
+    fn config(extra: &[&str]) -> EngineConfig {
+        EngineConfig::from_args(&args(extra).unwrap()).unwrap()
+    }
+
+    /// Without --wideband, --dst and the output flags make the one output named wideband, as
+    /// before; --dst is then required.
+    #[test]
+    fn the_one_output_shorthand_is_unchanged() {
+        let c = config(&["--channels", "1024", "--taps", "4", "--output-bits", "4"]);
+        let [out] = &c.outputs[..] else {
+            panic!("one output: {:?}", c.outputs)
+        };
+        assert_eq!(out.name, WIDEBAND);
+        assert_eq!(out.dests, vec!["127.0.0.1:7150".parse().unwrap()]);
+        assert_eq!((out.geometry.channels, out.geometry.taps), (1024, 4));
+        assert_eq!(out.geometry.bits, 4);
+        assert_eq!(out.gain, 1.0 / 16.0);
+        assert_eq!(c.input.geometry.chunk_samples, 256 * 4 * 2048);
+        let e = Cli::try_parse_from([
+            "fengine",
+            "--src-pol0",
+            "127.0.0.1:1",
+            "--src-pol1",
+            "127.0.0.1:2",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--dst"), "{e}");
+    }
+
+    /// Each --wideband output takes its own keys, and the output flags for the keys it leaves
+    /// out (the gain's default follows its own bits).
+    #[test]
+    fn wideband_outputs_take_their_keys_and_the_flags_for_the_rest() {
+        let c = config(&[
+            "--wideband",
+            "wide:dst=127.0.0.1+3:7150,channels=1024",
+            "--wideband",
+            "fine_4-bit:dst=127.0.1.1+7:7150,channels=4096,taps=4,bits=4,window=rect,w_cutoff=0.5,dither=off,gain=0.25",
+            "--taps",
+            "8",
+            "--dither-seed",
+            "10",
+        ]);
+        let [wide, fine] = &c.outputs[..] else {
+            panic!("two outputs: {:?}", c.outputs)
+        };
+        assert_eq!(wide.name, "wide");
+        let g = wide.geometry;
+        assert_eq!(
+            (g.channels, g.taps, g.bits, g.dither),
+            (1024, 8, 8, Some(10))
+        );
+        assert_eq!(g.filter, FilterDesign::default());
+        assert_eq!(wide.gain, 1.0);
+        assert_eq!(wide.dests.len(), 4);
+        assert_eq!(wide.send_threads, 2, "8 bits at 1712 Msample/s: 3.4 GB/s");
+        assert_eq!(fine.name, "fine_4-bit");
+        let g = fine.geometry;
+        assert_eq!((g.channels, g.taps, g.bits, g.dither), (4096, 4, 4, None));
+        assert_eq!(
+            (g.filter.window, g.filter.w_cutoff),
+            (WindowFunction::Rect, 0.5)
+        );
+        assert_eq!(fine.gain, 0.25);
+        assert_eq!(fine.dests[7], "127.0.1.8:7150".parse().unwrap());
+        assert_eq!(fine.send_threads, 1, "4 bits at 1712 Msample/s: 1.7 GB/s");
+        assert_eq!(c.output_geometries(), vec![wide.geometry, fine.geometry]);
+
+        // Seeds: --dither-seed S gives output k S + k; dither= wins; none given draws one each.
+        let seeds = |extra: &[&str]| -> Vec<Option<u32>> {
+            let mut v = vec![
+                "--wideband",
+                "a:dst=127.0.0.1:7150",
+                "--wideband",
+                "b:dst=127.0.0.1:7151",
+                "--wideband",
+                "c:dst=127.0.0.1:7152,dither=3",
+            ];
+            v.extend_from_slice(extra);
+            config(&v)
+                .outputs
+                .iter()
+                .map(|o| o.geometry.dither)
+                .collect()
+        };
+        assert_eq!(seeds(&["--dither-seed", "7"]), [Some(7), Some(8), Some(3)]);
+        let max = u32::MAX.to_string();
+        assert_eq!(
+            seeds(&["--dither-seed", max.as_str()]),
+            [Some(u32::MAX), Some(0), Some(3)]
+        );
+        assert_eq!(seeds(&["--no-dither"]), [None, None, Some(3)]);
+        let drawn = seeds(&[]);
+        assert!(drawn.iter().all(Option::is_some), "{drawn:?}");
+        assert!(drawn[0] != drawn[1] && drawn[2] == Some(3), "{drawn:?}");
+        // The default gain follows each output's bits; --gain is everyone's default.
+        let c = config(&[
+            "--wideband",
+            "a:dst=127.0.0.1:7150,bits=4",
+            "--wideband",
+            "b:dst=127.0.0.1:7151",
+            "--sample-bits",
+            "8",
+        ]);
+        assert_eq!([c.outputs[0].gain, c.outputs[1].gain], [0.25, 4.0]);
+        let c = config(&[
+            "--wideband",
+            "a:dst=127.0.0.1:7150,bits=4",
+            "--wideband",
+            "b:dst=127.0.0.1:7151,gain=2",
+            "--gain",
+            "0.5",
+        ]);
+        assert_eq!([c.outputs[0].gain, c.outputs[1].gain], [0.5, 2.0]);
+    }
+
+    /// Each output keeps its own lag; the overlap covers the longest, and the chunk is H heaps of
+    /// the widest output, a whole number of the other's heaps. Order does not matter.
+    #[test]
+    fn chunk_overlap_and_lags_of_1024_and_4096_channels() {
+        let flags = [
+            "--taps",
+            "4",
+            "--spectra-per-heap",
+            "64",
+            "--heaps-per-frame",
+            "4",
+            "--adc-sample-rate",
+            "1e8",
+            "--max-delay",
+            "1e-5",
+        ];
+        let narrow = "narrow:dst=127.0.0.1:7150,channels=1024";
+        let wide = "wide:dst=127.0.0.1:7151,channels=4096";
+        for outputs in [[narrow, wide], [wide, narrow]] {
+            let mut v = flags.to_vec();
+            for o in outputs {
+                v.extend(["--wideband", o]);
+            }
+            let c = config(&v);
+            assert_eq!(c.max_delay_samples, 1000);
+            let k = |name: &str| c.outputs.iter().position(|o| o.name == name).unwrap();
+            let (n, w) = (k("narrow"), k("wide"));
+            // 3 x 2048 + 1000 -> 8192 and 3 x 8192 + 1000 -> 32768; overlap 32768 + 1000.
+            assert_eq!((c.outputs[n].lag, c.outputs[w].lag), (8192, 32768));
+            assert_eq!(c.input.geometry.overlap_samples, 33768);
+            assert_eq!(c.input.geometry.chunk_samples, 64 * 4 * 8192);
+            assert_eq!(c.heaps_per_chunk(), 64 * 4 * 8192 / 4096);
+            assert_eq!(c.channelisation(n).heaps_per_frame(), 16);
+            assert_eq!(c.channelisation(w).heaps_per_frame(), 4);
+            for k in 0..2 {
+                c.channelisation(k).validate().unwrap();
+                c.plan(k).validate(&c.channelisation(k)).unwrap();
+            }
+        }
+        // The 1024-channel output alone: the same lag, as before (lag_and_overlap_cover_...).
+        let mut v = flags.to_vec();
+        v.extend(["--wideband", narrow]);
+        let c = config(&v);
+        assert_eq!(c.outputs[0].lag, 8192);
+        assert_eq!(c.input.geometry.overlap_samples, 9192);
+        assert_eq!(c.input.geometry.chunk_samples, 64 * 4 * 2048);
+    }
+
+    /// What --wideband outputs may not be: each refusal one sentence that names the output (or
+    /// the offending part).
+    #[test]
+    fn bad_wideband_outputs_are_refused_by_name() {
+        // `--wideband` before each spec.
+        let wb = |specs: &[&'static str]| -> Vec<&'static str> {
+            specs.iter().flat_map(|s| ["--wideband", *s]).collect()
+        };
+        let nine: Vec<String> = (0..9)
+            .map(|k| format!("o{k}:dst=127.0.0.1:{}", 7150 + k))
+            .collect();
+        let nine: Vec<&str> = nine.iter().flat_map(|s| ["--wideband", s]).collect();
+        let long = format!("{}:dst=127.0.0.1:7150", "x".repeat(33));
+        let a = "a:dst=127.0.0.1:7150";
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (
+                wb(&[a, "a:dst=127.0.0.1:7151"]),
+                "output \"a\" is given twice",
+            ),
+            (
+                wb(&["Wide:dst=127.0.0.1:7150"]),
+                "output name \"Wide\" must be 1 to 32 characters from a-z, 0-9, _ and -.",
+            ),
+            (
+                wb(&["a.b:dst=127.0.0.1:7150"]),
+                "output name \"a.b\" must be",
+            ),
+            (wb(&[":dst=127.0.0.1:7150"]), "output name \"\" must be"),
+            (vec!["--wideband", &long], "must be 1 to 32 characters"),
+            (
+                wb(&["status:dst=127.0.0.1:7150"]),
+                "output name \"status\" would clash with the control API's routes",
+            ),
+            (wb(&["gains:dst=127.0.0.1:7150"]), "would clash"),
+            (
+                wb(&["a:dst=127.0.0.1+3:7150", "b:dst=127.0.0.3:7150"]),
+                "outputs \"a\" and \"b\" both send to 127.0.0.3:7150",
+            ),
+            (
+                wb(&[a, "b:dst=127.0.0.1+2:7151"]),
+                "output \"b\": 4096 channels cannot be divided evenly over 3 output",
+            ),
+            (nine, "9 --wideband outputs is more than 8."),
+            (
+                wb(&[a, "b:dst=127.0.0.1:7151,channels=1000"]),
+                "output \"b\": channels must be a power of two from 16 to 65536, not 1000",
+            ),
+            (
+                wb(&[a, "b:dst=127.0.0.1:7151,taps=65"]),
+                "output \"b\": taps must be from 1 to 64",
+            ),
+            (
+                wb(&[a, "b:dst=127.0.0.1:7151,w_cutoff=-1"]),
+                "output \"b\": the sinc cutoff must be",
+            ),
+            (
+                wb(&["a:dst=127.0.0.1:0"]),
+                "output \"a\": dst=127.0.0.1:0 needs a port other than 0.",
+            ),
+            (
+                [
+                    wb(&[
+                        "a:dst=127.0.0.1:7150,channels=16",
+                        "b:dst=127.0.0.1:7151,channels=1024,taps=64",
+                    ]),
+                    vec!["--heaps-per-frame", "1", "--spectra-per-heap", "8"],
+                ]
+                .concat(),
+                "output \"b\"'s taps and --max-delay need exceeds a frame's chunk",
+            ),
+            (
+                vec!["--dst", "127.0.0.1:7150", "--wideband", a],
+                "cannot be used with",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = refusal(&extra);
+            assert!(e.contains(want), "{extra:?}: {e:?} should say {want:?}");
+            let line = e.lines().next().unwrap();
+            assert!(
+                line.ends_with('.') || line.contains("cannot be used with"),
+                "{e:?}"
+            );
+        }
+    }
+
+    /// A key the parser does not know, or a value it cannot read, is named in the refusal.
+    #[test]
+    fn bad_wideband_keys_and_values_are_named() {
+        for (spec, want) in [
+            ("a", "\"a\" is not NAME:dst=ADDR[+N]:PORT"),
+            ("a:", "output \"a\": needs dst=ADDR[+N]:PORT."),
+            ("a:channels=1024", "output \"a\": needs dst=ADDR[+N]:PORT."),
+            ("a:dst=127.0.0.1:7150,colour=red", "unknown key \"colour\""),
+            ("a:dst=127.0.0.1:7150,taps", "\"taps\" is not key=value."),
+            (
+                "a:dst=127.0.0.1:7150,taps=4,taps=8",
+                "the key taps is given twice.",
+            ),
+            (
+                "a:dst=nowhere",
+                "output \"a\": dst=nowhere: 'nowhere' is not ADDR[+N]:PORT.",
+            ),
+            (
+                "a:dst=127.0.0.1:7150,channels=many",
+                "channels=many is not a whole number",
+            ),
+            (
+                "a:dst=127.0.0.1:7150,taps=-1",
+                "taps=-1 is not a whole number",
+            ),
+            ("a:dst=127.0.0.1:7150,bits=6", "bits=6 must be 8 or 4."),
+            (
+                "a:dst=127.0.0.1:7150,window=hamming",
+                "window=hamming: the window function must be hann or rect",
+            ),
+            (
+                "a:dst=127.0.0.1:7150,w_cutoff=wide",
+                "w_cutoff=wide is not a number.",
+            ),
+            (
+                "a:dst=127.0.0.1:7150,dither=maybe",
+                "dither=maybe must be a seed",
+            ),
+            ("a:dst=127.0.0.1:7150,gain=x", "gain=x is not a number."),
+            (
+                "a:dst=127.0.0.1:7150,gain=inf",
+                "gain=inf is not a finite number.",
+            ),
+        ] {
+            let e = spec.parse::<WidebandSpec>().unwrap_err();
+            assert!(e.contains(want), "{spec:?}: {e:?} should say {want:?}");
+            assert!(e.ends_with('.'), "{e:?}");
+            // clap passes the sentence on.
+            let e = refusal(&["--wideband", spec]);
+            assert!(e.contains(want), "{spec:?}: {e:?}");
+        }
     }
 
     #[test]
