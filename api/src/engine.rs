@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The name of the engine's wideband output: today's only output, and the one that the
-/// single-output command-line flags (`--channels`, `--dst`, ...) describe.
+/// The name of the output that the single-output command-line flags (`--dst`, `--channels`, ...)
+/// describe. An engine started with `--wideband NAME:...` outputs has the names given instead
+/// (this one only if given).
 pub const WIDEBAND: &str = "wideband";
 
 /// `GET /status`.
@@ -26,7 +27,7 @@ pub struct Status {
     /// Largest |delay| a delay model may ask for, in seconds.
     pub max_delay_s: f64,
     pub input: Input,
-    /// Outputs by name ([`WIDEBAND`] today).
+    /// Outputs by name: [`WIDEBAND`], or those that `--wideband` named.
     pub outputs: BTreeMap<String, Output>,
     pub frames: Frames,
     /// Spectra whose delayed window fell outside the samples at hand (flagged, not computed).
@@ -44,7 +45,7 @@ impl Status {
         self.outputs.get(name)
     }
 
-    /// The wideband output, which every engine has today.
+    /// The output named [`WIDEBAND`]: `--dst`'s output, absent when `--wideband` named others.
     pub fn wideband(&self) -> Option<&Output> {
         self.output(WIDEBAND)
     }
