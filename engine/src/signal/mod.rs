@@ -8,10 +8,14 @@
 //! - [`quantise`]: dither, rounding and clamping to 8 or 4 bits, 4-bit packing.
 //! - [`gain`]: the default per-channel gain.
 //! - [`power`]: the input sensors (sum of squares, full-scale samples, rms in dBFS).
+//! - [`ddc`]: the narrowband output's mixer and decimating low-pass filter.
+//! - [`narrowband`]: the narrowband output's geometry, delay mapping and float64 channeliser.
 
+pub mod ddc;
 pub mod delay;
 pub mod dither;
 pub mod gain;
+pub mod narrowband;
 pub mod power;
 pub mod quantise;
 pub mod unpack;
