@@ -9,7 +9,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use spead::samples::range as sample_range;
 
-use super::{Backend, Channelisation, Frame, InputGeometry, OutputGeometry, SpectrumDelay, POLS};
+use super::{
+    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputFrame, OutputGeometry,
+    SpectrumDelay, MAX_OUTPUTS, POLS,
+};
 use crate::signal::delay::{fill_delays, DelayModel, FramePlan, Placement};
 use crate::signal::unpack::pack;
 use crate::signal::weights;
@@ -78,19 +81,34 @@ pub fn load_chunk(frame: &mut Frame, bits: u32, samples: [&[i16]; POLS]) {
     }
 }
 
-/// Sets both polarisations' gains.
+/// Sets both polarisations' gains of the first output.
 pub fn set_gains(backend: &mut dyn Backend, gains: &[Vec<Complex32>; POLS]) {
+    set_output_gains(backend, 0, gains);
+}
+
+/// Sets both polarisations' gains of output `output`.
+pub fn set_output_gains(backend: &mut dyn Backend, output: usize, gains: &[Vec<Complex32>; POLS]) {
     for (pol, g) in gains.iter().enumerate() {
-        backend.set_gains(0, pol, g).unwrap();
+        backend.set_gains(output, pol, g).unwrap();
     }
 }
 
 /// Random coarse delays within `margin`, fine delays in [-0.5, 0.5], phases in [-pi, pi), and a
-/// random output timestamp (which keys the dither).
+/// random output timestamp (which keys the dither), for the first output.
 pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame: &mut Frame) {
-    frame.outputs[0].timestamp = rng.random();
+    random_output_delays(rng, g, margin, &mut frame.outputs[0]);
+}
+
+/// [`random_delays`] for one output, `g` being its channelisation.
+pub fn random_output_delays(
+    rng: &mut StdRng,
+    g: &Channelisation,
+    margin: usize,
+    out: &mut OutputFrame,
+) {
+    out.timestamp = rng.random();
     for pol in 0..POLS {
-        for (m, d) in frame.outputs[0].delays[pol].iter_mut().enumerate() {
+        for (m, d) in out.delays[pol].iter_mut().enumerate() {
             let c = rng.random_range(-(margin as i64)..=margin as i64);
             *d = SpectrumDelay {
                 offset: (margin as i64 + (m * g.step()) as i64 - c) as u32,
@@ -135,21 +153,21 @@ pub fn copy_input(src: &Frame, dst: &mut Frame) {
     }
 }
 
-/// Fills the output with 0x80 (-128, or -8 in the high nibble of 4-bit output), a byte no backend
-/// writes, so unwritten bytes show.
+/// Fills every output with 0x80 (-128, or -8 in the high nibble of 4-bit output), a byte no
+/// backend writes, so unwritten bytes show.
 pub fn poison(frame: &mut Frame) {
-    frame.outputs[0].heaps.fill(0x80);
-    frame.outputs[0].saturated = [u64::MAX; POLS];
+    for out in &mut frame.outputs {
+        out.heaps.fill(0x80);
+        out.saturated = [u64::MAX; POLS];
+    }
 }
 
-/// Asserts that every byte was written.
+/// Asserts that every byte of every output was written.
 pub fn assert_written(frame: &Frame) {
-    if let Some(i) = frame.outputs[0]
-        .heaps_i8()
-        .iter()
-        .position(|&v| v == i8::MIN)
-    {
-        panic!("output byte {i} was not written");
+    for (k, out) in frame.outputs.iter().enumerate() {
+        if let Some(i) = out.heaps_i8().iter().position(|&v| v == i8::MIN) {
+            panic!("output {k} byte {i} was not written");
+        }
     }
 }
 
@@ -474,5 +492,282 @@ pub fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
             assert_eq!(frame.input.power, Some(want), "{bits}-bit input, frame {f}");
             assert!(want.iter().all(|p| p.full_scale > 0 && p.sum_squares > 0));
         }
+    }
+}
+
+/// Builds a backend for an input and its outputs, as the engine does.
+pub type Make<'a> = &'a dyn Fn(InputGeometry, &[OutputGeometry]) -> Box<dyn Backend>;
+
+/// Builds a backend for an input and its outputs, or says why not.
+pub type TryMake<'a> =
+    &'a dyn Fn(InputGeometry, &[OutputGeometry]) -> Result<Box<dyn Backend>, BackendError>;
+
+/// How closely a backend with several outputs must agree, output by output, with a backend built
+/// for that output alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agreement {
+    /// Every byte and saturation count.
+    Exact,
+    /// Components at most 1 LSB apart in under 0.1% of values (over all the frames), saturation
+    /// counts within 1 + 0.1% (a value on the edge of saturating may fall either side): the CPU
+    /// against the reference.
+    OneLsb,
+}
+
+/// Outputs of three shapes from one input (10-bit, chunk 4096, room for coarse delays of
+/// `margin` either way): 64 channels 4 taps 8-bit dithered; 256 channels 8 taps 4-bit undithered;
+/// 128 channels 1 tap rectangular window, 8-bit.
+pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
+    let base = OutputGeometry {
+        channels: 64,
+        taps: 4,
+        spectra_per_heap: 8,
+        bits: 8,
+        filter: Default::default(),
+        dither: Some(3),
+    };
+    let outputs = vec![
+        base,
+        OutputGeometry {
+            channels: 256,
+            taps: 8,
+            spectra_per_heap: 4,
+            bits: 4,
+            dither: None,
+            ..base
+        },
+        OutputGeometry {
+            channels: 128,
+            taps: 1,
+            spectra_per_heap: 4,
+            filter: weights::FilterDesign {
+                window: weights::WindowFunction::Rect,
+                ..Default::default()
+            },
+            dither: None,
+            ..base
+        },
+    ];
+    (input_for(&outputs, 10, 4096, margin), outputs)
+}
+
+/// An input of `bits`-bit samples and chunks of `chunk_samples` whose overlap holds every output's
+/// taps and coarse delays of `margin` either way.
+pub fn input_for(
+    outputs: &[OutputGeometry],
+    bits: u32,
+    chunk_samples: usize,
+    margin: usize,
+) -> InputGeometry {
+    let taps = outputs.iter().map(|o| (o.taps - 1) * o.step()).max();
+    InputGeometry {
+        sample_bits: bits,
+        chunk_samples,
+        overlap_samples: taps.unwrap_or(0) + 2 * margin,
+    }
+}
+
+/// A backend built with several outputs gives, for each, what a backend built with that output
+/// alone gives from the same frames (samples, that output's delays, timestamp and gains), frame
+/// after frame so that the span carries over: exactly, or as `Agreement` says for each backend
+/// in `against`; and the same input sensors. Runs a set of three outputs of different shapes
+/// ([`three_outputs`]) and a set of two of one shape (each with its own gains, delays and
+/// timestamps). `writes_every_byte`: whether the backend fills every output byte (all but null).
+pub fn check_outputs_as_if_alone(
+    make: Make,
+    against: &[(Make, Agreement)],
+    writes_every_byte: bool,
+) {
+    let margin = 64;
+    let (_, three) = three_outputs(margin);
+    let two = vec![three[0], three[0]];
+    for (set, outputs) in [("three shapes", three), ("one shape twice", two)] {
+        let input = input_for(&outputs, 10, 4096, margin);
+        let gs: Vec<Channelisation> = outputs
+            .iter()
+            .map(|o| Channelisation::new(input, *o))
+            .collect();
+        let mut gain_rng = rng(outputs.len() as u64 + 190);
+        let mut rng = rng(outputs.len() as u64 + 90);
+        let mut multi = make(input, &outputs);
+        assert_eq!(multi.outputs(), &outputs[..]);
+        let mut alone: Vec<Vec<Box<dyn Backend>>> = against
+            .iter()
+            .map(|(make, _)| outputs.iter().map(|o| make(input, &[*o])).collect())
+            .collect();
+        // Random gains for output k, channel 5 well beyond full scale so that every output
+        // saturates.
+        let mut new_gains =
+            |k: usize, multi: &mut dyn Backend, alone: &mut [Vec<Box<dyn Backend>>]| {
+                let mut gains = random_gains(&mut gain_rng, &gs[k]);
+                for pol_gains in &mut gains {
+                    pol_gains[5] *= 10.0;
+                }
+                set_output_gains(multi, k, &gains);
+                for backends in alone {
+                    set_gains(backends[k].as_mut(), &gains);
+                }
+            };
+        for k in 0..outputs.len() {
+            new_gains(k, multi.as_mut(), &mut alone);
+        }
+        // (values off by one, values) per comparison and output, over all frames.
+        let mut ones = vec![vec![(0usize, 0usize); outputs.len()]; against.len()];
+        let mut saturated = vec![0u64; outputs.len()];
+        let mut frame = multi.alloc_frame().unwrap();
+        assert_eq!(frame.outputs.len(), outputs.len());
+        for (out, g) in frame.outputs.iter().zip(&gs) {
+            assert_eq!(out.heaps.len(), g.output_bytes(), "{set}");
+            assert!(out.delays.iter().all(|d| d.len() == g.spectra_per_frame()));
+        }
+        let frames = 4;
+        for f in 0..frames {
+            if f == 2 {
+                // New gains for the last output only, from this frame on.
+                new_gains(outputs.len() - 1, multi.as_mut(), &mut alone);
+            }
+            let x = [
+                noise(&mut rng, 10, input.chunk_samples),
+                noise(&mut rng, 10, input.chunk_samples),
+            ];
+            load_chunk(&mut frame, 10, [&x[0], &x[1]]);
+            frame.input.timestamp = (1 << 24) + (f * input.chunk_samples) as u64;
+            for (out, g) in frame.outputs.iter_mut().zip(&gs) {
+                random_output_delays(&mut rng, g, margin, out);
+            }
+            // Each output's own frame for the backends of one output.
+            let mut singles: Vec<Vec<Frame>> = alone
+                .iter()
+                .map(|backends| {
+                    backends
+                        .iter()
+                        .zip(&frame.outputs)
+                        .map(|(b, out)| {
+                            let mut single = b.alloc_frame().unwrap();
+                            single.input.timestamp = frame.input.timestamp;
+                            for pol in 0..POLS {
+                                single.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
+                            }
+                            single.outputs[0].timestamp = out.timestamp;
+                            single.outputs[0].delays.clone_from(&out.delays);
+                            poison(&mut single);
+                            single.input.power = None;
+                            single
+                        })
+                        .collect()
+                })
+                .collect();
+            poison(&mut frame);
+            frame.input.power = None;
+            multi.submit(frame).unwrap();
+            frame = multi.wait().unwrap().unwrap();
+            if writes_every_byte {
+                assert_written(&frame);
+            }
+            for (c, ((backends, singles), (_, agreement))) in
+                alone.iter_mut().zip(&mut singles).zip(against).enumerate()
+            {
+                for (k, (b, single)) in backends.iter_mut().zip(singles.drain(..)).enumerate() {
+                    b.submit(single).unwrap();
+                    let single = b.wait().unwrap().unwrap();
+                    let case = format!(
+                        "{set}: output {k} ({} ch, {} taps, {}-bit) frame {f} against {} \
+                         alone",
+                        outputs[k].channels,
+                        outputs[k].taps,
+                        outputs[k].bits,
+                        b.name()
+                    );
+                    assert_eq!(
+                        frame.input.power, single.input.power,
+                        "{case}: input sensors"
+                    );
+                    let (got, want) = (&frame.outputs[k], &single.outputs[0]);
+                    assert_eq!(got.heaps.len(), want.heaps.len(), "{case}");
+                    match agreement {
+                        Agreement::Exact => {
+                            if let Some(i) =
+                                (0..got.heaps.len()).find(|&i| got.heaps[i] != want.heaps[i])
+                            {
+                                panic!(
+                                    "{case}: byte {i} is {} alone, {} beside other outputs",
+                                    want.heaps[i], got.heaps[i]
+                                );
+                            }
+                            assert_eq!(got.saturated, want.saturated, "{case}: saturated");
+                        }
+                        Agreement::OneLsb => {
+                            let bits = outputs[k].bits;
+                            let (o, t) =
+                                int8_differences(&got.components(bits), &want.components(bits));
+                            ones[c][k].0 += o;
+                            ones[c][k].1 += t;
+                            for pol in 0..POLS {
+                                let (x, y) =
+                                    (got.saturated[pol] as i64, want.saturated[pol] as i64);
+                                assert!(
+                                    (x - y).abs() <= 1 + y / 1000,
+                                    "{case}: pol {pol} saturated {x} vs {y}"
+                                );
+                            }
+                        }
+                    }
+                    saturated[k] += want.saturated.iter().sum::<u64>();
+                }
+            }
+        }
+        for (c, per_output) in ones.iter().enumerate() {
+            for (k, &(o, t)) in per_output.iter().enumerate() {
+                if against[c].1 == Agreement::OneLsb {
+                    let fraction = o as f64 / t as f64;
+                    eprintln!("{set}: output {k}: {o} of {t} values off by one ({fraction:.1e})");
+                    assert!(
+                        fraction < 1e-3,
+                        "{set}: output {k}: {o} of {t} values off by one"
+                    );
+                }
+            }
+        }
+        if writes_every_byte {
+            for (k, &s) in saturated.iter().enumerate() {
+                assert!(
+                    s > 0,
+                    "{set}: output {k}: the gains should saturate some values"
+                );
+            }
+        }
+    }
+}
+
+/// A backend serves from 1 to [`MAX_OUTPUTS`] outputs: none or too many are refused with a
+/// sentence saying so, as is an invalid output among valid ones (naming it); eight are served.
+pub fn check_output_counts(make: TryMake) {
+    let (input, three) = three_outputs(16);
+    let refused = |outputs: &[OutputGeometry]| match make(input, outputs) {
+        Ok(_) => panic!("{} outputs accepted", outputs.len()),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(&[]);
+    assert!(
+        e.contains("no outputs") && e.contains("at least one output"),
+        "{e}"
+    );
+    let nine: Vec<OutputGeometry> = three
+        .iter()
+        .cycle()
+        .take(MAX_OUTPUTS + 1)
+        .copied()
+        .collect();
+    let e = refused(&nine);
+    assert!(e.contains("9 outputs") && e.contains("at most 8"), "{e}");
+    let mut bad = three.clone();
+    bad[1].taps = 100;
+    let e = refused(&bad);
+    assert!(e.contains("output 1: taps must be"), "{e}");
+    for count in 1..=MAX_OUTPUTS {
+        let outputs = &nine[..count];
+        let b = make(input, outputs).unwrap_or_else(|e| panic!("{count} outputs: {e}"));
+        assert_eq!(b.outputs(), outputs);
+        assert_eq!(b.alloc_frame().unwrap().outputs.len(), count);
     }
 }

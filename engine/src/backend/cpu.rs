@@ -1,15 +1,17 @@
 //! The float32 CPU backend: the reference's maths, fast and multi-threaded (rayon over spectra).
 //!
-//! Per frame: unpack both chunks into the float spans (in parallel pieces); then each worker takes a
-//! contiguous run of (spectrum, pol) tasks and for each one
+//! Per frame: unpack both chunks into the float spans (in parallel pieces), once for every output,
+//! measuring the input sensors on the way; then, output after output, each worker takes a
+//! contiguous run of that output's (spectrum, pol) tasks and for each one
 //! 1. filters the window into 2n real samples, stored as n complex values z_m = g_2m + i g_2m+1;
 //! 2. runs an n-point complex FFT on them (half the work of a 2n-point one);
 //! 3. untangles the real transform, X_k = (Z_k + Z*_(n-k))/2 - i e^(-i pi k/n) (Z_k - Z*_(n-k))/2,
 //!    applies gain, fine delay and phase, dithers and quantises, and writes the spectrum to a
 //!    staging buffer;
 //!
-//! and finally the staging buffer is transposed into the heap layout, in parallel by channel block.
-//! FFT plans, spans, staging and per-worker scratch are allocated once, in `new`.
+//! and finally the output's staging buffer is transposed into its heap layout, in parallel by
+//! channel block. The spans are shared; FFT plans, weights, gains, staging and per-worker scratch
+//! are per output ([`OutputState`]). All are allocated once, in `new`.
 
 use std::sync::Arc;
 
@@ -18,8 +20,8 @@ use rayon::prelude::*;
 use rustfft::{Fft, FftPlanner};
 
 use super::{
-    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
-    Result, SpectrumDelay, POLS,
+    channelisations, BackendError, Channelisation, Frame, InputFrame, InputGeometry, OutputFrame,
+    OutputGeometry, Process, Result, SpectrumDelay, POLS,
 };
 use crate::signal::power::InputPower;
 use crate::signal::{gain, quantise, unpack};
@@ -99,22 +101,33 @@ struct Shared<'a> {
 
 /// The float32 CPU backend: a [`Process`], a backend as [`super::Synchronous`].
 pub struct CpuBackend {
+    input: InputGeometry,
+    outputs: Vec<OutputGeometry>,
+    /// Per polarisation: the span (overlap then chunk), shared by every output.
+    span: [Vec<f32>; POLS],
+    /// One per output, in the engine's order.
+    per_output: Vec<OutputState>,
+    /// Shared so that `process` can run on it while it borrows the rest of `self` mutably.
+    pool: Arc<rayon::ThreadPool>,
+}
+
+/// What the CPU backend keeps for one output.
+struct OutputState {
     geometry: Channelisation,
     weights: Vec<f32>,
     /// e^(-i pi k / n), k = 0..n-1.
     twiddle: Vec<Complex32>,
     fft: Arc<dyn Fft<f32>>,
     half_gains: [Vec<Complex32>; POLS],
-    span: [Vec<f32>; POLS],
     /// Quantised spectra as `[spectrum][pol][channel]`, before the transpose to heap layout.
     staging: Vec<[i8; 2]>,
+    /// One per pool thread.
     workers: Vec<Worker>,
-    /// Shared so that `process` can run on it while it borrows the rest of `self` mutably.
-    pool: Arc<rayon::ThreadPool>,
 }
 
 impl CpuBackend {
-    /// A CPU backend for one output of `input`, with a thread per core.
+    /// A CPU backend for `outputs` (1 to [`super::MAX_OUTPUTS`]) of `input`, with a thread per
+    /// core.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_threads(input, outputs, cores)
@@ -129,7 +142,7 @@ impl CpuBackend {
         outputs: &[OutputGeometry],
         threads: usize,
     ) -> Result<Self> {
-        let geometry = single_output(input, outputs)?;
+        let geometry = channelisations(input, outputs)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("fengine-cpu-{i}"))
@@ -138,10 +151,86 @@ impl CpuBackend {
             .map_err(|e| {
                 BackendError::Unavailable(format!("cannot start {threads} CPU threads: {e}"))
             })?;
-        Self::build(geometry, Arc::new(pool))
+        let threads = pool.current_num_threads().max(1);
+        let mut planner = FftPlanner::new();
+        let per_output = geometry
+            .into_iter()
+            .map(|g| OutputState::new(g, &mut planner, threads))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            input,
+            outputs: outputs.to_vec(),
+            span: std::array::from_fn(|_| vec![0.0; input.span_samples()]),
+            per_output,
+            pool: Arc::new(pool),
+        })
     }
 
-    fn build(geometry: Channelisation, pool: Arc<rayon::ThreadPool>) -> Result<Self> {
+    /// Processes `frame` as `submit` would, and also returns the first output's values before
+    /// quantisation in output order (element [`Channelisation::output_index`]`(spectrum, pol,
+    /// channel)`), for tests; [`Self::process_unquantised_outputs`] returns every output's.
+    pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex32>> {
+        Ok(self.process_unquantised_outputs(frame)?.swap_remove(0))
+    }
+
+    /// Processes `frame` as `submit` would, and also returns each output's values before
+    /// quantisation in output order, for tests.
+    pub fn process_unquantised_outputs(
+        &mut self,
+        frame: &mut Frame,
+    ) -> Result<Vec<Vec<Complex32>>> {
+        frame.check(&self.input, &self.outputs)?;
+        let mut staged: Vec<Vec<Complex32>> = self
+            .per_output
+            .iter()
+            .map(|o| vec![Complex32::new(f32::NAN, f32::NAN); o.staging.len()])
+            .collect();
+        self.process(frame, Some(&mut staged))?;
+        let values = self
+            .per_output
+            .iter()
+            .zip(staged)
+            .map(|(o, staged)| {
+                let g = &o.geometry;
+                let mut values = vec![Complex32::new(f32::NAN, f32::NAN); staged.len()];
+                for (i, spectrum) in staged.chunks_exact(g.output.channels).enumerate() {
+                    for (k, &v) in spectrum.iter().enumerate() {
+                        values[g.output_index(i / POLS, i % POLS, k)] = v;
+                    }
+                }
+                values
+            })
+            .collect();
+        Ok(values)
+    }
+
+    /// Computes a frame already checked against the geometry: the input once, then every output;
+    /// with `unquantised`, also each output's values before quantisation in staging order.
+    fn process(
+        &mut self,
+        frame: &mut Frame,
+        mut unquantised: Option<&mut [Vec<Complex32>]>,
+    ) -> Result<()> {
+        let (input, span, per_output) = (&self.input, &mut self.span, &mut self.per_output);
+        let run = || -> Result<()> {
+            frame.input.power = Some(unpack_spans(input, span, &frame.input)?);
+            let span = &*span;
+            for (k, (state, out)) in per_output.iter_mut().zip(&mut frame.outputs).enumerate() {
+                let unq = unquantised.as_deref_mut().map(|u| u[k].as_mut_slice());
+                state.process(span, out, unq);
+            }
+            Ok(())
+        };
+        self.pool.install(run)
+    }
+}
+
+impl OutputState {
+    fn new(
+        geometry: Channelisation,
+        planner: &mut FftPlanner<f32>,
+        threads: usize,
+    ) -> Result<Self> {
         let g = &geometry;
         let n = g.output.channels;
         let weights = g
@@ -157,9 +246,8 @@ impl CpuBackend {
                 Complex32::new(c.re as f32, c.im as f32)
             })
             .collect();
-        let fft = FftPlanner::new().plan_fft_forward(n);
-        let threads = pool.current_num_threads();
-        let workers = (0..threads.max(1))
+        let fft = planner.plan_fft_forward(n);
+        let workers = (0..threads)
             .map(|_| Worker {
                 z: vec![Complex32::default(); n],
                 y: vec![Complex32::default(); n],
@@ -177,73 +265,54 @@ impl CpuBackend {
             twiddle,
             fft,
             half_gains: [vec![half; n], vec![half; n]],
-            span: [vec![0.0; g.span_samples()], vec![0.0; g.span_samples()]],
             staging: vec![[0; 2]; g.spectra_per_frame() * POLS * n],
             workers,
-            pool,
             geometry,
         })
     }
 
-    /// Processes `frame` as `submit` would, and also returns the values before quantisation in
-    /// output order (element [`Channelisation::output_index`]`(spectrum, pol, channel)`), for tests.
-    pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex32>> {
-        let g = self.geometry;
-        frame.check(&g.input, &[g.output])?;
-        let mut staged = vec![Complex32::new(f32::NAN, f32::NAN); self.staging.len()];
-        self.process(frame, Some(&mut staged))?;
-        let mut values = vec![Complex32::new(f32::NAN, f32::NAN); staged.len()];
-        for (i, spectrum) in staged.chunks_exact(g.output.channels).enumerate() {
-            for (k, &v) in spectrum.iter().enumerate() {
-                values[g.output_index(i / POLS, i % POLS, k)] = v;
-            }
-        }
-        Ok(values)
-    }
-
-    /// Computes a frame already checked against the geometry.
-    fn process(&mut self, frame: &mut Frame, unquantised: Option<&mut [Complex32]>) -> Result<()> {
-        let this = &mut *self;
-        let pool = Arc::clone(&this.pool);
-        let run = || -> Result<()> {
-            frame.input.power = Some(unpack_spans(&this.geometry, &mut this.span, frame)?);
-            let shared = Shared {
-                g: &this.geometry,
-                weights: &this.weights,
-                twiddle: &this.twiddle,
-                fft: this.fft.as_ref(),
-                span: &this.span,
-                half_gains: &this.half_gains,
-                delays: &frame.outputs[0].delays,
-                timestamp: frame.outputs[0].timestamp,
-            };
-            let n = this.geometry.output.channels;
-            let tasks = this.geometry.spectra_per_frame() * POLS;
-            let per = tasks.div_ceil(this.workers.len());
-            let staging = this.staging.par_chunks_mut(per * n);
-            let workers = this.workers.par_iter_mut().enumerate();
-            match unquantised {
-                None => workers.zip(staging).for_each(|((w, worker), out)| {
-                    run_tasks(&shared, worker, w * per, out, None);
-                }),
-                Some(unq) => workers
-                    .zip(staging)
-                    .zip(unq.par_chunks_mut(per * n))
-                    .for_each(|(((w, worker), out), unq)| {
-                        run_tasks(&shared, worker, w * per, out, Some(unq))
-                    }),
-            }
-            transpose(&this.geometry, &this.staging, &mut frame.outputs[0].heaps);
-            Ok(())
+    /// This output's part of a frame whose input is in `span` (on the pool): its spectra into its
+    /// heaps and saturation counts, and with `unquantised` its values before quantisation in
+    /// staging order.
+    fn process(
+        &mut self,
+        span: &[Vec<f32>; POLS],
+        out: &mut OutputFrame,
+        unquantised: Option<&mut [Complex32]>,
+    ) {
+        let shared = Shared {
+            g: &self.geometry,
+            weights: &self.weights,
+            twiddle: &self.twiddle,
+            fft: self.fft.as_ref(),
+            span,
+            half_gains: &self.half_gains,
+            delays: &out.delays,
+            timestamp: out.timestamp,
         };
-        pool.install(run)?;
-        frame.outputs[0].saturated = [0; POLS];
+        let n = self.geometry.output.channels;
+        let tasks = self.geometry.spectra_per_frame() * POLS;
+        let per = tasks.div_ceil(self.workers.len());
+        let staging = self.staging.par_chunks_mut(per * n);
+        let workers = self.workers.par_iter_mut().enumerate();
+        match unquantised {
+            None => workers.zip(staging).for_each(|((w, worker), out)| {
+                run_tasks(&shared, worker, w * per, out, None);
+            }),
+            Some(unq) => workers
+                .zip(staging)
+                .zip(unq.par_chunks_mut(per * n))
+                .for_each(|(((w, worker), out), unq)| {
+                    run_tasks(&shared, worker, w * per, out, Some(unq))
+                }),
+        }
+        transpose(&self.geometry, &self.staging, &mut out.heaps);
+        out.saturated = [0; POLS];
         for w in &mut self.workers {
             for pol in 0..POLS {
-                frame.outputs[0].saturated[pol] += std::mem::take(&mut w.saturated[pol]);
+                out.saturated[pol] += std::mem::take(&mut w.saturated[pol]);
             }
         }
-        Ok(())
     }
 }
 
@@ -261,19 +330,19 @@ fn lower_priority() {
 /// Moves each span's last `overlap` samples to its front and unpacks the new chunk after them;
 /// returns each chunk's input sensors, measured on each piece while it is in cache.
 fn unpack_spans(
-    g: &Channelisation,
+    g: &InputGeometry,
     span: &mut [Vec<f32>; POLS],
-    frame: &Frame,
+    input: &InputFrame,
 ) -> Result<[InputPower; POLS]> {
-    // HostBuffer is Send but not Sync: share the bytes, not the buffers.
-    let chunks: [&[u8]; POLS] = [&frame.input.chunk[0], &frame.input.chunk[1]];
-    let bits = g.input.sample_bits;
+    // Share the bytes, not the buffers.
+    let chunks: [&[u8]; POLS] = [&input.chunk[0], &input.chunk[1]];
+    let bits = g.sample_bits;
     let power: Vec<InputPower> = span
         .par_iter_mut()
         .zip(chunks)
         .map(|(span, chunk)| {
-            span.copy_within(g.chunk_samples().., 0);
-            span[g.input.overlap_samples..]
+            span.copy_within(g.chunk_samples.., 0);
+            span[g.overlap_samples..]
                 .par_chunks_mut(UNPACK_PIECE)
                 .enumerate()
                 .map(|(i, piece)| {
@@ -427,11 +496,17 @@ fn transpose(g: &Channelisation, staging: &[[i8; 2]], output: &mut [u8]) {
 
 impl Process for CpuBackend {
     const NAME: &'static str = "cpu";
-    fn geometry(&self) -> &Channelisation {
-        &self.geometry
+    fn input(&self) -> &InputGeometry {
+        &self.input
     }
-    fn store_gains(&mut self, _output: usize, pol: usize, gains: &[Complex32]) {
-        for (h, g) in self.half_gains[pol].iter_mut().zip(gains) {
+    fn outputs(&self) -> &[OutputGeometry] {
+        &self.outputs
+    }
+    fn store_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) {
+        for (h, g) in self.per_output[output].half_gains[pol]
+            .iter_mut()
+            .zip(gains)
+        {
             *h = g * 0.5; // exact: a power of two
         }
     }
@@ -757,6 +832,82 @@ mod tests {
                     "value {e}"
                 );
             }
+        }
+    }
+
+    fn cpu_backend(input: InputGeometry, outputs: &[OutputGeometry]) -> Box<dyn Backend> {
+        Box::new(Synchronous::new(CpuBackend::new(input, outputs).unwrap()))
+    }
+
+    fn reference_backend(input: InputGeometry, outputs: &[OutputGeometry]) -> Box<dyn Backend> {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(input, outputs).unwrap(),
+        ))
+    }
+
+    /// Built with several outputs (on 3 threads), the CPU backend gives each exactly what it gives
+    /// built with that output alone, and what the reference gives within 1 LSB.
+    #[test]
+    fn each_output_as_if_alone() {
+        let multi = |input: InputGeometry, outputs: &[OutputGeometry]| -> Box<dyn Backend> {
+            Box::new(Synchronous::new(
+                CpuBackend::with_threads(input, outputs, 3).unwrap(),
+            ))
+        };
+        check_outputs_as_if_alone(
+            &multi,
+            &[
+                (&cpu_backend, Agreement::Exact),
+                (&reference_backend, Agreement::OneLsb),
+            ],
+            true,
+        );
+    }
+
+    #[test]
+    fn serves_one_to_eight_outputs() {
+        check_output_counts(&|input, outputs| {
+            Ok(Box::new(Synchronous::new(CpuBackend::new(input, outputs)?)))
+        });
+    }
+
+    /// The unquantised values of every output are those of the output alone.
+    #[test]
+    fn unquantised_values_per_output() {
+        let margin = 32;
+        let (input, outputs) = three_outputs(margin);
+        let mut cb = Synchronous::new(CpuBackend::new(input, &outputs).unwrap());
+        let mut rng = rng(13);
+        let mut frame = cb.alloc_frame().unwrap();
+        let x = noise(&mut rng, 10, input.chunk_samples);
+        load_chunk(&mut frame, 10, [&x, &x]);
+        for (out, o) in frame.outputs.iter_mut().zip(&outputs) {
+            random_output_delays(&mut rng, &Channelisation::new(input, *o), margin, out);
+        }
+        let values = cb.process_unquantised_outputs(&mut frame).unwrap();
+        assert_eq!(values.len(), 3);
+        for (k, o) in outputs.iter().enumerate() {
+            let mut alone = Synchronous::new(CpuBackend::new(input, &[*o]).unwrap());
+            let mut single = Frame::new_host(&input, &[*o]);
+            copy_input(&frame, &mut single);
+            single.outputs[0].timestamp = frame.outputs[k].timestamp;
+            single.outputs[0]
+                .delays
+                .clone_from(&frame.outputs[k].delays);
+            let want = alone.process_unquantised(&mut single).unwrap();
+            assert!(values[k]
+                .iter()
+                .all(|v| v.re.is_finite() && v.im.is_finite()));
+            assert_eq!(
+                values[k]
+                    .iter()
+                    .map(|v| (v.re.to_bits(), v.im.to_bits()))
+                    .collect::<Vec<_>>(),
+                want.iter()
+                    .map(|v| (v.re.to_bits(), v.im.to_bits()))
+                    .collect::<Vec<_>>(),
+                "output {k}"
+            );
         }
     }
 }

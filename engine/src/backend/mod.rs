@@ -4,7 +4,14 @@
 //! [`OutputGeometry`]: kernels compiled, FFT plans made, buffers sized) and then processes a
 //! stream of [`Frame`]s with no allocation. The engine owns everything around it: which samples
 //! arrived, which spectra are valid, the delay model, and sending. A backend only computes.
-//! Every backend supports exactly one output today ([`single_output`]).
+//!
+//! # Outputs
+//! One input feeds from 1 to [`MAX_OUTPUTS`] outputs, each with its own channels, taps, filter
+//! design, output bits and dither ([`channelisations`] checks them). A backend reads (unpacks,
+//! uploads) each frame's input once and measures its input sensors once, then channelises it once
+//! per output with that output's delays, gains and timestamp, into that output's
+//! [`OutputFrame`]. The reference, CPU and null backends serve any such list; the CUDA backend
+//! still serves exactly one output ([`single_output`]).
 //!
 //! # The span
 //! Per polarisation the backend keeps a contiguous *span* of samples: the last
@@ -79,8 +86,47 @@ pub trait Backend: Send {
     fn max_in_flight(&self) -> usize;
 }
 
-/// The one output's channelisation of a backend that supports exactly one, checked; more outputs
-/// are refused until the narrowband outputs bring a backend that shares its input among several.
+/// Most outputs one backend serves from its input.
+pub const MAX_OUTPUTS: usize = 8;
+
+/// Each output's channelisation of `input`, checked: from 1 to [`MAX_OUTPUTS`] outputs, each valid
+/// with this input (chunk a whole number of its heaps, overlap enough for its taps).
+pub fn channelisations(
+    input: InputGeometry,
+    outputs: &[OutputGeometry],
+) -> Result<Vec<Channelisation>> {
+    if outputs.is_empty() {
+        return Err(BackendError::Unsupported(
+            "no outputs asked for: a backend needs at least one output".into(),
+        ));
+    }
+    if outputs.len() > MAX_OUTPUTS {
+        return Err(BackendError::Unsupported(format!(
+            "{} outputs asked for: a backend serves at most {MAX_OUTPUTS} outputs from one input",
+            outputs.len()
+        )));
+    }
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| {
+            let g = Channelisation::new(input, *o);
+            g.validate().map_err(|e| {
+                // With one output the sentence needs no number (the same as [`single_output`]'s).
+                BackendError::Unsupported(if outputs.len() == 1 {
+                    e
+                } else {
+                    format!("output {k}: {e}")
+                })
+            })?;
+            Ok(g)
+        })
+        .collect()
+}
+
+/// The one output's channelisation of a backend that supports exactly one (the CUDA backend, until
+/// it shares its input among several as the others do through [`channelisations`]), checked; more
+/// outputs are refused.
 pub fn single_output(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Channelisation> {
     let [output] = outputs else {
         return Err(BackendError::Unsupported(format!(

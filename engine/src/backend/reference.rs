@@ -11,56 +11,131 @@ use num_complex::{Complex32, Complex64};
 use rustfft::{Fft, FftPlanner};
 
 use super::{
-    single_output, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Process,
-    Result, SpectrumDelay, POLS,
+    channelisations, BackendError, Channelisation, Frame, InputGeometry, OutputFrame,
+    OutputGeometry, Process, Result, SpectrumDelay, POLS,
 };
 use crate::signal::power::InputPower;
 use crate::signal::{dither, gain, quantise, unpack};
 
-/// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`].
+/// The float64 reference backend: a [`Process`], a backend as [`super::Synchronous`]. The span is
+/// shared; each output has its own weights, FFT and gains ([`ReferenceOutput`]).
 pub struct ReferenceBackend {
-    geometry: Channelisation,
-    weights: Vec<f64>,
-    fft: Arc<dyn Fft<f64>>,
-    gains: [Vec<Complex64>; POLS],
+    input: InputGeometry,
+    outputs: Vec<OutputGeometry>,
+    /// One per output, in the engine's order.
+    per_output: Vec<ReferenceOutput>,
     /// Per polarisation: the span (overlap then chunk) as numbers.
     span: [Vec<f64>; POLS],
 }
 
+/// What the reference keeps for one output.
+pub struct ReferenceOutput {
+    geometry: Channelisation,
+    weights: Vec<f64>,
+    fft: Arc<dyn Fft<f64>>,
+    gains: [Vec<Complex64>; POLS],
+}
+
 impl ReferenceBackend {
-    /// A reference backend for one output of `input`, with the default PFB weights and default
-    /// gains.
+    /// A reference backend for `outputs` (1 to [`super::MAX_OUTPUTS`]) of `input`, with each
+    /// output's PFB weights and default gains.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
-        let geometry = single_output(input, outputs)?;
+        let mut planner = FftPlanner::new();
+        let per_output = channelisations(input, outputs)?
+            .into_iter()
+            .map(|g| ReferenceOutput::new(g, &mut planner))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            input,
+            outputs: outputs.to_vec(),
+            per_output,
+            span: std::array::from_fn(|_| vec![0.0; input.span_samples()]),
+        })
+    }
+
+    /// The first output's PFB weights (its filter design, `OutputGeometry::weights`).
+    pub fn weights(&self) -> &[f64] {
+        &self.per_output[0].weights
+    }
+
+    /// What the backend keeps for output `k` (panics if there is no such output).
+    pub fn output(&self, k: usize) -> &ReferenceOutput {
+        &self.per_output[k]
+    }
+
+    /// Processes `frame` as `submit` would (filling every output's `heaps` and `saturated`,
+    /// measuring the input, advancing the span) and returns the first output's values before
+    /// dither and quantisation ([`Self::process_unquantised_outputs`] returns every output's).
+    pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex64>> {
+        Ok(self.process_unquantised_outputs(frame)?.swap_remove(0))
+    }
+
+    /// Processes `frame` as `submit` would and also returns, per output, the values before
+    /// dither and quantisation in output order: element
+    /// [`Channelisation::output_index`]`(spectrum, pol, channel)` of output k is what bytes `2 e`
+    /// and `2 e + 1` of its heaps quantise (byte `e` with 4-bit output).
+    pub fn process_unquantised_outputs(
+        &mut self,
+        frame: &mut Frame,
+    ) -> Result<Vec<Vec<Complex64>>> {
+        let input = self.input;
+        frame.check(&input, &self.outputs)?;
+        // The input once: unpacked into the span, measured.
+        for pol in 0..POLS {
+            let span = &mut self.span[pol];
+            span.copy_within(input.chunk_samples.., 0);
+            unpack::unpack_f64(
+                &frame.input.chunk[pol],
+                input.sample_bits,
+                0,
+                &mut span[input.overlap_samples..],
+            )
+            .map_err(|e| BackendError::Misuse(e.to_string()))?;
+        }
+        frame.input.power = Some(std::array::from_fn(|pol| {
+            InputPower::of(&self.span[pol][input.overlap_samples..], input.sample_bits)
+        }));
+        // Then each output from it.
+        self.per_output
+            .iter()
+            .zip(&mut frame.outputs)
+            .map(|(o, out)| o.process(&self.span, out))
+            .collect()
+    }
+}
+
+impl ReferenceOutput {
+    fn new(geometry: Channelisation, planner: &mut FftPlanner<f64>) -> Result<Self> {
         let weights = geometry
             .output
             .weights()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
-        let fft = FftPlanner::new().plan_fft_forward(geometry.step());
+        let fft = planner.plan_fft_forward(geometry.step());
         let g0 = Complex64::new(
             gain::default_gain(geometry.input.sample_bits, geometry.output.bits) as f64,
             0.0,
         );
-        let gains = [
-            vec![g0; geometry.output.channels],
-            vec![g0; geometry.output.channels],
-        ];
-        let span = [
-            vec![0.0; geometry.span_samples()],
-            vec![0.0; geometry.span_samples()],
-        ];
         Ok(Self {
             geometry,
             weights,
             fft,
-            gains,
-            span,
+            gains: std::array::from_fn(|_| vec![g0; geometry.output.channels]),
         })
+    }
+
+    /// The output's view of the input.
+    pub fn geometry(&self) -> &Channelisation {
+        &self.geometry
     }
 
     /// The PFB weights in use (the output's filter design, `OutputGeometry::weights`).
     pub fn weights(&self) -> &[f64] {
         &self.weights
+    }
+
+    /// The gains of polarisation `pol` (panics unless 0 or 1).
+    pub fn gains(&self, pol: usize) -> &[Complex64] {
+        &self.gains[pol]
     }
 
     /// One spectrum of polarisation `pol` (whose gains it uses) from a window of 2nT samples:
@@ -98,30 +173,11 @@ impl ReferenceBackend {
             .collect())
     }
 
-    /// Processes `frame` as `submit` would (filling its output's `heaps` and `saturated`,
-    /// advancing the span) and also returns the values before dither and quantisation, in output
-    /// order: element [`Channelisation::output_index`]`(spectrum, pol, channel)` is what bytes
-    /// `2 e` and `2 e + 1` of the heaps quantise (byte `e` with 4-bit output).
-    pub fn process_unquantised(&mut self, frame: &mut Frame) -> Result<Vec<Complex64>> {
-        let g = self.geometry;
-        frame.check(&g.input, &[g.output])?;
-        for pol in 0..POLS {
-            let span = &mut self.span[pol];
-            span.copy_within(g.chunk_samples().., 0);
-            unpack::unpack_f64(
-                &frame.input.chunk[pol],
-                g.input.sample_bits,
-                0,
-                &mut span[g.input.overlap_samples..],
-            )
-            .map_err(|e| BackendError::Misuse(e.to_string()))?;
-        }
-        frame.input.power = Some(std::array::from_fn(|pol| {
-            InputPower::of(
-                &self.span[pol][g.input.overlap_samples..],
-                g.input.sample_bits,
-            )
-        }));
+    /// This output's spectra of a frame whose input is in `span`, with its delays and timestamp in
+    /// `out`: fills its `heaps` and `saturated` and returns the values before dither and
+    /// quantisation, in output order.
+    fn process(&self, span: &[Vec<f64>; POLS], out: &mut OutputFrame) -> Result<Vec<Complex64>> {
+        let g = &self.geometry;
         let mut values = vec![Complex64::new(f64::NAN, f64::NAN); g.output_values()];
         let mut saturated = [0u64; POLS];
         for m in 0..g.spectra_per_frame() {
@@ -130,39 +186,42 @@ impl ReferenceBackend {
                     offset,
                     fine,
                     phase,
-                } = frame.outputs[0].delays[pol][m];
+                } = out.delays[pol][m];
                 let start = offset as usize;
-                let window = &self.span[pol][start..start + g.window()];
+                let window = &span[pol][start..start + g.window()];
                 let y = self.spectrum(pol, window, fine as f64, phase as f64)?;
-                let key = g.dither_key(frame.outputs[0].timestamp, m);
+                let key = g.dither_key(out.timestamp, m);
                 for (k, &v) in y.iter().enumerate() {
                     let e = g.output_index(m, pol, k);
                     let d = key.map_or([0.0; 2], |key| dither::value(key, k, pol));
                     let (q, sat) = quantise::quantise_c64(v, d, g.limit());
-                    quantise::store(&mut frame.outputs[0].heaps, e, q, g.output.bits);
+                    quantise::store(&mut out.heaps, e, q, g.output.bits);
                     *saturated += u64::from(sat);
                     values[e] = v;
                 }
             }
         }
-        frame.outputs[0].saturated = saturated;
+        out.saturated = saturated;
         Ok(values)
     }
 }
 
 impl Process for ReferenceBackend {
     const NAME: &'static str = "reference";
-    fn geometry(&self) -> &Channelisation {
-        &self.geometry
+    fn input(&self) -> &InputGeometry {
+        &self.input
     }
-    fn store_gains(&mut self, _output: usize, pol: usize, gains: &[Complex32]) {
-        self.gains[pol] = gains
+    fn outputs(&self) -> &[OutputGeometry] {
+        &self.outputs
+    }
+    fn store_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) {
+        self.per_output[output].gains[pol] = gains
             .iter()
             .map(|g| Complex64::new(g.re as f64, g.im as f64))
             .collect();
     }
     fn compute(&mut self, frame: &mut Frame) -> Result<()> {
-        self.process_unquantised(frame).map(|_| ())
+        self.process_unquantised_outputs(frame).map(|_| ())
     }
 }
 
@@ -248,7 +307,7 @@ mod tests {
                             c,
                             d.fine as f64,
                             d.phase as f64,
-                            rb.gains[pol][k],
+                            rb.output(0).gains(pol)[k],
                             k,
                         );
                         let got = values[g.output_index(m, pol, k)];
@@ -423,7 +482,69 @@ mod tests {
             ..g.output
         };
         assert!(ReferenceBackend::new(g.input, &[bad]).is_err());
-        assert!(ReferenceBackend::new(g.input, &[g.output, g.output]).is_err());
+        assert!(ReferenceBackend::new(g.input, &[]).is_err());
         let _ = rng(0).random::<u8>();
+    }
+
+    fn reference_backend(input: InputGeometry, outputs: &[OutputGeometry]) -> Box<dyn Backend> {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(input, outputs).unwrap(),
+        ))
+    }
+
+    /// Built with several outputs, the reference gives each exactly what it gives built with that
+    /// output alone.
+    #[test]
+    fn each_output_as_if_alone() {
+        check_outputs_as_if_alone(
+            &reference_backend,
+            &[(&reference_backend, Agreement::Exact)],
+            true,
+        );
+    }
+
+    #[test]
+    fn serves_one_to_eight_outputs() {
+        check_output_counts(&|input, outputs| {
+            Ok(Box::new(Synchronous::new(ReferenceBackend::new(
+                input, outputs,
+            )?)))
+        });
+    }
+
+    /// The unquantised values of every output are those of the output alone, and the first
+    /// output's are what `process_unquantised` returns.
+    #[test]
+    fn unquantised_values_per_output() {
+        let margin = 32;
+        let (input, outputs) = three_outputs(margin);
+        let mut rb = Synchronous::new(ReferenceBackend::new(input, &outputs).unwrap());
+        let mut alone: Vec<_> = outputs
+            .iter()
+            .map(|o| Synchronous::new(ReferenceBackend::new(input, &[*o]).unwrap()))
+            .collect();
+        let mut rng = rng(12);
+        let mut frame = rb.alloc_frame().unwrap();
+        let x = noise(&mut rng, 10, input.chunk_samples);
+        load_chunk(&mut frame, 10, [&x, &x]);
+        for (k, out) in frame.outputs.iter_mut().enumerate() {
+            random_output_delays(&mut rng, rb.output(k).geometry(), margin, out);
+        }
+        let values = rb.process_unquantised_outputs(&mut frame).unwrap();
+        assert_eq!(values.len(), 3);
+        for (k, (b, o)) in alone.iter_mut().zip(&outputs).enumerate() {
+            let mut single = Frame::new_host(&input, &[*o]);
+            copy_input(&frame, &mut single);
+            single.outputs[0].timestamp = frame.outputs[k].timestamp;
+            single.outputs[0]
+                .delays
+                .clone_from(&frame.outputs[k].delays);
+            assert_eq!(
+                b.process_unquantised(&mut single).unwrap(),
+                values[k],
+                "output {k}"
+            );
+            assert_eq!(b.weights(), rb.output(k).weights());
+        }
     }
 }

@@ -6,17 +6,16 @@ use std::ops::{Deref, DerefMut};
 
 use num_complex::Complex32;
 
-use super::{
-    check_gains, Backend, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry,
-    Result,
-};
+use super::{check_gains, Backend, BackendError, Frame, InputGeometry, OutputGeometry, Result};
 
 /// The work of a backend that computes a frame as it is submitted.
 pub trait Process: Send {
     /// Short name for logs and metrics.
     const NAME: &'static str;
-    /// The one output's view of the input that it was built for.
-    fn geometry(&self) -> &Channelisation;
+    /// The input it was built for.
+    fn input(&self) -> &InputGeometry;
+    /// The outputs it was built for (from 1 to [`super::MAX_OUTPUTS`]), in the engine's order.
+    fn outputs(&self) -> &[OutputGeometry];
     /// Takes gains already checked by [`check_gains`].
     fn store_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]);
     /// Computes every output of a frame already checked against the geometry.
@@ -58,10 +57,10 @@ impl<P: Process> Backend for Synchronous<P> {
         P::NAME
     }
     fn input(&self) -> &InputGeometry {
-        &self.process.geometry().input
+        self.process.input()
     }
     fn outputs(&self) -> &[OutputGeometry] {
-        std::slice::from_ref(&self.process.geometry().output)
+        self.process.outputs()
     }
     fn alloc_frame(&self) -> Result<Frame> {
         Ok(Frame::new_host(self.input(), self.outputs()))
