@@ -323,8 +323,8 @@ pub struct RunArgs {
     pub socket_buffer: usize,
 }
 
-/// Most outputs one engine makes.
-pub const MAX_OUTPUTS: usize = 8;
+/// Most outputs one engine makes: what a backend serves from one input.
+pub use crate::backend::MAX_OUTPUTS;
 
 /// Words of the control API's routes (`/status`, `/outputs/NAME/gains`, ...), which an output may
 /// not be named.

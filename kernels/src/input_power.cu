@@ -11,7 +11,7 @@ extern "C" __global__ void __launch_bounds__(256) input_power(
     u64 span_words,               // words per polarisation
     u64 first_pair,               // the chunk's first sample / 2 (the overlap comes before it)
     u64 pairs,                    // the chunk's samples / 2
-    u64 *__restrict__ sums)       // [2 + pol]: sum of squares, [4 + pol]: full-scale samples; accumulated
+    u64 *__restrict__ sums)       // [pol]: sum of squares, [2 + pol]: full-scale samples; accumulated
 {
     const u32 pol = blockIdx.y;
     span += pol * span_words;
@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(256) input_power(
         full += __shfl_down_sync(0xffffffffu, full, o);
     }
     if ((threadIdx.x & 31) == 0) {
-        if (squares) atomicAdd(sums + 2 + pol, squares);
-        if (full) atomicAdd(sums + 4 + pol, (u64)full);
+        if (squares) atomicAdd(sums + pol, squares);
+        if (full) atomicAdd(sums + 2 + pol, (u64)full);
     }
 }

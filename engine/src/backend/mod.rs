@@ -10,8 +10,8 @@
 //! design, output bits and dither ([`channelisations`] checks them). A backend reads (unpacks,
 //! uploads) each frame's input once and measures its input sensors once, then channelises it once
 //! per output with that output's delays, gains and timestamp, into that output's
-//! [`OutputFrame`]. The reference, CPU and null backends serve any such list; the CUDA backend
-//! still serves exactly one output ([`single_output`]).
+//! [`OutputFrame`]. Every backend serves any such list; the CUDA backend uploads the input once
+//! and runs each output's kernels on it.
 //!
 //! # The span
 //! Per polarisation the backend keeps a contiguous *span* of samples: the last
@@ -122,21 +122,6 @@ pub fn channelisations(
             Ok(g)
         })
         .collect()
-}
-
-/// The one output's channelisation of a backend that supports exactly one (the CUDA backend, until
-/// it shares its input among several as the others do through [`channelisations`]), checked; more
-/// outputs are refused.
-pub fn single_output(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Channelisation> {
-    let [output] = outputs else {
-        return Err(BackendError::Unsupported(format!(
-            "{} outputs asked for: one output per engine until narrowband outputs land",
-            outputs.len()
-        )));
-    };
-    let g = Channelisation::new(input, *output);
-    g.validate().map_err(BackendError::Unsupported)?;
-    Ok(g)
 }
 
 /// The checks every backend makes on `set_gains`.

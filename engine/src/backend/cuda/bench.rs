@@ -8,7 +8,7 @@ use std::time::Instant;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 
 use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
-use super::pipeline::StageMarks;
+use super::pipeline::{nominal_delays, StageMarks};
 use super::{CudaBackend, Tuning};
 use crate::backend::{
     Backend, BackendError, Channelisation, InputGeometry, OutputGeometry, Result, POLS,
@@ -200,7 +200,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         )
         .map_err(io)?;
         for t in &opts.variants {
-            let mut backend = CudaBackend::with_tuning(g, opts.gpu_index, *t)?;
+            let mut backend = CudaBackend::with_tuning(&[g], opts.gpu_index, *t)?;
             let r = gpu_only(&mut backend, [&chunks[0], &chunks[1]], opts.iterations)?;
             writeln!(
                 out,
@@ -284,9 +284,9 @@ fn gpu_only(
     }
     let stage_us = stage_us.map(median);
     let stage_bytes = p.stage_bytes();
-    let samples = p.geometry.chunk_samples() as f64;
+    let samples = p.chunk_samples() as f64;
     Ok(BenchRow {
-        channels: p.geometry.output.channels,
+        channels: p.outputs[0].geometry.output.channels,
         stage_us,
         stage_bytes,
         gpu_gsps: samples / stage_us[4] * 1e-3,
@@ -302,23 +302,16 @@ fn end_to_end(
     chunks: [&[u8]; POLS],
     frames: usize,
 ) -> Result<(f64, [f64; 3])> {
-    let g = backend.channelisation();
     let depth = backend.max_in_flight();
-    let lag = (g.output.taps - 1) * g.step();
+    let samples = backend.input().chunk_samples;
     let mut free = Vec::with_capacity(depth);
     for _ in 0..depth {
         let mut f = backend.alloc_frame()?;
-        for ((chunk, delays), src) in f
-            .input
-            .chunk
-            .iter_mut()
-            .zip(&mut f.outputs[0].delays)
-            .zip(chunks)
-        {
+        for (chunk, src) in f.input.chunk.iter_mut().zip(chunks) {
             chunk.copy_from_slice(src);
-            for (m, d) in delays.iter_mut().enumerate() {
-                d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
-            }
+        }
+        for (k, out) in f.outputs.iter_mut().enumerate() {
+            nominal_delays(&backend.channelisation(k), out);
         }
         free.push(f);
     }
@@ -359,7 +352,7 @@ fn end_to_end(
             .unwrap_or(f64::NAN)
     };
     Ok((
-        (frames * g.chunk_samples()) as f64 / secs * 1e-9,
+        (frames * samples) as f64 / secs * 1e-9,
         [pick(0.0), pick(0.5), pick(1.0)],
     ))
 }

@@ -1,7 +1,8 @@
 //! The CUDA backend: NVRTC-compiled kernels and cuFFT, loaded at run time through cudarc.
 //!
 //! Per frame (paper, sections 3 and 4): the chunk is copied into the span after the previous
-//! span's tail; `pfb_fir` unpacks the samples and filters them, writing the even/odd samples as
+//! span's tail, once whatever the number of outputs; for each output `pfb_fir` unpacks the
+//! samples and filters them, writing the even/odd samples as
 //! complex values transposed for a 4-way unzipped FFT; cuFFT does the batched n/4-point complex
 //! FFTs; `postproc` finishes the FFT (twiddles, 4-point FFTs, real-FFT fix-up), applies fine delay,
 //! fringe phase and gain, quantises (ties to even, saturation counted per complex value) and
@@ -16,6 +17,7 @@ mod compile;
 mod device;
 mod fft;
 mod layout;
+mod output;
 mod pipeline;
 #[cfg(test)]
 mod tests;
@@ -25,7 +27,7 @@ use std::collections::VecDeque;
 use num_complex::Complex32;
 
 use super::{
-    check_gains, single_output, Backend, BackendError, Channelisation, Frame, HostBuffer,
+    channelisations, check_gains, Backend, BackendError, Channelisation, Frame, HostBuffer,
     InputFrame, InputGeometry, OutputFrame, OutputGeometry, Result,
 };
 use device::PinnedAlloc;
@@ -44,33 +46,53 @@ pub fn cuda_available() -> bool {
 /// The CUDA backend. See the module documentation.
 pub struct CudaBackend {
     pipeline: Pipeline,
+    outputs: Vec<OutputGeometry>,
     /// Submitted frames, oldest first, with their slots.
     in_flight: VecDeque<(usize, Frame)>,
 }
 
 impl CudaBackend {
-    /// Compiles the kernels for GPU `gpu_index`, plans the FFT and allocates every buffer, once.
-    /// One output, as every backend today.
+    /// Compiles the kernels for GPU `gpu_index`, plans the FFTs and allocates every buffer, once,
+    /// for every output of `input`.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry], gpu_index: usize) -> Result<Self> {
-        Self::with_tuning(single_output(input, outputs)?, gpu_index, Tuning::default())
+        Self::with_tuning(
+            &channelisations(input, outputs)?,
+            gpu_index,
+            Tuning::default(),
+        )
     }
 
-    /// As [`Self::new`] for one output's channelisation, with launch shapes other than the
-    /// defaults (for the benchmark).
-    pub fn with_tuning(geometry: Channelisation, gpu_index: usize, tuning: Tuning) -> Result<Self> {
-        geometry.validate().map_err(BackendError::Unsupported)?;
+    /// As [`Self::new`] for the outputs' channelisations (of one input), with launch shapes other
+    /// than the defaults (for the benchmark).
+    pub fn with_tuning(
+        outputs: &[Channelisation],
+        gpu_index: usize,
+        tuning: Tuning,
+    ) -> Result<Self> {
+        let Some(first) = outputs.first() else {
+            return Err(BackendError::Unsupported("no outputs asked for".into()));
+        };
+        for g in outputs {
+            if g.input != first.input {
+                return Err(BackendError::Misuse(
+                    "every output must share the one input".into(),
+                ));
+            }
+            g.validate().map_err(BackendError::Unsupported)?;
+        }
         probe(gpu_index)?;
         let ctx = device::context(gpu_index)?;
-        let pipeline = Pipeline::new(ctx, geometry, tuning)?;
+        let pipeline = Pipeline::new(ctx, outputs, tuning)?;
         Ok(Self {
             pipeline,
+            outputs: outputs.iter().map(|g| g.output).collect(),
             in_flight: VecDeque::with_capacity(IN_FLIGHT),
         })
     }
 
-    /// The one output's channelisation it computes.
-    pub fn channelisation(&self) -> Channelisation {
-        self.pipeline.geometry
+    /// Output `k`'s channelisation.
+    pub fn channelisation(&self, k: usize) -> Channelisation {
+        self.pipeline.outputs[k].geometry
     }
 
     /// What start-up cost: compile, plan and allocation times, device memory.
@@ -99,28 +121,38 @@ impl Backend for CudaBackend {
     }
 
     fn input(&self) -> &InputGeometry {
-        &self.pipeline.geometry.input
+        &self.pipeline.input
     }
 
     fn outputs(&self) -> &[OutputGeometry] {
-        std::slice::from_ref(&self.pipeline.geometry.output)
+        &self.outputs
     }
 
     fn alloc_frame(&self) -> Result<Frame> {
-        let g = &self.pipeline.geometry;
+        let chunk = self.pipeline.input.chunk_bytes();
         Ok(Frame {
             input: InputFrame {
                 timestamp: 0,
-                chunk: [self.pinned(g.chunk_bytes())?, self.pinned(g.chunk_bytes())?],
+                chunk: [self.pinned(chunk)?, self.pinned(chunk)?],
                 power: None,
             },
-            outputs: vec![OutputFrame::new(g, self.pinned(g.output_bytes())?)],
+            outputs: self
+                .pipeline
+                .outputs
+                .iter()
+                .map(|o| {
+                    Ok(OutputFrame::new(
+                        &o.geometry,
+                        self.pinned(o.geometry.output_bytes())?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
         })
     }
 
     fn set_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) -> Result<()> {
         check_gains(self.outputs(), output, pol, gains)?;
-        self.pipeline.set_gains(pol, gains);
+        self.pipeline.set_gains(output, pol, gains);
         Ok(())
     }
 
@@ -142,9 +174,7 @@ impl Backend for CudaBackend {
         let Some((slot, mut frame)) = self.in_flight.pop_front() else {
             return Ok(None);
         };
-        let counters = self.pipeline.finish(slot)?;
-        frame.outputs[0].saturated = counters.saturated;
-        frame.input.power = Some(counters.power);
+        self.pipeline.finish(slot, &mut frame)?;
         Ok(Some(frame))
     }
 

@@ -1,12 +1,14 @@
-//! The device side of the backend: a ring of per-frame slots, three streams, and one frame's work.
+//! The device side of the backend: a ring of per-frame slots, four streams, and one frame's work.
 //!
 //! Frame `seq` uses slot `seq % SLOTS` for everything that must outlive the compute stream's turn
-//! (the span, the delays and gains, the output). Three streams overlap:
+//! (the span, each output's delays, gains and heaps). The input is copied in once per frame
+//! whatever the number of outputs; each output ([`OutputStage`]) computes from the slot's span.
+//! Four streams overlap:
 //! - host-to-device: the previous span's tail copied in as this span's overlap (device to device),
-//!   the chunk after it, the delays and gains;
-//! - compute: `pfb_fir`, cuFFT, `postproc` (kernels only, so that it never queues behind a large
-//!   PCIe copy on a copy engine);
-//! - device-to-host: the output and the counters (then cleared for the slot's next use);
+//!   the chunk after it, each output's delays and gains;
+//! - compute: every output's `pfb_fir`, cuFFT, `postproc` in turn (kernels only, so that it never
+//!   queues behind a large PCIe copy on a copy engine);
+//! - device-to-host: each output's heaps and counters (then cleared for the slot's next use);
 //! - sensors: `input_power` over the new chunk, beside the FIR (it only reads the span).
 //!
 //! Events order them: the copy in waits until the slot's span and parameters are no longer read
@@ -20,12 +22,10 @@ use std::time::Instant;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex32;
 
-use super::compile::{CompileTimes, Kernels};
+use super::compile::CompileTimes;
 use super::device::{check, driver, memory_info, DeviceBuffer, PinnedAlloc};
-use super::fft::FftPlan;
-use super::layout::{twiddle_table, ParamLayout, Shapes};
-use crate::backend::{BackendError, Channelisation, Frame, Result, POLS};
-use crate::signal::gain;
+use super::output::OutputStage;
+use crate::backend::{Channelisation, Frame, InputGeometry, Result, POLS};
 use crate::signal::power::InputPower;
 
 /// Frames in flight: one being copied in, one computed, one copied out, and one more so that a late
@@ -33,31 +33,21 @@ use crate::signal::power::InputPower;
 pub(crate) const IN_FLIGHT: usize = 4;
 /// One more slot than frames in flight: frame seq + 1 reads frame seq's span for its overlap.
 const SLOTS: usize = IN_FLIGHT + 1;
-/// Bytes of counters after each slot's output, u64 per polarisation: saturated output values, the
-/// input's sum of squares, its full-scale samples.
-const SAT_BYTES: usize = 3 * 8 * POLS;
+/// Bytes of the input sensors' counters, u64 per polarisation: the sum of squares, then the
+/// full-scale samples.
+const SENSOR_BYTES: usize = 2 * 8 * POLS;
 /// Threads per block of `input_power` (its `__launch_bounds__`), and most blocks per polarisation.
 const POWER_BLOCK: u32 = 256;
 const POWER_BLOCKS: u32 = 512;
 
-/// A frame's counters, read back with its output.
-pub struct Counters {
-    pub saturated: [u64; POLS],
-    pub power: [InputPower; POLS],
-}
-
-/// Everything frame `seq` owns on the device until it is waited for.
+/// Everything frame `seq` owns on the device, apart from its outputs' buffers, until it is waited
+/// for.
 struct Slot {
     /// [pol][span_stride] packed samples: overlap, then chunk, then padding.
     span: DeviceBuffer,
-    params: DeviceBuffer,
-    /// Host image of `params`, copied in by the host-to-device stream.
-    staging: PinnedAlloc,
-    /// Which version of the gains `params` holds.
-    gains_version: u64,
-    /// Output heaps, then the saturation counters.
-    output: DeviceBuffer,
-    saturated: PinnedAlloc,
+    /// The input sensors' counters, and their host copy.
+    sensors: DeviceBuffer,
+    sensors_host: PinnedAlloc,
     copied_in: CudaEvent,
     computed: CudaEvent,
     /// The input sensors' kernel has read the chunk and written its counters.
@@ -68,6 +58,7 @@ struct Slot {
 /// Start-up costs, for the benchmark and logs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Startup {
+    /// Summed over the outputs.
     pub compile: CompileTimes,
     pub fft_plan_ms: f64,
     pub alloc_ms: f64,
@@ -75,11 +66,13 @@ pub struct Startup {
     /// Device memory taken by this backend (free memory before minus after), including cuFFT's work area.
     pub device_bytes: usize,
     pub fft_work_bytes: usize,
+    /// The first output's kernels.
     pub fir_registers: Option<i32>,
     pub postproc_registers: Option<i32>,
 }
 
-/// Events that split one frame's compute into its stages, for timing.
+/// Events that split one frame's compute into its stages, for timing: start, overlap copied, the
+/// first output's FIR and FFT done, every output done.
 pub(crate) struct StageMarks(pub [CudaEvent; 5]);
 
 impl StageMarks {
@@ -93,87 +86,51 @@ impl StageMarks {
 }
 
 pub(crate) struct Pipeline {
-    pub geometry: Channelisation,
+    pub input: InputGeometry,
     pub ctx: Arc<CudaContext>,
     pub h2d: Arc<CudaStream>,
     pub compute: Arc<CudaStream>,
     pub d2h: Arc<CudaStream>,
     /// The input sensors' kernel, beside the compute stream.
     pub sensors: Arc<CudaStream>,
-    kernels: Kernels,
-    plan: FftPlan,
-    weights: DeviceBuffer,
-    /// exp(-i pi k / n) for k < n, then W_n^{j k1} = exp(-2 pi i j k1 / n) as [j - 1][k1], k1 < n/4.
-    twiddles: DeviceBuffer,
-    /// [pol][spectrum][UNZIP][FFT_LEN] complex: FIR output, transformed in place.
-    fft_buf: DeviceBuffer,
+    /// In the engine's output order.
+    pub outputs: Vec<OutputStage>,
     slots: Vec<Slot>,
-    layout: ParamLayout,
-    shapes: Shapes,
     /// Bytes per polarisation in a slot's span buffer (a multiple of 256, with room for the
     /// FIR's two-word reads past the last sample).
     span_stride: usize,
-    gains: [Vec<Complex32>; POLS],
-    gains_version: u64,
     /// Sequence number of the next frame.
     seq: u64,
     pub startup: Startup,
 }
 
 impl Pipeline {
+    /// Builds every output's stage (`outputs` validated, all of one input) and the slots.
     pub fn new(
         ctx: Arc<CudaContext>,
-        geometry: Channelisation,
+        outputs: &[Channelisation],
         tuning: kernels::Tuning,
     ) -> Result<Self> {
         let t_start = Instant::now();
-        let g = geometry;
-        let cfg = kernels::Config {
-            channels: g.output.channels,
-            taps: g.output.taps,
-            sample_bits: g.input.sample_bits,
-            spectra_per_heap: g.output.spectra_per_heap,
-            output_bits: g.output.bits,
-            dither: g.output.dither.is_some(),
-            tuning,
-        };
-        let shapes = Shapes::new(&g, &cfg)?;
+        let input = outputs
+            .first()
+            .ok_or_else(|| crate::backend::BackendError::Misuse("no outputs".into()))?
+            .input;
         let (free_before, _) = memory_info(&ctx)?;
-        let (kernels, compile) = Kernels::build(&ctx, &cfg)?;
-        let h2d = ctx
-            .new_stream()
-            .map_err(driver("creating the host-to-device stream"))?;
-        let compute = ctx
-            .new_stream()
-            .map_err(driver("creating the compute stream"))?;
-        let d2h = ctx
-            .new_stream()
-            .map_err(driver("creating the device-to-host stream"))?;
-        let sensors = ctx
-            .new_stream()
-            .map_err(driver("creating the input sensors' stream"))?;
+        let stream = |what| ctx.new_stream().map_err(driver(what));
+        let h2d = stream("creating the host-to-device stream")?;
+        let compute = stream("creating the compute stream")?;
+        let d2h = stream("creating the device-to-host stream")?;
+        let sensors = stream("creating the input sensors' stream")?;
 
-        let t_plan = Instant::now();
-        let m = g.spectra_per_frame();
-        let plan = FftPlan::new(&ctx, cfg.fft_len(), POLS * m * kernels::UNZIP, &compute)?;
-        let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
+        let stages = outputs
+            .iter()
+            .map(|g| OutputStage::new(&ctx, &compute, *g, tuning, SLOTS))
+            .collect::<Result<Vec<_>>>()?;
 
         let t_alloc = Instant::now();
-        let w64 = g
-            .output
-            .weights()
-            .map_err(|e| BackendError::Unsupported(e.to_string()))?;
-        let w32: Vec<u8> = w64.iter().flat_map(|&w| (w as f32).to_ne_bytes()).collect();
-        let weights = upload(&ctx, &w32, "uploading the PFB weights")?;
-        let twiddles = upload(
-            &ctx,
-            &twiddle_table(g.output.channels),
-            "uploading the twiddles",
-        )?;
-        let fft_buf = DeviceBuffer::new(&ctx, POLS * m * g.output.channels * 8)?;
         let span_stride =
-            (g.span_samples() * g.input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
-        let layout = ParamLayout::new(&g);
+            (input.span_samples() * input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
         let mut slots = Vec::with_capacity(SLOTS);
         for _ in 0..SLOTS {
             let event = |flags| {
@@ -183,12 +140,9 @@ impl Pipeline {
             slots.push(Slot {
                 // Zeroed: the first frame's overlap is silence, as in the reference backend.
                 span: DeviceBuffer::zeroed(&ctx, POLS * span_stride)?,
-                params: DeviceBuffer::new(&ctx, layout.total)?,
-                staging: PinnedAlloc::new(&ctx, layout.total)?,
-                gains_version: u64::MAX,
-                // Zeroed for the counters; after each frame the copy out clears them.
-                output: DeviceBuffer::zeroed(&ctx, g.output_bytes() + SAT_BYTES)?,
-                saturated: PinnedAlloc::new(&ctx, SAT_BYTES)?,
+                // Zeroed; after each frame the copy out clears them.
+                sensors: DeviceBuffer::zeroed(&ctx, SENSOR_BYTES)?,
+                sensors_host: PinnedAlloc::new(&ctx, SENSOR_BYTES)?,
                 copied_in: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
                 computed: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
                 measured: event(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
@@ -201,38 +155,30 @@ impl Pipeline {
         let alloc_ms = t_alloc.elapsed().as_secs_f64() * 1e3;
         let (free_after, _) = memory_info(&ctx)?;
 
+        let first = &stages[0].kernels;
         let startup = Startup {
-            compile,
-            fft_plan_ms,
+            compile: CompileTimes {
+                nvrtc_ms: stages.iter().map(|o| o.compile.nvrtc_ms).sum(),
+                load_ms: stages.iter().map(|o| o.compile.load_ms).sum(),
+            },
+            fft_plan_ms: stages.iter().map(|o| o.fft_plan_ms).sum(),
             alloc_ms,
             total_ms: t_start.elapsed().as_secs_f64() * 1e3,
             device_bytes: free_before.saturating_sub(free_after),
-            fft_work_bytes: plan.work_bytes,
-            fir_registers: super::compile::registers(&kernels.fir),
-            postproc_registers: super::compile::registers(&kernels.postproc),
+            fft_work_bytes: stages.iter().map(|o| o.fft_work_bytes()).sum(),
+            fir_registers: super::compile::registers(&first.fir),
+            postproc_registers: super::compile::registers(&first.postproc),
         };
-        let gains = [
-            gain::default_gains(g.output.channels, g.input.sample_bits, g.output.bits),
-            gain::default_gains(g.output.channels, g.input.sample_bits, g.output.bits),
-        ];
         Ok(Self {
-            shapes,
-            geometry: g,
+            input,
             ctx,
             h2d,
             compute,
             d2h,
             sensors,
-            kernels,
-            plan,
-            weights,
-            twiddles,
-            fft_buf,
+            outputs: stages,
             slots,
-            layout,
             span_stride,
-            gains,
-            gains_version: 0,
             seq: 0,
             startup,
         })
@@ -244,18 +190,17 @@ impl Pipeline {
             .map_err(driver("binding the CUDA context"))
     }
 
-    /// Gains for frames enqueued from now on (validated by the caller).
-    pub fn set_gains(&mut self, pol: usize, gains: &[Complex32]) {
-        self.gains[pol].copy_from_slice(gains);
-        self.gains_version += 1;
+    /// Gains of output `output` for frames enqueued from now on (validated by the caller).
+    pub fn set_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) {
+        self.outputs[output].set_gains(pol, gains);
     }
 
     fn span_bytes(&self) -> usize {
-        self.geometry.span_samples() * self.geometry.input.sample_bits as usize / 8
+        self.input.span_samples() * self.input.sample_bits as usize / 8
     }
 
     fn overlap_bytes(&self) -> usize {
-        self.geometry.input.overlap_samples * self.geometry.input.sample_bits as usize / 8
+        self.input.overlap_samples * self.input.sample_bits as usize / 8
     }
 
     /// Enqueues all of `frame`'s work (copy in, compute, copy out) as the next frame of the
@@ -264,80 +209,44 @@ impl Pipeline {
     /// have checked the frame against the geometry.
     pub fn enqueue(&mut self, frame: &mut Frame) -> Result<usize> {
         self.bind()?;
-        let seq = self.seq;
-        let slot = (seq % SLOTS as u64) as usize;
-        self.stage_params(slot, frame);
+        let slot = (self.seq % SLOTS as u64) as usize;
+        for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
+            stage.stage_params(slot, out);
+        }
         self.copy_in(slot, frame)?;
         self.enqueue_sensors(slot)?;
         self.enqueue_compute(slot, false, None)?;
-        self.copy_out(slot, frame.outputs[0].heaps.as_mut_ptr())?;
+        self.copy_out(slot, frame)?;
         self.seq += 1;
         Ok(slot)
     }
 
-    /// Waits for the frame in `slot` to have left the device; returns its counters.
-    pub fn finish(&self, slot: usize) -> Result<Counters> {
+    /// Waits for the frame in `slot` to have left the device; fills its saturation counts and
+    /// input sensors.
+    pub fn finish(&self, slot: usize, frame: &mut Frame) -> Result<()> {
         self.bind()?;
         let s = &self.slots[slot];
         s.copied_out
             .synchronize()
             .map_err(driver("waiting for a frame"))?;
-        let b = s.saturated.as_slice();
+        for (stage, out) in self.outputs.iter().zip(&mut frame.outputs) {
+            out.saturated = stage.saturated(slot);
+        }
+        let b = s.sensors_host.as_slice();
         let word = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
-        Ok(Counters {
-            saturated: std::array::from_fn(word),
-            power: std::array::from_fn(|p| InputPower {
-                sum_squares: word(POLS + p),
-                full_scale: word(2 * POLS + p),
-            }),
-        })
-    }
-
-    /// Writes the frame's delays (and the gains, if they changed) into the slot's staging memory.
-    /// The slot's previous copy in has finished: its frame was waited for before this one came.
-    fn stage_params(&mut self, slot: usize, frame: &Frame) {
-        let l = self.layout;
-        let m = self.geometry.spectra_per_frame();
-        let stale = self.slots[slot].gains_version != self.gains_version;
-        let st = self.slots[slot].staging.as_mut_slice();
-        let first = frame.outputs[0].timestamp;
-        for pol in 0..POLS {
-            let d = &frame.outputs[0].delays[pol];
-            let offs = &mut st[l.offsets + 4 * pol * m..l.offsets + 4 * (pol + 1) * m];
-            for (b, s) in offs.chunks_exact_mut(4).zip(d) {
-                b.copy_from_slice(&s.offset.to_ne_bytes());
-            }
-            let rot = &mut st[l.rotation + 16 * pol * m..l.rotation + 16 * (pol + 1) * m];
-            for (spectrum, (b, s)) in rot.chunks_exact_mut(16).zip(d).enumerate() {
-                // e^{ip} in float64: exact for any phase, however many turns it has wound up.
-                let (sin, cos) = (s.phase as f64).sin_cos();
-                // The dither key rides in the second float's bits (the kernel reads them back
-                // with __float_as_uint).
-                let key = self.geometry.dither_key(first, spectrum).unwrap_or(0);
-                for (i, v) in [s.fine, f32::from_bits(key), cos as f32, sin as f32]
-                    .into_iter()
-                    .enumerate()
-                {
-                    b[4 * i..4 * i + 4].copy_from_slice(&v.to_bits().to_ne_bytes());
-                }
-            }
-        }
-        if stale {
-            let gains = &mut st[l.gains..l.total];
-            for (b, g) in gains.chunks_exact_mut(8).zip(self.gains.iter().flatten()) {
-                b[..4].copy_from_slice(&(0.5 * g.re).to_ne_bytes());
-                b[4..].copy_from_slice(&(0.5 * g.im).to_ne_bytes());
-            }
-        }
+        frame.input.power = Some(std::array::from_fn(|p| InputPower {
+            sum_squares: word(p),
+            full_scale: word(POLS + p),
+        }));
+        Ok(())
     }
 
     fn copy_in(&mut self, slot: usize, frame: &Frame) -> Result<()> {
         let (overlap, chunk, stride) = (
             self.overlap_bytes(),
-            self.geometry.chunk_bytes(),
+            self.input.chunk_bytes(),
             self.span_stride,
         );
-        let stale = self.slots[slot].gains_version != self.gains_version;
         let next = &self.slots[(slot + 1) % SLOTS];
         // The span's previous frame (seq - SLOTS) and its reader (seq - SLOTS + 1) are done with it.
         self.h2d
@@ -352,7 +261,6 @@ impl Pipeline {
             self.copy_overlap(slot, &self.h2d)?;
         }
         let s = &self.slots[slot];
-        let h2d = self.h2d.cu_stream();
         for pol in 0..POLS {
             // SAFETY: `chunk` bytes fit after the overlap in this pol's span; the host buffer is the
             // frame's chunk, kept alive by the caller until the frame is finished.
@@ -362,45 +270,30 @@ impl Pipeline {
                         s.span.at(pol * stride + overlap),
                         frame.input.chunk[pol].as_ptr() as *const _,
                         chunk,
-                        h2d,
+                        self.h2d.cu_stream(),
                     )
                 },
                 "copying a chunk to the device",
             )?;
         }
-        let bytes = if stale {
-            self.layout.total
-        } else {
-            self.layout.per_frame
-        };
-        // SAFETY: staging and params are both `layout.total` bytes.
-        check(
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    s.params.ptr(),
-                    s.staging.as_ptr() as *const _,
-                    bytes,
-                    h2d,
-                )
-            },
-            "copying delays to the device",
-        )?;
-        s.copied_in
+        for stage in &mut self.outputs {
+            stage.copy_params(slot, &self.h2d)?;
+        }
+        self.slots[slot]
+            .copied_in
             .record(&self.h2d)
-            .map_err(driver("recording the copy in"))?;
-        self.slots[slot].gains_version = self.gains_version;
-        Ok(())
+            .map_err(driver("recording the copy in"))
     }
 
-    /// The compute stream's part of a frame: FIR, FFT, post-processing; with `carry` (benchmark
-    /// only) the overlap copy first, to time it. With `marks`, records an event between stages.
+    /// The compute stream's part of a frame: every output's FIR, FFT, post-processing; with
+    /// `carry` (benchmark only) the overlap copy first, to time it. With `marks`, records an event
+    /// between stages (the FIR and FFT marks are the first output's).
     pub fn enqueue_compute(
         &self,
         slot: usize,
         carry: bool,
         marks: Option<&StageMarks>,
     ) -> Result<()> {
-        let g = &self.geometry;
         let s = &self.slots[slot];
         let mark = |i: usize| -> Result<()> {
             match marks {
@@ -422,41 +315,12 @@ impl Pipeline {
             self.copy_overlap(slot, &self.compute)?;
         }
         mark(1)?;
-
-        let m = g.spectra_per_frame() as u32;
         let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
-        let offsets = s.params.at(self.layout.offsets);
-        let (weights, fft) = (self.weights.ptr(), self.fft_buf.ptr());
-        let per_thread = self.shapes.fir_spectra_per_thread;
-        let mut fir = self.compute.launch_builder(&self.kernels.fir);
-        fir.arg(&span)
-            .arg(&span_words)
-            .arg(&offsets)
-            .arg(&weights)
-            .arg(&fft)
-            .arg(&m)
-            .arg(&per_thread);
-        // SAFETY: argument types and order match pfb_fir; every buffer is sized for the geometry.
-        unsafe { fir.launch(self.shapes.fir) }.map_err(driver("launching pfb_fir"))?;
-        mark(2)?;
-
-        self.plan.forward(fft)?;
-        mark(3)?;
-
-        let gains = s.params.at(self.layout.gains);
-        let rotation = s.params.at(self.layout.rotation);
-        let twiddles = self.twiddles.ptr();
-        let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
-        let mut post = self.compute.launch_builder(&self.kernels.postproc);
-        post.arg(&fft)
-            .arg(&twiddles)
-            .arg(&gains)
-            .arg(&rotation)
-            .arg(&out)
-            .arg(&sat)
-            .arg(&m);
-        // SAFETY: argument types and order match postproc; every buffer is sized for the geometry.
-        unsafe { post.launch(self.shapes.postproc) }.map_err(driver("launching postproc"))?;
+        let no_mark = |_: usize| Ok(());
+        for (k, stage) in self.outputs.iter().enumerate() {
+            let m: &dyn Fn(usize) -> Result<()> = if k == 0 { &mark } else { &no_mark };
+            stage.enqueue_compute(slot, span, span_words, &self.compute, m)?;
+        }
         mark(4)?;
         s.computed
             .record(&self.compute)
@@ -493,7 +357,6 @@ impl Pipeline {
     /// beside the FIR (which leaves DRAM bandwidth idle) instead of after it. It waits for the
     /// copy in and for the slot's counters to have been read out and cleared.
     fn enqueue_sensors(&self, slot: usize) -> Result<()> {
-        let g = &self.geometry;
         let s = &self.slots[slot];
         for (event, what) in [
             (&s.copied_in, "the copy in"),
@@ -504,14 +367,17 @@ impl Pipeline {
         let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
         // The input sensors read the new chunk, which follows the overlap in the span.
         let (first_pair, pairs) = (
-            (g.input.overlap_samples / 2) as u64,
-            (g.chunk_samples() / 2) as u64,
+            (self.input.overlap_samples / 2) as u64,
+            (self.input.chunk_samples / 2) as u64,
         );
-        let sums = s.output.at(g.output_bytes());
+        let sums = s.sensors.ptr();
         let blocks = pairs
             .div_ceil(8 * POWER_BLOCK as u64)
             .min(POWER_BLOCKS as u64) as u32;
-        let mut power = self.sensors.launch_builder(&self.kernels.input_power);
+        // Every output's module holds the same input_power (one input): the first's serves.
+        let mut power = self
+            .sensors
+            .launch_builder(&self.outputs[0].kernels.input_power);
         power
             .arg(&span)
             .arg(&span_words)
@@ -524,42 +390,40 @@ impl Pipeline {
             shared_mem_bytes: 0,
         };
         // SAFETY: argument types and order match input_power; the pairs lie in the span and the
-        // counters after the output.
+        // counters are SENSOR_BYTES.
         unsafe { power.launch(shape) }.map_err(driver("launching input_power"))?;
         s.measured
             .record(&self.sensors)
             .map_err(driver("recording the input measure"))
     }
 
-    fn copy_out(&self, slot: usize, output: *mut u8) -> Result<()> {
+    fn copy_out(&self, slot: usize, frame: &mut Frame) -> Result<()> {
         let s = &self.slots[slot];
-        let d2h = self.d2h.cu_stream();
         for event in [&s.computed, &s.measured] {
             self.d2h
                 .wait(event)
                 .map_err(driver("ordering the copy out"))?;
         }
-        let bytes = self.geometry.output_bytes();
-        // SAFETY: `output` is the frame's output buffer of `bytes` bytes (checked by the caller),
-        // kept alive until the frame is finished; the counters are SAT_BYTES after the output.
+        for (stage, out) in self.outputs.iter().zip(&mut frame.outputs) {
+            // SAFETY: the frame's heaps were checked against the output's geometry by the caller,
+            // who keeps them alive until the frame is finished.
+            unsafe { stage.copy_out(slot, out.heaps.as_mut_ptr(), &self.d2h)? };
+        }
+        let d2h = self.d2h.cu_stream();
+        // SAFETY: both sensor buffers are SENSOR_BYTES.
         unsafe {
             check(
-                sys::cuMemcpyDtoHAsync_v2(output as *mut _, s.output.ptr(), bytes, d2h),
-                "copying output to the host",
-            )?;
-            check(
                 sys::cuMemcpyDtoHAsync_v2(
-                    s.saturated.as_ptr() as *mut _,
-                    s.output.at(bytes),
-                    SAT_BYTES,
+                    s.sensors_host.as_ptr() as *mut _,
+                    s.sensors.ptr(),
+                    SENSOR_BYTES,
                     d2h,
                 ),
-                "copying saturation counts to the host",
+                "copying the input sensors to the host",
             )?;
-            // Cleared here, not on the compute stream: keeps copy-engine work off it.
             check(
-                sys::cuMemsetD8Async(s.output.at(bytes), 0, SAT_BYTES, d2h),
-                "clearing the saturation counters",
+                sys::cuMemsetD8Async(s.sensors.ptr(), 0, SENSOR_BYTES, d2h),
+                "clearing the input sensors",
             )?;
         }
         s.copied_out
@@ -578,41 +442,41 @@ impl Pipeline {
 
     // ---- for the benchmark ----
 
+    /// Input samples per polarisation per frame.
+    pub fn chunk_samples(&self) -> usize {
+        self.input.chunk_samples
+    }
+
     /// Bytes of device memory each compute stage reads plus writes, per frame (nominal: every
-    /// input read once, every output written once).
+    /// input read once, every output written once): the overlap copy, then the FIR, FFT and
+    /// post-processing summed over the outputs.
     pub fn stage_bytes(&self) -> [f64; 4] {
-        let g = &self.geometry;
-        let pols = POLS as f64;
-        let overlap = 2.0 * pols * self.overlap_bytes() as f64;
-        let fir = pols
-            * (g.chunk_bytes() as f64 + (g.spectra_per_frame() * g.output.channels * 8) as f64);
-        let fft = 2.0 * pols * (g.spectra_per_frame() * g.output.channels * 8) as f64;
-        let post =
-            pols * (g.spectra_per_frame() * g.output.channels * 8) as f64 + g.output_bytes() as f64;
-        [overlap, fir, fft, post]
+        let overlap = 2.0 * POLS as f64 * self.overlap_bytes() as f64;
+        let mut b = [overlap, 0.0, 0.0, 0.0];
+        for stage in &self.outputs {
+            for (total, x) in b[1..].iter_mut().zip(stage.stage_bytes()) {
+                *total += x;
+            }
+        }
+        b
     }
 
     /// Copies `chunks` (packed, one per pol) into every slot's span and sets nominal delays
     /// (offset overlap - (T-1) 2n + m 2n, no fine delay) in every slot, for compute-only timing.
     pub fn load_for_bench(&mut self, chunks: [&[u8]; POLS]) -> Result<()> {
         self.bind()?;
-        let g = self.geometry;
-        let mut frame = Frame::new_host(&g.input, &[g.output]);
-        let lag = (g.output.taps - 1) * g.step();
-        for ((chunk, delays), src) in frame
-            .input
-            .chunk
-            .iter_mut()
-            .zip(&mut frame.outputs[0].delays)
-            .zip(chunks)
-        {
+        let geometries: Vec<_> = self.outputs.iter().map(|o| o.geometry.output).collect();
+        let mut frame = Frame::new_host(&self.input, &geometries);
+        for (chunk, src) in frame.input.chunk.iter_mut().zip(chunks) {
             chunk.copy_from_slice(src);
-            for (m, d) in delays.iter_mut().enumerate() {
-                d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
-            }
+        }
+        for (out, stage) in frame.outputs.iter_mut().zip(&self.outputs) {
+            nominal_delays(&stage.geometry, out);
         }
         for slot in 0..SLOTS {
-            self.stage_params(slot, &frame);
+            for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
+                stage.stage_params(slot, out);
+            }
             self.copy_in(slot, &frame)?;
         }
         self.synchronize()
@@ -623,13 +487,13 @@ impl Pipeline {
     }
 }
 
-/// A device copy of `bytes` (synchronous: set-up only).
-fn upload(ctx: &Arc<CudaContext>, bytes: &[u8], what: &str) -> Result<DeviceBuffer> {
-    let buf = DeviceBuffer::new(ctx, bytes.len())?;
-    // SAFETY: synchronous copy into a buffer of exactly this size.
-    check(
-        unsafe { sys::cuMemcpyHtoD_v2(buf.ptr(), bytes.as_ptr() as *const _, bytes.len()) },
-        what,
-    )?;
-    Ok(buf)
+/// Delays that place spectrum m's window at overlap - (T-1) 2n + m 2n: no delay, the output's
+/// nominal position (for benchmarks).
+pub(crate) fn nominal_delays(g: &Channelisation, out: &mut crate::backend::OutputFrame) {
+    let lag = (g.output.taps - 1) * g.step();
+    for delays in &mut out.delays {
+        for (m, d) in delays.iter_mut().enumerate() {
+            d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
+        }
+    }
 }

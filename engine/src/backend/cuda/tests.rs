@@ -429,6 +429,38 @@ fn dither_recovers_a_weak_tone() {
 /// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
 /// overlap: each frame's span starts with the previous span's tail. Also a chunk shorter than the
 /// overlap, where the tail includes the previous frame's own overlap.
+/// One input, several outputs of different shapes (channels, taps, window, 4- and 8-bit,
+/// dithered or not): each output's bytes are exactly those of a CUDA backend built for it alone,
+/// and within 1 LSB of the float64 reference (under 0.1% of values); the input is measured once.
+#[test]
+fn outputs_share_one_input_as_if_alone() {
+    let (input, outputs) = three_outputs(16);
+    if cuda(&Channelisation::new(input, outputs[0])).is_none() {
+        return;
+    }
+    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
+    let reference: Make = &|i, o| {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(i, o).expect("reference"),
+        ))
+    };
+    check_outputs_as_if_alone(
+        gpu,
+        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        true,
+    );
+}
+
+/// From 1 to 8 outputs are served, none or nine refused with a sentence.
+#[test]
+fn output_counts_are_checked() {
+    let (input, outputs) = three_outputs(16);
+    if cuda(&Channelisation::new(input, outputs[0])).is_none() {
+        return;
+    }
+    check_output_counts(&|i, o| CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>));
+}
+
 #[test]
 fn frames_carry_the_overlap() {
     for (channels, taps, s, h) in [(1024, 16, 8, 3), (4096, 16, 1, 1)] {

@@ -1,0 +1,305 @@
+//! One output's device work: its compiled kernels, FFT plan, weights and twiddles, and per slot its
+//! parameters (delays, dither keys, gains) and its heaps. The pipeline ([`super::pipeline`]) runs
+//! every output's stages in turn on the one compute stream, over the slot's one copy of the input.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{sys, CudaContext, CudaStream, PushKernelArg};
+use num_complex::Complex32;
+
+use super::compile::{CompileTimes, Kernels};
+use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
+use super::fft::FftPlan;
+use super::layout::{twiddle_table, ParamLayout, Shapes};
+use crate::backend::{BackendError, Channelisation, OutputFrame, Result, POLS};
+use crate::signal::gain;
+
+/// Bytes of saturation counters after each slot's heaps: u64 per polarisation.
+const SAT_BYTES: usize = 8 * POLS;
+
+/// What one output keeps per slot until the slot's frame is waited for.
+struct OutputSlot {
+    params: DeviceBuffer,
+    /// Host image of `params`, copied in by the host-to-device stream.
+    staging: PinnedAlloc,
+    /// Which version of the gains `params` holds.
+    gains_version: u64,
+    /// Heaps, then the saturation counters.
+    output: DeviceBuffer,
+    saturated: PinnedAlloc,
+}
+
+/// One output's kernels, plan, constant tables and per-slot buffers.
+pub(crate) struct OutputStage {
+    pub geometry: Channelisation,
+    pub kernels: Kernels,
+    pub compile: CompileTimes,
+    pub fft_plan_ms: f64,
+    plan: FftPlan,
+    weights: DeviceBuffer,
+    /// exp(-i pi k / n) for k < n, then W_n^{j k1} = exp(-2 pi i j k1 / n) as [j - 1][k1], k1 < n/4.
+    twiddles: DeviceBuffer,
+    /// [pol][spectrum][UNZIP][FFT_LEN] complex: FIR output, transformed in place.
+    fft_buf: DeviceBuffer,
+    layout: ParamLayout,
+    shapes: Shapes,
+    gains: [Vec<Complex32>; POLS],
+    gains_version: u64,
+    slots: Vec<OutputSlot>,
+}
+
+impl OutputStage {
+    /// Compiles the output's kernels, plans its FFT on `compute` and allocates `slots` slots.
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        compute: &Arc<CudaStream>,
+        geometry: Channelisation,
+        tuning: kernels::Tuning,
+        slots: usize,
+    ) -> Result<Self> {
+        let g = geometry;
+        let cfg = kernels::Config {
+            channels: g.output.channels,
+            taps: g.output.taps,
+            sample_bits: g.input.sample_bits,
+            spectra_per_heap: g.output.spectra_per_heap,
+            output_bits: g.output.bits,
+            dither: g.output.dither.is_some(),
+            tuning,
+        };
+        let shapes = Shapes::new(&g, &cfg)?;
+        let (kernels, compile) = Kernels::build(ctx, &cfg)?;
+        let t_plan = Instant::now();
+        let m = g.spectra_per_frame();
+        let plan = FftPlan::new(ctx, cfg.fft_len(), POLS * m * kernels::UNZIP, compute)?;
+        let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
+        let w64 = g
+            .output
+            .weights()
+            .map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        let w32: Vec<u8> = w64.iter().flat_map(|&w| (w as f32).to_ne_bytes()).collect();
+        let weights = upload(ctx, &w32, "uploading the PFB weights")?;
+        let twiddles = upload(
+            ctx,
+            &twiddle_table(g.output.channels),
+            "uploading the twiddles",
+        )?;
+        let fft_buf = DeviceBuffer::new(ctx, POLS * m * g.output.channels * 8)?;
+        let layout = ParamLayout::new(&g);
+        let slots = (0..slots)
+            .map(|_| {
+                Ok(OutputSlot {
+                    params: DeviceBuffer::new(ctx, layout.total)?,
+                    staging: PinnedAlloc::new(ctx, layout.total)?,
+                    gains_version: u64::MAX,
+                    // Zeroed for the counters; after each frame the copy out clears them.
+                    output: DeviceBuffer::zeroed(ctx, g.output_bytes() + SAT_BYTES)?,
+                    saturated: PinnedAlloc::new(ctx, SAT_BYTES)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let gains = std::array::from_fn(|_| {
+            gain::default_gains(g.output.channels, g.input.sample_bits, g.output.bits)
+        });
+        Ok(Self {
+            geometry: g,
+            kernels,
+            compile,
+            fft_plan_ms,
+            plan,
+            weights,
+            twiddles,
+            fft_buf,
+            layout,
+            shapes,
+            gains,
+            gains_version: 0,
+            slots,
+        })
+    }
+
+    pub fn fft_work_bytes(&self) -> usize {
+        self.plan.work_bytes
+    }
+
+    /// Gains for frames enqueued from now on (validated by the caller).
+    pub fn set_gains(&mut self, pol: usize, gains: &[Complex32]) {
+        self.gains[pol].copy_from_slice(gains);
+        self.gains_version += 1;
+    }
+
+    /// Writes the frame's delays and dither keys (and the gains, if they changed) into the slot's
+    /// staging memory. The slot's previous copy in has finished: its frame was waited for before
+    /// this one came.
+    pub fn stage_params(&mut self, slot: usize, frame: &OutputFrame) {
+        let (l, g) = (self.layout, self.geometry);
+        let m = g.spectra_per_frame();
+        let stale = self.slots[slot].gains_version != self.gains_version;
+        let st = self.slots[slot].staging.as_mut_slice();
+        for pol in 0..POLS {
+            let d = &frame.delays[pol];
+            let offs = &mut st[l.offsets + 4 * pol * m..l.offsets + 4 * (pol + 1) * m];
+            for (b, s) in offs.chunks_exact_mut(4).zip(d) {
+                b.copy_from_slice(&s.offset.to_ne_bytes());
+            }
+            let rot = &mut st[l.rotation + 16 * pol * m..l.rotation + 16 * (pol + 1) * m];
+            for (spectrum, (b, s)) in rot.chunks_exact_mut(16).zip(d).enumerate() {
+                // e^{ip} in float64: exact for any phase, however many turns it has wound up.
+                let (sin, cos) = (s.phase as f64).sin_cos();
+                // The dither key rides in the second float's bits (the kernel reads them back
+                // with __float_as_uint).
+                let key = g.dither_key(frame.timestamp, spectrum).unwrap_or(0);
+                for (i, v) in [s.fine, f32::from_bits(key), cos as f32, sin as f32]
+                    .into_iter()
+                    .enumerate()
+                {
+                    b[4 * i..4 * i + 4].copy_from_slice(&v.to_bits().to_ne_bytes());
+                }
+            }
+        }
+        if stale {
+            let gains = &mut st[l.gains..l.total];
+            for (b, g) in gains.chunks_exact_mut(8).zip(self.gains.iter().flatten()) {
+                b[..4].copy_from_slice(&(0.5 * g.re).to_ne_bytes());
+                b[4..].copy_from_slice(&(0.5 * g.im).to_ne_bytes());
+            }
+        }
+    }
+
+    /// Enqueues the copy of the slot's staged parameters (the gains too if they changed).
+    pub fn copy_params(&mut self, slot: usize, h2d: &CudaStream) -> Result<()> {
+        let s = &mut self.slots[slot];
+        let bytes = if s.gains_version != self.gains_version {
+            self.layout.total
+        } else {
+            self.layout.per_frame
+        };
+        // SAFETY: staging and params are both `layout.total` bytes.
+        check(
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    s.params.ptr(),
+                    s.staging.as_ptr() as *const _,
+                    bytes,
+                    h2d.cu_stream(),
+                )
+            },
+            "copying delays to the device",
+        )?;
+        s.gains_version = self.gains_version;
+        Ok(())
+    }
+
+    /// The output's compute on `stream` over the slot's span: FIR, FFT, post-processing. `mark(i)`
+    /// is called after the FIR (2) and after the FFT (3), for the benchmark's stage timing.
+    pub fn enqueue_compute(
+        &self,
+        slot: usize,
+        span: sys::CUdeviceptr,
+        span_words: u64,
+        stream: &CudaStream,
+        mark: &dyn Fn(usize) -> Result<()>,
+    ) -> Result<()> {
+        let g = &self.geometry;
+        let s = &self.slots[slot];
+        let m = g.spectra_per_frame() as u32;
+        let offsets = s.params.at(self.layout.offsets);
+        let (weights, fft) = (self.weights.ptr(), self.fft_buf.ptr());
+        let per_thread = self.shapes.fir_spectra_per_thread;
+        let mut fir = stream.launch_builder(&self.kernels.fir);
+        fir.arg(&span)
+            .arg(&span_words)
+            .arg(&offsets)
+            .arg(&weights)
+            .arg(&fft)
+            .arg(&m)
+            .arg(&per_thread);
+        // SAFETY: argument types and order match pfb_fir; every buffer is sized for the geometry.
+        unsafe { fir.launch(self.shapes.fir) }.map_err(driver("launching pfb_fir"))?;
+        mark(2)?;
+
+        self.plan.forward(fft)?;
+        mark(3)?;
+
+        let gains = s.params.at(self.layout.gains);
+        let rotation = s.params.at(self.layout.rotation);
+        let twiddles = self.twiddles.ptr();
+        let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
+        let mut post = stream.launch_builder(&self.kernels.postproc);
+        post.arg(&fft)
+            .arg(&twiddles)
+            .arg(&gains)
+            .arg(&rotation)
+            .arg(&out)
+            .arg(&sat)
+            .arg(&m);
+        // SAFETY: argument types and order match postproc; every buffer is sized for the geometry.
+        unsafe { post.launch(self.shapes.postproc) }.map_err(driver("launching postproc"))?;
+        Ok(())
+    }
+
+    /// Enqueues the copy of the slot's heaps into `heaps` and of its saturation counters, then
+    /// clears the counters.
+    ///
+    /// # Safety
+    /// `heaps` must be valid for [`Channelisation::output_bytes`] bytes until the stream has
+    /// finished the copy.
+    pub unsafe fn copy_out(&self, slot: usize, heaps: *mut u8, d2h: &CudaStream) -> Result<()> {
+        let s = &self.slots[slot];
+        let bytes = self.geometry.output_bytes();
+        let d2h = d2h.cu_stream();
+        // SAFETY: the caller vouches for `heaps`; the counters are SAT_BYTES after the heaps.
+        unsafe {
+            check(
+                sys::cuMemcpyDtoHAsync_v2(heaps as *mut _, s.output.ptr(), bytes, d2h),
+                "copying output to the host",
+            )?;
+            check(
+                sys::cuMemcpyDtoHAsync_v2(
+                    s.saturated.as_ptr() as *mut _,
+                    s.output.at(bytes),
+                    SAT_BYTES,
+                    d2h,
+                ),
+                "copying saturation counts to the host",
+            )?;
+            // Cleared here, not on the compute stream: keeps copy-engine work off it.
+            check(
+                sys::cuMemsetD8Async(s.output.at(bytes), 0, SAT_BYTES, d2h),
+                "clearing the saturation counters",
+            )
+        }
+    }
+
+    /// The slot's saturation counts, once its copy out has finished.
+    pub fn saturated(&self, slot: usize) -> [u64; POLS] {
+        let b = self.slots[slot].saturated.as_slice();
+        std::array::from_fn(|p| {
+            u64::from_ne_bytes(b[8 * p..8 * p + 8].try_into().unwrap_or([0; 8]))
+        })
+    }
+
+    /// Bytes of device memory the FIR, the FFT and the post-processing read plus write per frame
+    /// (nominal: every input read once, every output written once).
+    pub fn stage_bytes(&self) -> [f64; 3] {
+        let g = &self.geometry;
+        let pols = POLS as f64;
+        let spectra = (g.spectra_per_frame() * g.output.channels * 8) as f64;
+        let fir = pols * (g.chunk_bytes() as f64 + spectra);
+        let fft = 2.0 * pols * spectra;
+        let post = pols * spectra + g.output_bytes() as f64;
+        [fir, fft, post]
+    }
+}
+
+/// A device copy of `bytes` (synchronous: set-up only).
+pub(crate) fn upload(ctx: &Arc<CudaContext>, bytes: &[u8], what: &str) -> Result<DeviceBuffer> {
+    let buf = DeviceBuffer::new(ctx, bytes.len())?;
+    // SAFETY: synchronous copy into a buffer of exactly this size.
+    check(
+        unsafe { sys::cuMemcpyHtoD_v2(buf.ptr(), bytes.as_ptr() as *const _, bytes.len()) },
+        what,
+    )?;
+    Ok(buf)
+}
