@@ -199,6 +199,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         bits: args.output_bits,
         filter: Default::default(),
         dither: args.dither.then_some(1),
+        ddc: None,
     };
     let input = InputGeometry {
         sample_bits: args.sample_bits,

@@ -191,6 +191,7 @@ mod tests {
             bits: 8,
             filter: Default::default(),
             dither: None,
+            ddc: None,
         };
         (input, [output])
     }

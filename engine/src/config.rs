@@ -635,6 +635,7 @@ impl EngineConfig {
                 w_cutoff: a.w_cutoff,
             },
             dither: None,
+            ddc: None,
         };
         // The flags' seed for output k; `None`: draw one.
         let flag_seed = |k: usize| match (a.no_dither, a.dither_seed) {

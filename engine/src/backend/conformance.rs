@@ -40,6 +40,7 @@ pub fn geometry(
             bits: 8,
             filter: Default::default(),
             dither: None,
+            ddc: None,
         },
     )
 }
@@ -525,6 +526,7 @@ pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
         bits: 8,
         filter: Default::default(),
         dither: Some(3),
+        ddc: None,
     };
     let outputs = vec![
         base,

@@ -143,6 +143,7 @@ impl CpuBackend {
         threads: usize,
     ) -> Result<Self> {
         let geometry = channelisations(input, outputs)?;
+        super::wideband_only("cpu", &geometry)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("fengine-cpu-{i}"))

@@ -12,11 +12,14 @@ use crate::signal::power::InputPower;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpectrumDelay {
     /// Offset into the span (in samples) of the window's first sample: the spectrum's nominal
-    /// position minus its coarse delay. At most [`Channelisation::max_offset`].
+    /// position minus its coarse delay. At most [`Channelisation::max_offset`]; for a narrowband
+    /// output a multiple of the decimation D (the DDC's grid).
     pub offset: u32,
-    /// Residual delay after the coarse delay, in samples (|fine| <= 0.5 normally).
+    /// Residual delay after the coarse delay, in samples (|fine| <= 0.5 normally); for a
+    /// narrowband output in subsampled samples (r' of `crate::signal::narrowband::narrowband_delay`).
     pub fine: f32,
-    /// Fringe phase in radians, added to every channel.
+    /// Fringe phase in radians, added to every channel (for a narrowband output with the mixer's
+    /// phase over the delay folded in).
     pub phase: f32,
 }
 
@@ -116,6 +119,10 @@ pub struct OutputFrame {
     /// Output timestamp (ADC samples, modulo 2^64) of the frame's first spectrum; spectrum m's is
     /// `timestamp + m 2n`. Set by the engine (docs/signal-path.md, t0); keys the dither.
     pub timestamp: u64,
+    /// A narrowband output's mixer word F for this frame (`crate::signal::ddc::mixer_word`: the
+    /// centre in 2^-32 turns per sample), set by the engine, so that a new centre takes effect
+    /// from a frame on; unused (0) for a wideband output.
+    pub mixer: u32,
     /// Per polarisation: one entry per spectrum of the frame
     /// ([`Channelisation::spectra_per_frame`]).
     pub delays: [Vec<SpectrumDelay>; POLS],
@@ -144,6 +151,7 @@ impl OutputFrame {
     pub fn new(g: &Channelisation, heaps: HostBuffer) -> Self {
         Self {
             timestamp: 0,
+            mixer: 0,
             delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); g.spectra_per_frame()]),
             heaps,
             saturated: [0; POLS],

@@ -60,7 +60,30 @@ impl InputGeometry {
     }
 }
 
-/// One output: a wideband channelisation of the input, sent in heaps of spectra.
+/// A narrowband output's down-conversion (docs/signal-path.md §Narrowband): the input mixed to
+/// baseband by the frame's mixer word ([`super::OutputFrame::mixer`], which may change from frame
+/// to frame), low-pass filtered by `taps` taps and subsampled by `decimation`, before a complex
+/// PFB that keeps the centre half of its 2n bins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ddc {
+    /// D: 8, 16 or 32 ([`crate::signal::ddc::DECIMATIONS`]). The band is fs/(2D) wide.
+    pub decimation: usize,
+    /// L: the DDC filter's length ([`crate::signal::ddc::default_ddc_taps`] by default).
+    pub taps: usize,
+}
+
+impl Ddc {
+    /// The DDC of decimation `decimation` with its default filter length.
+    pub fn new(decimation: usize) -> Self {
+        Self {
+            decimation,
+            taps: crate::signal::ddc::default_ddc_taps(decimation),
+        }
+    }
+}
+
+/// One output: a wideband channelisation of the input (or, with a [`Ddc`], a narrowband one of
+/// a band of it), sent in heaps of spectra.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OutputGeometry {
     /// Output channels n (power of two). The FFT has 2n points; Nyquist is dropped.
@@ -75,18 +98,28 @@ pub struct OutputGeometry {
     pub filter: FilterDesign,
     /// The output dither's seed, or `None` for no dither (`crate::signal::dither`).
     pub dither: Option<u32>,
+    /// `None` for a wideband output; a narrowband output's down-conversion.
+    pub ddc: Option<Ddc>,
 }
 
 impl OutputGeometry {
-    /// Samples per spectrum (2n).
+    /// D: 1 for a wideband output, the DDC's decimation for a narrowband one.
+    pub fn decimation(&self) -> usize {
+        self.ddc.map_or(1, |d| d.decimation)
+    }
+    /// Input samples per spectrum: 2n (wideband), 2nD (narrowband).
     pub fn step(&self) -> usize {
-        2 * self.channels
+        2 * self.channels * self.decimation()
     }
-    /// Samples in one PFB window (2nT).
+    /// Input samples one spectrum reads: 2nT (wideband); (2nT - 1) D + L (narrowband: the DDC's
+    /// L taps behind each of the window's 2nT subsampled samples).
     pub fn window(&self) -> usize {
-        self.step() * self.taps
+        match self.ddc {
+            None => self.step() * self.taps,
+            Some(d) => (2 * self.channels * self.taps - 1) * d.decimation + d.taps,
+        }
     }
-    /// Samples of input per output heap (S x 2n).
+    /// Samples of input per output heap (S x step).
     pub fn heap_samples(&self) -> usize {
         self.spectra_per_heap * self.step()
     }
@@ -115,6 +148,16 @@ impl OutputGeometry {
         }
         if self.bits != 8 && self.bits != 4 {
             return Err(format!("output bits must be 8 or 4, not {}", self.bits));
+        }
+        if let Some(d) = self.ddc {
+            crate::signal::ddc::check_decimation(d.decimation).map_err(|e| e.to_string())?;
+            if d.taps == 0 || d.taps > crate::signal::ddc::MAX_DDC_TAPS {
+                return Err(format!(
+                    "DDC taps must be from 1 to {}, not {}",
+                    crate::signal::ddc::MAX_DDC_TAPS,
+                    d.taps
+                ));
+            }
         }
         self.filter.validate()
     }
@@ -208,11 +251,19 @@ impl Channelisation {
                 output.step()
             ));
         }
-        if input.overlap_samples < (output.taps - 1) * output.step() {
+        if input.overlap_samples + output.step() < output.window() {
             return Err(format!(
-                "overlap ({} samples) must hold at least (taps-1)*2n = {} samples",
+                "overlap ({} samples) must hold at least the window less one step = {} samples",
                 input.overlap_samples,
-                (output.taps - 1) * output.step()
+                output.window() - output.step()
+            ));
+        }
+        let d = output.decimation();
+        if !input.overlap_samples.is_multiple_of(d) {
+            return Err(format!(
+                "overlap ({} samples) must be a multiple of the decimation {d}, so that the DDC's \
+                 grid starts every span",
+                input.overlap_samples
             ));
         }
         Ok(())
@@ -237,6 +288,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
+                ddc: None,
             },
         )
     }

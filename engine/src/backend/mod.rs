@@ -124,6 +124,16 @@ pub fn channelisations(
         .collect()
 }
 
+/// Refuses narrowband outputs, for a backend (`name`) that computes only wideband ones.
+pub(crate) fn wideband_only(name: &str, outputs: &[Channelisation]) -> Result<()> {
+    match outputs.iter().position(|g| g.output.ddc.is_some()) {
+        Some(k) => Err(BackendError::Unsupported(format!(
+            "output {k} is narrowband, which the {name} backend does not compute yet"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The checks every backend makes on `set_gains`.
 pub(crate) fn check_gains(
     outputs: &[OutputGeometry],

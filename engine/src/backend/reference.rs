@@ -41,7 +41,9 @@ impl ReferenceBackend {
     /// output's PFB weights and default gains.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         let mut planner = FftPlanner::new();
-        let per_output = channelisations(input, outputs)?
+        let geometry = channelisations(input, outputs)?;
+        super::wideband_only("reference", &geometry)?;
+        let per_output = geometry
             .into_iter()
             .map(|g| ReferenceOutput::new(g, &mut planner))
             .collect::<Result<_>>()?;

@@ -216,6 +216,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
+                ddc: None,
             },
         )
     }

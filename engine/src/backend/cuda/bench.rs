@@ -106,6 +106,7 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
             bits: opts.output_bits,
             filter: Default::default(),
             dither: opts.dither.then_some(1),
+            ddc: None,
         },
     )
 }

@@ -155,6 +155,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
+                ddc: None,
             },
         );
         let cfg = kernels::Config {
