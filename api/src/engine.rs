@@ -131,6 +131,26 @@ pub struct PolInput {
 pub enum OutputKind {
     /// The whole band, channelised by a real-input PFB.
     Wideband,
+    /// A band fs/(2D) wide around a centre: mixed down, filtered and subsampled by D (the DDC),
+    /// then channelised by a complex PFB ([`Narrowband`] says how).
+    Narrowband,
+}
+
+/// A narrowband output's band: what a wideband output does not have.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Narrowband {
+    /// The centre in use, Hz: the mixer word's, F fs / 2^32 (the centre asked for, quantised).
+    /// Channel n/2 is centred on it. It may change at run time (`PUT /outputs/NAME`).
+    pub centre_hz: f64,
+    /// F, the mixer's phase increment in 2^-32 turns per ADC sample.
+    pub mixer_word: u32,
+    /// D: 8, 16 or 32.
+    pub decimation: usize,
+    /// L, the DDC filter's taps.
+    pub ddc_taps: usize,
+    /// The band's width, fs / (2D) Hz; channel c is centred on centre_hz + (c - n/2)
+    /// bandwidth_hz / n.
+    pub bandwidth_hz: f64,
 }
 
 fn hann() -> String {
@@ -168,7 +188,8 @@ pub struct Output {
     pub spectra_per_heap: usize,
     /// Output heaps (in time) per frame.
     pub heaps_per_frame: usize,
-    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
+    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m step (step 2n
+    /// ADC samples, 2nD for a narrowband output).
     pub lag_samples: usize,
     pub substreams: usize,
     pub channels_per_substream: usize,
@@ -187,6 +208,9 @@ pub struct Output {
     pub last_timestamp: u64,
     /// Complex values with a clamped real or imaginary part, per polarisation.
     pub saturated: Vec<u64>,
+    /// A narrowband output's band (absent for a wideband output, and from older engines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowband: Option<Narrowband>,
 }
 
 /// The compute stage's progress.
@@ -257,6 +281,7 @@ mod tests {
             send_errors: 0,
             last_timestamp: 1 << 30,
             saturated: vec![0, 3],
+            narrowband: None,
         };
         let status = Status {
             backend: "cpu".into(),
@@ -317,5 +342,26 @@ mod tests {
         assert_eq!(back.heaps_missing(), 7);
         assert_eq!(back.wideband().map(|o| o.heaps_sent), Some(10));
         assert_eq!(back.heaps_skipped(), 2);
+        // A wideband output says nothing of a band; a narrowband one does, and round-trips.
+        assert!(v["outputs"]["wideband"].get("narrowband").is_none());
+        let mut with_nb = status.clone();
+        let nb = Output {
+            kind: OutputKind::Narrowband,
+            narrowband: Some(Narrowband {
+                centre_hz: 428e6,
+                mixer_word: 1 << 30,
+                decimation: 8,
+                ddc_taps: 96,
+                bandwidth_hz: 107e6,
+            }),
+            ..out
+        };
+        with_nb.outputs.insert("nb".into(), nb);
+        let text = serde_json::to_string(&with_nb).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["outputs"]["nb"]["kind"], "narrowband");
+        assert_eq!(v["outputs"]["nb"]["narrowband"]["decimation"], 8);
+        let back: Status = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, with_nb);
     }
 }
