@@ -103,6 +103,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         let g = cfg.channelisation(k);
         tracing::info!(
             output = %o.name,
+            kind = ?o.kind,
             channels = g.output.channels,
             taps = g.output.taps,
             window_function = g.output.filter.window.name(),
@@ -113,6 +114,8 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
             heaps_per_frame = g.heaps_per_frame(),
             lag_samples = o.lag,
             substreams = o.substreams(),
+            decimation = g.output.decimation(),
+            centre_hz = o.mixer.map(|w| crate::signal::ddc::centre_frequency(w, cfg.fs)),
             "configuration: output"
         );
     }

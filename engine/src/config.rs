@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use spead::transport::Endpoint;
 
-use crate::backend::{Channelisation, InputGeometry, OutputGeometry, POLS};
+use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry, POLS};
+use crate::signal::ddc;
 use crate::signal::delay::FramePlan;
 use crate::signal::weights::{self, FilterDesign, WindowFunction};
 pub use fgpu_api::engine::{OutputKind, WIDEBAND};
@@ -42,12 +42,16 @@ in it (both polarisations) arrived.
 --dst and the output flags make one output, named wideband. Instead of --dst, each --wideband \
 NAME:dst=ADDR[+N]:PORT,key=value,... makes an output of its own (at most 8, all from the one \
 input): its own channels, taps, bits, filter, dither, gain and destinations, the output flags \
-giving the keys it leaves out. Each output has its own lag; the chunk is S x H x 2n of the \
-output with the most channels, a whole number of every output's heaps.";
+giving the keys it leaves out. Each --narrowband NAME:dst=...,channels=N,decimation=D,centre=HZ,... \
+(beside --dst or --wideband, or alone; 8 outputs in all) makes a narrowband output: the band \
+fs/(2D) wide around the centre, mixed down, filtered and subsampled by D = 8, 16 or 32, in n \
+channels, each spectrum 2nD ADC samples apart. Each output has its own lag (its window less one \
+step plus the max delay, rounded up to D and then to a step); the chunk is S x H times the \
+longest step of any output, a whole number of every output's heaps.";
 
 const AFTER_HELP: &str = "\
 HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metrics (Prometheus),
-/delays, /gains, /outputs/NAME/gains.
+/delays, /gains, /outputs/NAME (its part of /status), /outputs/NAME/gains.
   PUT /delays {\"pol0\": {\"delay\": 1.5e-9, \"delay_rate\": 0, \"phase\": 0.1, \"phase_rate\": 0},
                \"pol1\": \"1.5e-9,0:0.1,0\", \"load_timestamp\": 123456789}
     Units s, s/s, rad, rad/s; |delay| <= --max-delay, |delay_rate| < 1,
@@ -57,6 +61,9 @@ HTTP API (--control): GET /health, /status (JSON, outputs keyed by name), /metri
   PUT /gains {\"pol0\": 0.5, \"pol1\": [0.5, -0.1]}  or one [re, im] per channel: [[re, im], ...].
     Gains belong to an output: /outputs/NAME/gains is output NAME's, /gains the one named
     wideband (--dst's output; with --wideband, the one given that name, if any).
+  PUT /outputs/NAME {\"centre\": 1.2e9}: a narrowband output's centre in Hz, from the next frame
+    on; quantised to F = round(centre / fs 2^32) (/status reports the centre in use), its band
+    inside 0 .. fs/2. Refused (400) for a wideband output.
   A bad request gets a 4xx with {\"error\": \"<sentence>\"} and changes nothing.
 Limits: a request body of at most 128 bytes per channel of the largest output, and at least
 1 MiB (8 MiB at 65536 channels: room for a PUT /gains with one [re, im] per channel for both
@@ -73,6 +80,11 @@ otherwise (0.0.0.0:7147: every interface).
   --output-bits, --window-function, --w-cutoff, --dither-seed/--no-dither, --gain). Without
   dither=, output k (0 for the first given) gets --dither-seed + k, or a random seed of its own.
   Two outputs may not share a destination ADDR:PORT.
+--narrowband NAME:dst=ADDR[+N]:PORT,channels=N,decimation=8|16|32,centre=HZ,key=value,...
+  (repeatable): the same keys (taps, bits, window, w_cutoff, dither, gain) and ddc_taps=L (the
+  DDC filter, default 12 D). Default gain: sqrt(D) x --gain or its default (a narrowband
+  channel holds 1/D of a wideband channel's noise power). The band, fs/(2D) wide, must lie
+  inside 0 .. fs/2. Outputs are numbered wideband first, then narrowband, in the order given.
 
 Logs go to stderr (RUST_LOG sets the filter, default info).
 
@@ -84,7 +96,8 @@ Examples:
           --control 127.0.0.1:0
   fengine --src-pol0 239.10.0.1+3:7148 --src-pol1 239.10.0.5+3:7148 --interface 10.0.0.2 \\
           --adc-sample-rate 1712e6 --wideband wide:dst=239.10.1.1+3:7148,channels=4096 \\
-          --wideband fine:dst=239.10.2.1+7:7148,channels=32768,bits=4
+          --wideband fine:dst=239.10.2.1+7:7148,channels=32768,bits=4 \\
+          --narrowband nb:dst=239.10.3.1+3:7148,channels=32768,decimation=8,centre=400e6
   fengine bench --backend cuda --channels 32768";
 
 #[derive(Parser, Debug)]
@@ -186,26 +199,40 @@ pub struct RunArgs {
     pub src_pol1: Endpoint,
     /// Output substreams of the one output (named wideband): ADDR[+N]:PORT. Channels are divided
     /// evenly: substream i carries channels [i c, (i+1) c) with c = channels / (N+1). Required
-    /// unless --wideband is given, and not with it.
+    /// unless --wideband or --narrowband is given, and not with --wideband.
     #[arg(
         long,
         value_name = "ADDR[+N]:PORT",
-        required_unless_present = "wideband",
+        required_unless_present_any = ["wideband", "narrowband"],
         conflicts_with = "wideband"
     )]
     pub dst: Option<Endpoint>,
-    /// A wideband output of its own, instead of --dst (repeatable, at most 8):
+    /// A wideband output of its own, instead of --dst (repeatable, at most 8 outputs in all):
     /// NAME:dst=ADDR[+N]:PORT and optionally channels=, taps=, bits=8|4, window=hann|rect,
     /// w_cutoff=, dither=SEED|off, gain=, comma-separated; keys left out take the output flags'
     /// values (see below).
-    #[arg(long, value_name = "NAME:dst=ADDR[+N]:PORT,KEY=VALUE,...")]
-    pub wideband: Vec<WidebandSpec>,
+    #[arg(
+        long,
+        value_name = "NAME:dst=ADDR[+N]:PORT,KEY=VALUE,...",
+        value_parser = OutputArg::wideband
+    )]
+    pub wideband: Vec<OutputArg>,
+    /// A narrowband output (repeatable; beside --dst or --wideband, or alone): n channels over
+    /// fs/(2D) around a centre, NAME:dst=ADDR[+N]:PORT,channels=N,decimation=8|16|32,centre=HZ
+    /// and optionally taps=, ddc_taps=, bits=, window=, w_cutoff=, dither=, gain= (see below).
+    #[arg(
+        long,
+        value_name = "NAME:dst=ADDR[+N]:PORT,channels=N,decimation=D,centre=HZ,...",
+        value_parser = OutputArg::narrowband
+    )]
+    pub narrowband: Vec<OutputArg>,
     /// Local IPv4 address of the interface to join multicast groups and send on (default: the
     /// kernel's choice).
     #[arg(long, value_name = "ADDR")]
     pub interface: Option<Ipv4Addr>,
     /// Output channels n (a power of two, 16 to 65536); each spectrum takes 2n samples. This and
-    /// the other output flags are also the defaults of every --wideband output.
+    /// the other output flags are also the defaults of every --wideband output (and, but for
+    /// --channels, of every --narrowband output).
     #[arg(long, default_value_t = 4096)]
     pub channels: usize,
     /// PFB taps T (1 to 64); each spectrum's window is 2nT samples.
@@ -290,7 +317,8 @@ pub struct RunArgs {
     pub control_token: Option<fgpu_serve::Token>,
     /// Initial complex gain, real part, for every channel of both polarisations (default
     /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18; a sixteenth of
-    /// that with 4-bit output, rms 1.1).
+    /// that with 4-bit output, rms 1.1). A --narrowband output without gain= gets sqrt(D) times
+    /// it, which leaves noise at the same level.
     #[arg(long, allow_negative_numbers = true)]
     pub gain: Option<f32>,
     /// Multicast TTL of the output.
@@ -330,12 +358,15 @@ pub use crate::backend::MAX_OUTPUTS;
 /// not be named.
 const RESERVED_NAMES: [&str; 6] = ["health", "status", "metrics", "delays", "gains", "outputs"];
 
-/// One `--wideband NAME:dst=ADDR[+N]:PORT,key=value,...`: a wideband output's name and
-/// destinations, and the keys it gives; `None` takes the value of the output flags (`--channels`,
-/// `--taps`, `--output-bits`, `--window-function`, `--w-cutoff`, `--dither-seed`/`--no-dither`,
-/// `--gain`).
+/// One `--wideband` or `--narrowband NAME:dst=ADDR[+N]:PORT,key=value,...`: an output's kind,
+/// name and destinations, and the keys it gives; `None` takes the value of the output flags
+/// (`--channels`, `--taps`, `--output-bits`, `--window-function`, `--w-cutoff`,
+/// `--dither-seed`/`--no-dither`, `--gain`). A narrowband output must give `channels`,
+/// `decimation` and `centre` ([`OutputArg::narrowband`]); a wideband one gives none of the
+/// narrowband keys.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WidebandSpec {
+pub struct OutputArg {
+    pub kind: OutputKind,
     pub name: String,
     pub dst: Endpoint,
     pub channels: Option<usize>,
@@ -346,6 +377,13 @@ pub struct WidebandSpec {
     /// `Some(None)`: `dither=off`.
     pub dither: Option<Option<u32>>,
     pub gain: Option<f32>,
+    /// Narrowband: D, 8, 16 or 32 (checked when parsed).
+    pub decimation: Option<usize>,
+    /// Narrowband: the centre frequency in Hz, as given (quantised and checked against the
+    /// sample rate by [`EngineConfig::from_args`]).
+    pub centre: Option<f64>,
+    /// Narrowband: L, the DDC filter's taps (default 12 D).
+    pub ddc_taps: Option<usize>,
 }
 
 /// Checks an output's name: 1 to 32 of a-z, 0-9, `_` and `-`, and no word of the control API's
@@ -366,20 +404,34 @@ pub fn check_output_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl FromStr for WidebandSpec {
-    type Err = String;
+impl OutputArg {
+    /// Parses a `--wideband` spec, `NAME:dst=ADDR[+N]:PORT,key=value,...`. Errors are one
+    /// sentence naming the output and the key.
+    pub fn wideband(s: &str) -> Result<Self, String> {
+        Self::parse(s, OutputKind::Wideband)
+    }
 
-    /// Parses `NAME:dst=ADDR[+N]:PORT,key=value,...`. Errors are one sentence naming the part.
-    fn from_str(s: &str) -> Result<Self, String> {
+    /// Parses a `--narrowband` spec, `NAME:dst=ADDR[+N]:PORT,channels=N,decimation=8|16|32,
+    /// centre=HZ,key=value,...`. Errors are one sentence naming the output and the key.
+    pub fn narrowband(s: &str) -> Result<Self, String> {
+        Self::parse(s, OutputKind::Narrowband)
+    }
+
+    fn parse(s: &str, kind: OutputKind) -> Result<Self, String> {
+        let narrowband = kind == OutputKind::Narrowband;
         let Some((name, keys)) = s.split_once(':') else {
-            return Err(format!(
-                "{s:?} is not NAME:dst=ADDR[+N]:PORT,key=value,... (the name and a colon first)."
-            ));
+            let form = if narrowband {
+                "NAME:dst=ADDR[+N]:PORT,channels=N,decimation=D,centre=HZ,..."
+            } else {
+                "NAME:dst=ADDR[+N]:PORT,key=value,..."
+            };
+            return Err(format!("{s:?} is not {form} (the name and a colon first)."));
         };
         check_output_name(name)?;
         let refuse = |msg: String| format!("output {name:?}: {msg}");
         let mut dst = None;
-        let mut spec = WidebandSpec {
+        let mut spec = OutputArg {
+            kind,
             name: name.to_string(),
             dst: Endpoint { addrs: Vec::new() },
             channels: None,
@@ -389,6 +441,9 @@ impl FromStr for WidebandSpec {
             w_cutoff: None,
             dither: None,
             gain: None,
+            decimation: None,
+            centre: None,
+            ddc_taps: None,
         };
         let mut seen: Vec<&str> = Vec::new();
         for part in keys.split(',').filter(|_| !keys.is_empty()) {
@@ -453,6 +508,36 @@ impl FromStr for WidebandSpec {
                     }
                     spec.gain = Some(gain);
                 }
+                "decimation" if narrowband => {
+                    let d = whole("a whole number")
+                        .ok()
+                        .filter(|d| ddc::DECIMATIONS.contains(d));
+                    spec.decimation = Some(d.ok_or_else(|| {
+                        refuse(format!("decimation={value} must be 8, 16 or 32."))
+                    })?);
+                }
+                "centre" if narrowband => {
+                    let hz: f64 = value
+                        .parse()
+                        .ok()
+                        .filter(|f: &f64| f.is_finite())
+                        .ok_or_else(|| {
+                            refuse(format!("centre={value} is not a frequency in Hz."))
+                        })?;
+                    spec.centre = Some(hz);
+                }
+                "ddc_taps" if narrowband => spec.ddc_taps = Some(whole("a whole number of taps")?),
+                _ if narrowband => {
+                    return Err(refuse(format!(
+                        "unknown key {key:?}; the keys are dst, channels, decimation, centre, \
+                         taps, ddc_taps, bits, window, w_cutoff, dither and gain."
+                    )))
+                }
+                "decimation" | "centre" | "ddc_taps" => {
+                    return Err(refuse(format!(
+                        "{key}= belongs to a narrowband output (--narrowband), not a wideband one."
+                    )))
+                }
                 _ => {
                     return Err(refuse(format!(
                         "unknown key {key:?}; the keys are dst, channels, taps, bits, window, \
@@ -462,6 +547,17 @@ impl FromStr for WidebandSpec {
             }
         }
         spec.dst = dst.ok_or_else(|| refuse("needs dst=ADDR[+N]:PORT.".into()))?;
+        if narrowband {
+            if spec.channels.is_none() {
+                return Err(refuse("needs channels=N.".into()));
+            }
+            if spec.decimation.is_none() {
+                return Err(refuse("needs decimation=8, 16 or 32.".into()));
+            }
+            if spec.centre.is_none() {
+                return Err(refuse("needs centre=HZ.".into()));
+            }
+        }
         Ok(spec)
     }
 }
@@ -550,7 +646,8 @@ pub struct OutputSpec {
     pub name: String,
     pub kind: OutputKind,
     pub geometry: OutputGeometry,
-    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m 2n.
+    /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m step (step 2n,
+    /// or 2nD for a narrowband output).
     pub lag: usize,
     /// Substream destinations: substream i carries channels [i c, (i+1) c), c = channels / N.
     pub dests: Vec<SocketAddrV4>,
@@ -558,6 +655,9 @@ pub struct OutputSpec {
     pub gain: f32,
     /// Send threads (at least 1, at most one per substream).
     pub send_threads: usize,
+    /// A narrowband output's mixer word at start (`ddc::mixer_word` of its `centre=`, checked);
+    /// `None` for a wideband output. The control API may change it at run time.
+    pub mixer: Option<u32>,
 }
 
 /// Why a command line does not make a working engine: one sentence for the user.
@@ -582,20 +682,65 @@ fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
 
+/// How far (input samples) a coarse delay of up to `max_delay_samples` either way moves an
+/// output's windows: the delay itself for a wideband output; rounded up to a multiple of D for a
+/// narrowband one, whose window moves by k = round(d / D) subsampled samples (|k| <=
+/// ceil(max / D)), D input samples each.
+pub fn delay_room(g: &OutputGeometry, max_delay_samples: usize) -> usize {
+    round_up(max_delay_samples, g.decimation())
+}
+
+/// An output's lag (docs/signal-path.md, Timestamps): spectrum m of the frame whose chunk starts
+/// at A has timestamp A - lag + m step, and its window starts at span offset overlap - lag + m
+/// step - c (c the coarse delay in input samples, a multiple of D for narrowband). The last
+/// spectrum's window, (M - 1) step + window - lag + room past the overlap at the most negative
+/// delay, must end within the chunk of M steps: lag >= window - step + room, rounded up to a
+/// step so that timestamps stay multiples of it. Wideband: (T - 1) 2n + max delay, as before.
+pub fn output_lag(g: &OutputGeometry, max_delay_samples: usize) -> usize {
+    let step = g.step();
+    round_up(
+        g.window().saturating_sub(step) + delay_room(g, max_delay_samples),
+        step,
+    )
+}
+
+/// The samples kept ahead of each chunk for outputs of these geometries and lags: the first
+/// spectrum's window at the most positive delay starts at overlap - lag - room >= 0, so the
+/// overlap is the largest lag + room, rounded up to a multiple of 8 (whole bytes at every sample
+/// width) and of every decimation (the DDC's grid starts every span).
+pub fn overlap_samples(
+    outputs: &[OutputGeometry],
+    lags: &[usize],
+    max_delay_samples: usize,
+) -> usize {
+    let need = outputs
+        .iter()
+        .zip(lags)
+        .map(|(g, lag)| lag + delay_room(g, max_delay_samples))
+        .max()
+        .unwrap_or(0);
+    // Decimations are powers of two: the largest is a multiple of the others.
+    let unit = outputs.iter().map(|g| g.decimation()).fold(8, usize::max);
+    round_up(need, unit)
+}
+
 /// One output as the command line asks for it, every key filled in, before the engine-wide
 /// derivation.
 struct Requested {
     name: String,
-    /// Made by `--wideband`: its refusals name it. `--dst`'s output is named by its flags.
+    /// Made by `--wideband` or `--narrowband`: its refusals name it. `--dst`'s output is named
+    /// by its flags.
     named: bool,
     dst: Endpoint,
     geometry: OutputGeometry,
-    /// `None`: the default gain for its bits.
+    /// `None`: the default gain for its bits (and decimation).
     gain: Option<f32>,
+    /// A narrowband output's `centre=`, Hz.
+    centre: Option<f64>,
 }
 
 impl Requested {
-    /// `msg` as a sentence that names the output where `--wideband` made it.
+    /// `msg` as a sentence that names the output where `--wideband` or `--narrowband` made it.
     fn refuse(&self, msg: impl Into<String>) -> String {
         let msg = sentence(msg);
         if self.named {
@@ -621,9 +766,10 @@ impl EngineConfig {
         Ok(Self::check(a)?)
     }
 
-    /// The outputs the command line asks for, in order, each key given or taken from the output
-    /// flags. Dither seeds: the output's own `dither=`, else none with `--no-dither`, else
-    /// `--dither-seed` + k for output k, else a random seed unlike every other output's.
+    /// The outputs the command line asks for, in order (`--dst`'s or the `--wideband` ones, then
+    /// the `--narrowband` ones), each key given or taken from the output flags. Dither seeds: the
+    /// output's own `dither=`, else none with `--no-dither`, else `--dither-seed` + k for output
+    /// k, else a random seed unlike every other output's.
     fn requested(a: &RunArgs) -> Result<Vec<Requested>, String> {
         let flags = OutputGeometry {
             channels: a.channels,
@@ -645,6 +791,7 @@ impl EngineConfig {
         };
         let mut wanted = Vec::new();
         let mut seeds = Vec::new();
+        let narrowband = a.narrowband.as_slice();
         match (&a.dst, a.wideband.as_slice()) {
             (Some(dst), []) => {
                 wanted.push(Requested {
@@ -653,26 +800,17 @@ impl EngineConfig {
                     dst: dst.clone(),
                     geometry: flags,
                     gain: a.gain,
+                    centre: None,
                 });
                 seeds.push(flag_seed(0));
             }
-            (None, []) => return Err("give --dst, or one or more --wideband outputs.".into()),
+            (None, []) if narrowband.is_empty() => {
+                return Err("give --dst, or one or more --wideband or --narrowband outputs.".into())
+            }
+            (None, []) => {}
             (Some(_), [_, ..]) => return Err("give either --dst or --wideband, not both.".into()),
             (None, specs) => {
-                if specs.len() > MAX_OUTPUTS {
-                    return Err(format!(
-                        "{} --wideband outputs is more than {MAX_OUTPUTS}.",
-                        specs.len()
-                    ));
-                }
-                for (k, w) in specs.iter().enumerate() {
-                    check_output_name(&w.name)?;
-                    if specs[..k].iter().any(|o| o.name == w.name) {
-                        return Err(format!(
-                            "output {:?} is given twice; every output needs a name of its own.",
-                            w.name
-                        ));
-                    }
+                for w in specs {
                     wanted.push(Requested {
                         name: w.name.clone(),
                         named: true,
@@ -688,9 +826,60 @@ impl EngineConfig {
                             ..flags
                         },
                         gain: w.gain.or(a.gain),
+                        centre: None,
                     });
-                    seeds.push(w.dither.or_else(|| flag_seed(k)));
+                    seeds.push(w.dither.or_else(|| flag_seed(seeds.len())));
                 }
+            }
+        }
+        for w in narrowband {
+            // The parser demands channels, decimation and centre; the defaults only guard.
+            let decimation = w.decimation.unwrap_or(ddc::DECIMATIONS[0]);
+            wanted.push(Requested {
+                name: w.name.clone(),
+                named: true,
+                dst: w.dst.clone(),
+                geometry: OutputGeometry {
+                    channels: w.channels.unwrap_or(flags.channels),
+                    taps: w.taps.unwrap_or(flags.taps),
+                    bits: w.bits.unwrap_or(flags.bits),
+                    filter: FilterDesign {
+                        window: w.window.unwrap_or(flags.filter.window),
+                        w_cutoff: w.w_cutoff.unwrap_or(flags.filter.w_cutoff),
+                    },
+                    ddc: Some(Ddc {
+                        decimation,
+                        taps: w
+                            .ddc_taps
+                            .unwrap_or_else(|| ddc::default_ddc_taps(decimation)),
+                    }),
+                    ..flags
+                },
+                // --gain is a wideband gain: see `narrowband_gain`.
+                gain: w.gain,
+                centre: w.centre,
+            });
+            seeds.push(w.dither.or_else(|| flag_seed(seeds.len())));
+        }
+        if wanted.len() > MAX_OUTPUTS {
+            return Err(format!(
+                "{} outputs is more than {MAX_OUTPUTS}; an engine makes at most {MAX_OUTPUTS} \
+                 (--dst or --wideband, and --narrowband, together).",
+                wanted.len()
+            ));
+        }
+        for (k, w) in wanted.iter().enumerate() {
+            check_output_name(&w.name)?;
+            if wanted[..k].iter().any(|o| o.name == w.name) {
+                let dst = if w.name == WIDEBAND && a.dst.is_some() {
+                    " (--dst's output is named wideband)"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "output {:?} is given twice{dst}; every output needs a name of its own.",
+                    w.name
+                ));
             }
         }
         let mut taken: Vec<u32> = seeds.iter().flatten().flatten().copied().collect();
@@ -736,25 +925,22 @@ impl EngineConfig {
         for w in &wanted {
             w.geometry.validate().map_err(|e| w.refuse(e))?;
         }
-        // Windows must fit the span for any coarse delay in [-D, D] (docs/signal-path.md): each
-        // output's lag >= (T-1) 2n + D, and the overlap >= every output's lag + D.
+        // Windows must fit the span for any coarse delay within --max-delay (docs/signal-path.md,
+        // `output_lag`, `overlap_samples`).
         let d = max_delay_samples as usize;
-        let lags: Vec<usize> = wanted
-            .iter()
-            .map(|w| {
-                let step = w.geometry.step();
-                round_up((w.geometry.taps - 1) * step + d, step)
+        let geometries: Vec<OutputGeometry> = wanted.iter().map(|w| w.geometry).collect();
+        let lags: Vec<usize> = geometries.iter().map(|g| output_lag(g, d)).collect();
+        let longest = (0..wanted.len())
+            .max_by_key(|&k| {
+                (
+                    lags[k] + delay_room(&geometries[k], d),
+                    std::cmp::Reverse(k),
+                )
             })
-            .collect();
-        let (longest, lag_max) = lags
-            .iter()
-            .copied()
-            .enumerate()
-            .max_by_key(|&(k, lag)| (lag, std::cmp::Reverse(k)))
             .expect("at least one output");
-        let overlap = round_up(lag_max + d, 8);
-        // Channel counts are powers of two: the widest output's heaps are a whole number of
-        // every output's.
+        let overlap = overlap_samples(&geometries, &lags, d);
+        // Steps (2n, 2nD) are powers of two: the longest output heap is a whole number of every
+        // output's.
         let widest = wanted.iter().map(|w| w.geometry.step()).max().unwrap_or(0);
         let input = InputGeometry {
             sample_bits: a.sample_bits,
@@ -790,7 +976,7 @@ impl EngineConfig {
             ));
         }
         if overlap > chunk {
-            let whose = if several {
+            let whose = if several || wanted[longest].named {
                 format!("output {:?}'s taps", wanted[longest].name)
             } else {
                 "taps".to_string()
@@ -881,6 +1067,17 @@ impl EngineConfig {
                 return Err(w.refuse(format!("gain {gain} is not a finite number")));
             }
         }
+        let mut mixers = Vec::with_capacity(wanted.len());
+        for w in &wanted {
+            mixers.push(match (w.geometry.ddc, w.centre) {
+                (Some(ddc), Some(centre)) => Some(
+                    ddc::mixer_word(centre, a.adc_sample_rate, ddc.decimation)
+                        .map_err(|e| w.refuse(e.to_string()))?,
+                ),
+                (Some(_), None) => return Err(w.refuse("needs centre=HZ")),
+                (None, _) => None,
+            });
+        }
         if !(a.send_burst.is_finite() && (0.0..=1e6).contains(&a.send_burst)) {
             return Err(format!(
                 "--send-burst {} must be between 0 and 1000000 microseconds.",
@@ -910,26 +1107,43 @@ impl EngineConfig {
         let outputs = wanted
             .into_iter()
             .zip(lags)
-            .map(|(w, lag)| OutputSpec {
+            .zip(mixers)
+            .map(|((w, lag), mixer)| OutputSpec {
                 send_threads: match a.send_threads {
                     // One kernel-UDP sender thread moves about 3 GB/s with GSO
-                    // (docs/performance.md).
+                    // (docs/performance.md). Output bytes per input sample: 2 x bits / 8 for
+                    // wideband, D times less for narrowband.
                     0 => {
-                        let bytes_per_sample = 2.0 * w.geometry.bits as f64 / 8.0;
+                        let bytes_per_sample =
+                            2.0 * w.geometry.bits as f64 / 8.0 / w.geometry.decimation() as f64;
                         (bytes_per_sample * a.adc_sample_rate / SEND_BYTES_PER_THREAD).ceil()
                             as usize
                     }
                     n => n,
                 }
                 .clamp(1, w.dst.addrs.len()),
-                gain: w.gain.unwrap_or_else(|| {
-                    crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
-                }),
-                kind: OutputKind::Wideband,
+                gain: match (w.gain, w.geometry.ddc) {
+                    (Some(gain), _) => gain,
+                    (None, None) => {
+                        crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
+                    }
+                    // --gain, or the default, is a wideband output's gain.
+                    (None, Some(ddc)) => crate::signal::gain::narrowband_gain(
+                        a.gain.unwrap_or_else(|| {
+                            crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
+                        }),
+                        ddc.decimation,
+                    ),
+                },
+                kind: match w.geometry.ddc {
+                    None => OutputKind::Wideband,
+                    Some(_) => OutputKind::Narrowband,
+                },
                 geometry: w.geometry,
                 lag,
                 dests: w.dst.addrs,
                 name: w.name,
+                mixer,
             })
             .collect();
         Ok(Self {
@@ -1029,7 +1243,7 @@ pub fn sentence(s: impl Into<String>) -> String {
 
 /// The run arguments of `fengine` with test addresses and `extra` flags: for the tests of every
 /// module that needs a configuration. The output goes to `--dst 127.0.0.1:7150` unless `extra`
-/// gives `--dst` or `--wideband`.
+/// gives `--dst`, `--wideband` or `--narrowband`.
 #[cfg(test)]
 pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
     let mut v = vec![
@@ -1039,9 +1253,9 @@ pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         "--src-pol1",
         "127.0.0.1:7149",
     ];
-    let outputs_given = extra
-        .iter()
-        .any(|f| f.starts_with("--dst") || f.starts_with("--wideband"));
+    let outputs_given = extra.iter().any(|f| {
+        f.starts_with("--dst") || f.starts_with("--wideband") || f.starts_with("--narrowband")
+    });
     if !outputs_given {
         v.extend(["--dst", "127.0.0.1:7150"]);
     }
@@ -1442,7 +1656,7 @@ mod tests {
                 wb(&[a, "b:dst=127.0.0.1+2:7151"]),
                 "output \"b\": 4096 channels cannot be divided evenly over 3 output",
             ),
-            (nine, "9 --wideband outputs is more than 8."),
+            (nine, "9 outputs is more than 8;"),
             (
                 wb(&[a, "b:dst=127.0.0.1:7151,channels=1000"]),
                 "output \"b\": channels must be a power of two from 16 to 65536, not 1000",
@@ -1530,13 +1744,357 @@ mod tests {
                 "gain=inf is not a finite number.",
             ),
         ] {
-            let e = spec.parse::<WidebandSpec>().unwrap_err();
+            let e = OutputArg::wideband(spec).unwrap_err();
             assert!(e.contains(want), "{spec:?}: {e:?} should say {want:?}");
             assert!(e.ends_with('.'), "{e:?}");
             // clap passes the sentence on.
             let e = refusal(&["--wideband", spec]);
             assert!(e.contains(want), "{spec:?}: {e:?}");
         }
+    }
+
+    /// A --narrowband output takes its keys (channels, decimation and centre required), the
+    /// output flags for the common keys it leaves out, and a default gain sqrt(D) times the
+    /// wideband one; its centre is quantised to the mixer word.
+    #[test]
+    fn narrowband_outputs_take_their_keys() {
+        let c = config(&[
+            "--dst",
+            "127.0.0.1:7150",
+            "--narrowband",
+            "nb:dst=127.0.0.1+1:7151,channels=1024,decimation=16,centre=400e6",
+            "--narrowband",
+            "nb2:dst=127.0.0.1:7160,channels=256,decimation=32,centre=1e8,taps=4,ddc_taps=320,\
+             bits=4,window=rect,w_cutoff=0.5,dither=off,gain=3",
+            "--taps",
+            "8",
+            "--dither-seed",
+            "10",
+        ]);
+        let [wide, nb, nb2] = &c.outputs[..] else {
+            panic!("three outputs: {:?}", c.outputs)
+        };
+        assert_eq!(
+            (wide.name.as_str(), wide.kind),
+            (WIDEBAND, OutputKind::Wideband)
+        );
+        assert_eq!((wide.mixer, wide.geometry.ddc), (None, None));
+        assert_eq!((nb.name.as_str(), nb.kind), ("nb", OutputKind::Narrowband));
+        let g = nb.geometry;
+        assert_eq!(
+            (g.channels, g.taps, g.bits, g.dither, g.filter),
+            (1024, 8, 8, Some(11), FilterDesign::default())
+        );
+        assert_eq!(g.ddc, Some(Ddc::new(16)));
+        assert_eq!(g.ddc.unwrap().taps, 192);
+        assert_eq!(g.step(), 2 * 1024 * 16);
+        assert_eq!(nb.mixer, Some(ddc::mixer_word(400e6, 1712e6, 16).unwrap()));
+        assert_eq!(nb.gain, 4.0, "sqrt(16) x the 10-bit, 8-bit default of 1");
+        assert_eq!(nb.dests.len(), 2);
+        assert_eq!(
+            nb.send_threads, 1,
+            "8 bits / 16 at 1712 Msample/s: 0.2 GB/s"
+        );
+        let g = nb2.geometry;
+        assert_eq!((g.channels, g.taps, g.bits, g.dither), (256, 4, 4, None));
+        assert_eq!(
+            (g.filter.window, g.filter.w_cutoff),
+            (WindowFunction::Rect, 0.5)
+        );
+        assert_eq!(
+            g.ddc,
+            Some(Ddc {
+                decimation: 32,
+                taps: 320
+            })
+        );
+        assert_eq!(nb2.gain, 3.0);
+        // The default gain follows the bits, --gain (a wideband gain) and D.
+        let gain = |extra: &[&str]| {
+            let mut v = vec![
+                "--narrowband",
+                "nb:dst=127.0.0.1:7151,channels=1024,decimation=8,centre=400e6",
+            ];
+            v.extend_from_slice(extra);
+            let c = config(&v);
+            assert_eq!(c.outputs.len(), 1, "a narrowband output alone");
+            c.outputs[0].gain
+        };
+        assert_eq!(gain(&[]), 8f32.sqrt());
+        assert_eq!(gain(&["--sample-bits", "8"]), 4.0 * 8f32.sqrt());
+        assert_eq!(gain(&["--output-bits", "4"]), 8f32.sqrt() / 16.0);
+        assert_eq!(gain(&["--gain", "0.5"]), 0.5 * 8f32.sqrt());
+        // The quantised centre: F = round(f_c / fs 2^32).
+        let c = config(&[
+            "--adc-sample-rate",
+            "1e8",
+            "--narrowband",
+            "nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=12345678.9",
+        ]);
+        let word = (12345678.9 / 1e8 * 2f64.powi(32)).round() as u32;
+        assert_eq!(c.outputs[0].mixer, Some(word));
+    }
+
+    /// A wideband and a narrowband output: each lag covers its window less a step plus the delay
+    /// room (rounded up to D for narrowband), the overlap the larger lag plus its room (a multiple
+    /// of 8 and of D), and the chunk H heaps of the longer heap (in samples).
+    #[test]
+    fn lags_overlap_and_chunk_of_a_wideband_and_a_narrowband_output() {
+        let flags = [
+            "--taps",
+            "4",
+            "--spectra-per-heap",
+            "64",
+            "--heaps-per-frame",
+            "4",
+            "--adc-sample-rate",
+            "1e8",
+            "--max-delay",
+            "1e-5",
+        ];
+        let wide = "wide:dst=127.0.0.1:7150,channels=1024";
+        let nb = "nb:dst=127.0.0.1:7151,channels=256,decimation=16,centre=3e7";
+        // Wideband outputs come first, whatever the order of the flags.
+        for order in [
+            [("--wideband", wide), ("--narrowband", nb)],
+            [("--narrowband", nb), ("--wideband", wide)],
+        ] {
+            let mut v = flags.to_vec();
+            for (flag, spec) in order {
+                v.extend([flag, spec]);
+            }
+            let c = config(&v);
+            assert_eq!(c.max_delay_samples, 1000);
+            let (w, n) = (&c.outputs[0], &c.outputs[1]);
+            assert_eq!((w.name.as_str(), n.name.as_str()), ("wide", "nb"));
+            // Wideband as before: 3 x 2048 + 1000 -> 8192.
+            assert_eq!(w.lag, 8192);
+            // Narrowband: step 2 x 256 x 16 = 8192; window (2 x 256 x 4 - 1) 16 + 192 = 32944;
+            // room round_up(1000, 16) = 1008; 32944 - 8192 + 1008 = 25760 -> 32768.
+            assert_eq!(n.geometry.step(), 8192);
+            assert_eq!(n.geometry.window(), 32944);
+            assert_eq!(n.lag, 32768);
+            // max(8192 + 1000, 32768 + 1008) = 33776, a multiple of 16.
+            assert_eq!(c.input.geometry.overlap_samples, 33776);
+            assert_eq!(c.input.geometry.chunk_samples, 64 * 4 * 8192);
+            assert_eq!(c.channelisation(0).heaps_per_frame(), 16);
+            assert_eq!(c.channelisation(1).heaps_per_frame(), 4);
+            for k in 0..2 {
+                c.channelisation(k).validate().unwrap();
+                c.plan(k).validate(&c.channelisation(k)).unwrap();
+            }
+        }
+        // Whatever the shapes, every window fits at the extreme delays: the first spectrum's at
+        // +max, the last one's at -max (k = round(d / D) subsampled samples, ties away).
+        for (channels, taps, decimation, ddc_taps, delay) in [
+            (64, 4, 8, 96, 1e-5),
+            (16, 1, 8, 3, 1e-5),
+            (1024, 16, 32, 384, 3.3e-6),
+            (256, 2, 16, 1000, 0.0),
+            (32, 8, 32, 40, 1.6e-7),
+        ] {
+            let spec = format!(
+                "nb:dst=127.0.0.1:7151,channels={channels},decimation={decimation},\
+                 centre=3e7,taps={taps},ddc_taps={ddc_taps}"
+            );
+            let max = delay.to_string();
+            let c = config(&[
+                "--narrowband",
+                &spec,
+                "--adc-sample-rate",
+                "1e8",
+                "--max-delay",
+                &max,
+                "--spectra-per-heap",
+                "16",
+                "--heap-samples",
+                "512",
+            ]);
+            let g = c.channelisation(0);
+            let (lag, dec) = (c.outputs[0].lag as i64, decimation as i64);
+            let overlap = g.input.overlap_samples as i64;
+            assert_eq!(overlap % 8, 0);
+            assert_eq!(overlap % dec, 0);
+            let d = c.max_delay_samples as f64;
+            let k = (d / dec as f64).round() as i64;
+            let first = overlap - lag - k * dec;
+            let last =
+                overlap - lag + (g.spectra_per_frame() as i64 - 1) * g.step() as i64 + k * dec;
+            assert!(first >= 0, "{spec}: {first}");
+            assert!(
+                last + g.window() as i64 <= g.span_samples() as i64,
+                "{spec}: {last}"
+            );
+            assert!(last <= g.max_offset() as i64);
+        }
+    }
+
+    /// What a --narrowband output may not be: each refusal one sentence that names the output
+    /// (and the key where one is at fault).
+    #[test]
+    fn bad_narrowband_outputs_are_refused_by_name() {
+        let nb = |spec: &'static str| vec!["--narrowband", spec];
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=12,centre=4e8"),
+                "output \"nb\": decimation=12 must be 8, 16 or 32.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=x,centre=4e8"),
+                "decimation=x must be 8, 16 or 32.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,decimation=8,centre=4e8"),
+                "output \"nb\": needs channels=N.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,centre=4e8"),
+                "output \"nb\": needs decimation=8, 16 or 32.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8"),
+                "output \"nb\": needs centre=HZ.",
+            ),
+            (
+                nb("nb:channels=64,decimation=8,centre=4e8"),
+                "output \"nb\": needs dst=ADDR[+N]:PORT.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8,centre=5e8"),
+                "the key centre is given twice.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=high"),
+                "output \"nb\": centre=high is not a frequency in Hz.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=inf"),
+                "centre=inf is not a frequency in Hz.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8,colour=red"),
+                "unknown key \"colour\"; the keys are dst, channels, decimation, centre",
+            ),
+            (
+                nb("nb"),
+                "\"nb\" is not NAME:dst=ADDR[+N]:PORT,channels=N,decimation=D,centre=HZ",
+            ),
+            (
+                nb("Nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8"),
+                "output name \"Nb\" must be",
+            ),
+            // The band, fs/(2D) = 107 MHz wide at D = 8, within 0 .. 856 MHz.
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=50e6"),
+                "output \"nb\": a narrowband centre of 50000000 Hz",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=850e6"),
+                "must lie from 53500000 Hz to 802500000 Hz.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=-1e6"),
+                "output \"nb\": the narrowband centre -1000000 Hz lies outside 0 .. 856000000 Hz",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=2e9"),
+                "lies outside 0 .. 856000000 Hz",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=1000,decimation=8,centre=4e8"),
+                "output \"nb\": channels must be a power of two from 16 to 65536, not 1000.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8,taps=65"),
+                "output \"nb\": taps must be from 1 to 64",
+            ),
+            (
+                nb("nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8,ddc_taps=0"),
+                "output \"nb\": DDC taps must be from 1 to 4096, not 0.",
+            ),
+            (
+                nb("nb:dst=127.0.0.1+2:7151,channels=64,decimation=8,centre=4e8"),
+                "output \"nb\": 64 channels cannot be divided evenly over 3 output",
+            ),
+            (
+                [
+                    nb("nb:dst=127.0.0.1:7150,channels=64,decimation=8,centre=4e8"),
+                    vec!["--dst", "127.0.0.1:7150"],
+                ]
+                .concat(),
+                "outputs \"wideband\" and \"nb\" both send to 127.0.0.1:7150",
+            ),
+            (
+                [
+                    nb("wideband:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8"),
+                    vec!["--dst", "127.0.0.1:7150"],
+                ]
+                .concat(),
+                "output \"wideband\" is given twice (--dst's output is named wideband)",
+            ),
+            (
+                [
+                    nb("a:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8"),
+                    vec!["--wideband", "a:dst=127.0.0.1:7150"],
+                ]
+                .concat(),
+                "output \"a\" is given twice;",
+            ),
+            (
+                vec![
+                    "--wideband",
+                    "a:dst=127.0.0.1:7150,decimation=8",
+                    "--narrowband",
+                    "nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=4e8",
+                ],
+                "output \"a\": decimation= belongs to a narrowband output (--narrowband), not a \
+                 wideband one.",
+            ),
+            (
+                [
+                    nb("nb:dst=127.0.0.1:7151,channels=65536,decimation=32,centre=4e8,taps=64"),
+                    vec!["--spectra-per-heap", "1", "--heaps-per-frame", "1"],
+                ]
+                .concat(),
+                "output \"nb\"'s taps and --max-delay need exceeds a frame's chunk",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = refusal(&extra);
+            assert!(e.contains(want), "{extra:?}: {e:?} should say {want:?}");
+            assert!(e.lines().next().unwrap().ends_with('.'), "{e:?}");
+        }
+        // Eight outputs in all, wideband and narrowband together.
+        let specs: Vec<String> = (0..9)
+            .map(|k| {
+                if k < 5 {
+                    format!("w{k}:dst=127.0.0.1:{}", 7150 + k)
+                } else {
+                    format!(
+                        "n{k}:dst=127.0.0.1:{},channels=64,decimation=8,centre=4e8",
+                        7150 + k
+                    )
+                }
+            })
+            .collect();
+        let mut v: Vec<&str> = Vec::new();
+        for (k, s) in specs.iter().enumerate() {
+            v.extend([if k < 5 { "--wideband" } else { "--narrowband" }, s]);
+        }
+        let e = refusal(&v);
+        assert!(e.contains("9 outputs is more than 8;"), "{e}");
+        assert_eq!(config(&v[..16]).outputs.len(), 8);
+        // Without any output, clap says what is missing.
+        let e = Cli::try_parse_from([
+            "fengine",
+            "--src-pol0",
+            "127.0.0.1:1",
+            "--src-pol1",
+            "127.0.0.1:2",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--dst"), "{e}");
     }
 
     #[test]

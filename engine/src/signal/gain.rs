@@ -12,6 +12,13 @@ pub fn default_gain(sample_bits: u32, output_bits: u32) -> f32 {
     2f32.powi(10 - sample_bits as i32 + output)
 }
 
+/// A narrowband output's gain for a wideband gain `wideband`: sqrt(D) times it. A narrowband
+/// channel is D times narrower than a wideband one and holds 1/D of its noise power
+/// (docs/signal-path.md, Narrowband levels), so this leaves noise at the wideband output's level.
+pub fn narrowband_gain(wideband: f32, decimation: usize) -> f32 {
+    wideband * (decimation as f32).sqrt()
+}
+
 /// The default gain for every one of `channels` channels.
 pub fn default_gains(channels: usize, sample_bits: u32, output_bits: u32) -> Vec<Complex32> {
     vec![Complex32::new(default_gain(sample_bits, output_bits), 0.0); channels]
@@ -29,5 +36,7 @@ mod tests {
         assert_eq!(default_gain(16, 8), 1.0 / 64.0);
         assert_eq!(default_gain(10, 4), 1.0 / 16.0);
         assert_eq!(default_gains(3, 10, 8), vec![Complex32::new(1.0, 0.0); 3]);
+        assert_eq!(narrowband_gain(1.0, 16), 4.0);
+        assert_eq!(narrowband_gain(0.25, 32), 8f32.sqrt() * 0.5);
     }
 }
