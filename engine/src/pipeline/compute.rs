@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::{send_until_stop, Command, Meta, Work, TICK};
 use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
 use crate::config::EngineConfig;
-use crate::signal::delay::{fill_delays, spectrum_valid, DelayModel, FramePlan, Placement};
+use crate::signal::delay::{fill_output_delays, spectrum_valid, DelayModel, FramePlan, Placement};
 use crate::stats::{unix_ns, Stats};
 
 /// Gaps (in chunks) longer than this are a restart, not lost data: not counted as missing heaps.
@@ -62,6 +62,9 @@ enum InFlight {
 struct OutputPlan {
     g: Channelisation,
     plan: FramePlan,
+    /// A narrowband output's mixer word, for every frame from the next prepared on; `None` for
+    /// a wideband output.
+    mixer: Option<u32>,
     placements: [Vec<Placement>; POLS],
     alt_delays: [Vec<SpectrumDelay>; POLS],
     alt_placements: [Vec<Placement>; POLS],
@@ -69,11 +72,12 @@ struct OutputPlan {
 }
 
 impl OutputPlan {
-    fn new(g: Channelisation, plan: FramePlan) -> Self {
+    fn new(g: Channelisation, plan: FramePlan, mixer: Option<u32>) -> Self {
         let spectra = g.spectra_per_frame();
         Self {
             g,
             plan,
+            mixer,
             placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
             alt_delays: std::array::from_fn(|_| vec![SpectrumDelay::default(); spectra]),
             alt_placements: std::array::from_fn(|_| vec![Placement::default(); spectra]),
@@ -116,7 +120,7 @@ impl Compute {
             slots,
             heap_samples: cfg.input.heap_samples,
             outputs: (0..cfg.outputs.len())
-                .map(|k| OutputPlan::new(cfg.channelisation(k), cfg.plan(k)))
+                .map(|k| OutputPlan::new(cfg.channelisation(k), cfg.plan(k), cfg.outputs[k].mixer))
                 .collect(),
             models: Default::default(),
             span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
@@ -188,6 +192,10 @@ impl Compute {
                     self.stats.pending_delays[pol].store(m.pending.len() as u64, Relaxed);
                 }
             }
+            Command::Centre { output, mixer } => match self.outputs.get_mut(output) {
+                Some(o) if o.mixer.is_some() => o.mixer = Some(mixer),
+                _ => tracing::warn!(output, "centre not applied: not a narrowband output"),
+            },
         }
     }
 
@@ -255,6 +263,8 @@ impl Compute {
             // Negative only for the first frames after timestamp 0; wrapped, it still keys the
             // dither uniquely.
             frame.outputs[k].timestamp = o.plan.spectrum_timestamp(&o.g, timestamp, 0) as u64;
+            // The frame's one mixer word: its DDC and its delays' mixer term use the same.
+            frame.outputs[k].mixer = o.mixer.unwrap_or(0);
             let delays = &mut frame.outputs[k].delays;
             let delays_ok = any_input && self.fill(k, timestamp, delays);
             let o = &mut self.outputs[k];
@@ -295,10 +305,18 @@ impl Compute {
     /// second model due in the same frame waits for the next frame).
     fn fill(&mut self, k: usize, timestamp: u64, delays: &mut [Vec<SpectrumDelay>; POLS]) -> bool {
         let o = &mut self.outputs[k];
-        let (g, plan) = (&o.g, &o.plan);
+        let (g, plan, mixer) = (&o.g, &o.plan, o.mixer.unwrap_or(0));
         let last = plan.spectrum_timestamp(g, timestamp, g.spectra_per_frame() - 1);
         let current = [self.models[0].current, self.models[1].current];
-        let result = fill_delays(g, plan, timestamp, &current, delays, &mut o.placements);
+        let result = fill_output_delays(
+            g,
+            plan,
+            timestamp,
+            &current,
+            mixer,
+            delays,
+            &mut o.placements,
+        );
         let mut outside = match result {
             Ok(n) => n,
             Err(e) => return self.delay_error(e.to_string()),
@@ -312,11 +330,12 @@ impl Compute {
         });
         if next.iter().any(Option::is_some) {
             let models = std::array::from_fn(|p| next[p].map_or(current[p], |(_, m)| m));
-            let alt = fill_delays(
+            let alt = fill_output_delays(
                 g,
                 plan,
                 timestamp,
                 &models,
+                mixer,
                 &mut o.alt_delays,
                 &mut o.alt_placements,
             );
@@ -428,6 +447,222 @@ impl Compute {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{null::NullBackend, Frame, Synchronous};
+    use crate::signal::ddc;
+    use crate::signal::delay::fill_delays;
+    use crate::signal::narrowband::narrowband_delay;
+
+    /// A wideband output of 1024 channels and a narrowband one of 256 channels (D = 16, 192 DDC
+    /// taps, 4 PFB taps) at 1e8 samples/s, --max-delay 1e-5 (1000 samples).
+    fn engine() -> (EngineConfig, Compute) {
+        let args = crate::config::test_args(&[
+            "--taps",
+            "4",
+            "--spectra-per-heap",
+            "64",
+            "--heaps-per-frame",
+            "4",
+            "--heap-samples",
+            "4096",
+            "--adc-sample-rate",
+            "1e8",
+            "--max-delay",
+            "1e-5",
+            "--wideband",
+            "wide:dst=127.0.0.1:7150,channels=1024",
+            "--narrowband",
+            "nb:dst=127.0.0.1:7151,channels=256,decimation=16,centre=3e7",
+        ])
+        .unwrap();
+        let cfg = EngineConfig::from_args(&args).unwrap();
+        let backend = NullBackend::new(cfg.input.geometry, &cfg.output_geometries()).unwrap();
+        let compute = Compute::new(
+            &cfg,
+            Box::new(Synchronous::new(backend)),
+            Arc::new(Stats::for_config(&cfg)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        (cfg, compute)
+    }
+
+    /// Frame `id` with every input heap present, or all but digitiser heap `missing` of pol 0.
+    fn work(cfg: &EngineConfig, id: u64, missing: Option<usize>) -> Work {
+        let mut meta = Meta::new(cfg);
+        meta.id = id;
+        for p in 0..POLS {
+            meta.present[p].fill(true);
+        }
+        if let Some(h) = missing {
+            meta.present[0][h] = false;
+        }
+        let mut frame = Frame::new_host(&cfg.input.geometry, &cfg.output_geometries());
+        frame.input.timestamp = id * cfg.input.geometry.chunk_samples as u64;
+        Work { frame, meta }
+    }
+
+    /// Prepares frames `id - 1` and `id` (so that the span's head counts as present) under a
+    /// fixed `delay` (s) and `phase` on both polarisations; frame `id`.
+    fn prepared(cfg: &EngineConfig, c: &mut Compute, id: u64, delay: f64, phase: f64) -> Work {
+        c.command(Command::Delay {
+            pol: 0,
+            apply_from: 0,
+            model: DelayModel::fixed(delay, phase),
+        });
+        c.command(Command::Delay {
+            pol: 1,
+            apply_from: 0,
+            model: DelayModel::fixed(-delay, -phase),
+        });
+        let mut w = work(cfg, id - 1, None);
+        assert!(c.prepare(&mut w));
+        let mut w = work(cfg, id, None);
+        assert!(c.prepare(&mut w));
+        w
+    }
+
+    /// Narrowband spectra get the model at their timestamps mapped by `narrowband_delay`:
+    /// offsets on the DDC's grid, k = round(d / D) subsampled samples before their undelayed
+    /// place, every window inside the span up to +-max delay (all heaps valid), and the frame's
+    /// mixer word; the wideband output's delays are exactly `fill_delays`' as before.
+    #[test]
+    fn narrowband_delays_are_mapped_and_wideband_is_unchanged() {
+        let (cfg, mut c) = engine();
+        let (wide, nb) = (0, 1);
+        let word = cfg.outputs[nb].mixer.unwrap();
+        assert_eq!(word, ddc::mixer_word(3e7, 1e8, 16).unwrap());
+        let fs = cfg.fs;
+        // +-max delay (1000 samples: k = +-63 of D = 16, ties away from zero), fractions, zero.
+        for delay in [1e-5, -1e-5, 0.0, 1.234e-6, -7.775e-6, 8e-8, 4.99e-6] {
+            let id = 1000;
+            let w = prepared(&cfg, &mut c, id, delay, 0.3);
+            for k in [wide, nb] {
+                let g = cfg.channelisation(k);
+                let plan = cfg.plan(k);
+                let out = &w.frame.outputs[k];
+                assert!(
+                    w.meta.heap_valid[k].iter().all(|&v| v),
+                    "{delay} output {k}"
+                );
+                for p in 0..POLS {
+                    let model = DelayModel::fixed(if p == 0 { delay } else { -delay }, 0.0);
+                    for (m, d) in out.delays[p].iter().enumerate() {
+                        let t0 = plan.spectrum_timestamp(&g, w.frame.input.timestamp, m);
+                        let at = DelayModel {
+                            phase: if p == 0 { 0.3 } else { -0.3 },
+                            ..model
+                        }
+                        .at(t0, fs)
+                        .unwrap();
+                        let nominal = (g.input.overlap_samples - plan.lag + m * g.step()) as i64;
+                        assert!(d.offset as usize <= g.max_offset(), "{delay} {k} {m}");
+                        if k == wide {
+                            assert_eq!(d.offset as i64, nominal - at.coarse);
+                            assert_eq!((d.fine, d.phase), (at.fine as f32, at.phase as f32));
+                            continue;
+                        }
+                        let want = narrowband_delay(&at, 16, word);
+                        assert_eq!(d.offset % 16, 0, "{delay} {m}");
+                        assert_eq!(d.offset as i64, nominal - want.coarse * 16);
+                        assert_eq!((d.fine, d.phase), (want.fine as f32, want.phase as f32));
+                        assert!(d.fine.abs() <= 0.5);
+                        // The window, as the reference reads it, lies in the span.
+                        let span_start =
+                            w.frame.input.timestamp as i128 - g.input.overlap_samples as i128;
+                        let start = (t0 / 16 - want.coarse as i128) * 16;
+                        assert_eq!(start - span_start, d.offset as i128);
+                        assert!(d.offset as usize + g.window() <= g.span_samples());
+                    }
+                }
+                assert_eq!(out.mixer, if k == nb { word } else { 0 });
+            }
+            // The wideband delays are exactly `fill_delays`' (bit for bit, as before narrowband).
+            let g = cfg.channelisation(wide);
+            let s = g.spectra_per_frame();
+            let mut delays = [
+                vec![SpectrumDelay::default(); s],
+                vec![SpectrumDelay::default(); s],
+            ];
+            let mut placed = [vec![Placement::default(); s], vec![Placement::default(); s]];
+            let models = [
+                DelayModel::fixed(delay, 0.3),
+                DelayModel::fixed(-delay, -0.3),
+            ];
+            let ts = w.frame.input.timestamp;
+            fill_delays(&g, &cfg.plan(wide), ts, &models, &mut delays, &mut placed).unwrap();
+            assert_eq!(w.frame.outputs[wide].delays, delays);
+        }
+        // Beyond the max delay (a rate took it there) the first narrowband window leaves the
+        // span: flagged, and its offset clamped onto the grid.
+        let w = prepared(&cfg, &mut c, 1000, 1.03e-5, 0.0);
+        assert!(!w.meta.heap_valid[nb][0]);
+        assert!(w.frame.outputs[nb].delays[0]
+            .iter()
+            .all(|d| d.offset % 16 == 0));
+    }
+
+    /// A new centre takes effect from the next frame prepared: its mixer word, and the mixer term
+    /// of its delays. A centre for a wideband output is ignored.
+    #[test]
+    fn a_new_centre_applies_to_whole_frames() {
+        let (cfg, mut c) = engine();
+        let nb = 1;
+        let old = cfg.outputs[nb].mixer.unwrap();
+        let new = ddc::mixer_word(4e7, 1e8, 16).unwrap();
+        let w = prepared(&cfg, &mut c, 50, 2.5e-6, 0.0);
+        assert_eq!(w.frame.outputs[nb].mixer, old);
+        c.command(Command::Centre {
+            output: nb,
+            mixer: new,
+        });
+        c.command(Command::Centre {
+            output: 0,
+            mixer: new,
+        });
+        let w = prepared(&cfg, &mut c, 52, 2.5e-6, 0.0);
+        assert_eq!(w.frame.outputs[nb].mixer, new);
+        assert_eq!(w.frame.outputs[0].mixer, 0);
+        let g = cfg.channelisation(nb);
+        let t0 = cfg
+            .plan(nb)
+            .spectrum_timestamp(&g, w.frame.input.timestamp, 0);
+        let at = DelayModel::fixed(2.5e-6, 0.0).at(t0, cfg.fs).unwrap();
+        let want = narrowband_delay(&at, 16, new);
+        assert_eq!(w.frame.outputs[nb].delays[0][0].phase, want.phase as f32);
+        assert_ne!(want.phase, narrowband_delay(&at, 16, old).phase);
+    }
+
+    /// A lost input heap invalidates exactly the narrowband spectra whose windows ((2nT - 1) D + L
+    /// samples from t0 - kD) touch it, and with them their output heaps.
+    #[test]
+    fn a_lost_heap_invalidates_the_narrowband_windows_that_touch_it() {
+        let (cfg, mut c) = engine();
+        let nb = 1;
+        let g = cfg.channelisation(nb);
+        let plan = cfg.plan(nb);
+        let hs = cfg.input.heap_samples as i128;
+        for (delay, missing) in [(0.0, 0), (1e-5, 130), (-1e-5, 500), (3.3e-6, 300)] {
+            let id = 20;
+            let _ = prepared(&cfg, &mut c, id, delay, 0.0);
+            let mut w = work(&cfg, id + 1, Some(missing));
+            assert!(c.prepare(&mut w));
+            let chunk_start = w.frame.input.timestamp as i128;
+            let lost = chunk_start + missing as i128 * hs..chunk_start + (missing as i128 + 1) * hs;
+            let s = g.output.spectra_per_heap;
+            let spectra_ok: Vec<bool> = (0..g.spectra_per_frame())
+                .map(|m| {
+                    let t0 = plan.spectrum_timestamp(&g, w.frame.input.timestamp, m);
+                    let at = DelayModel::fixed(delay, 0.0).at(t0, cfg.fs).unwrap();
+                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer.unwrap()).coarse;
+                    let start = t0 - k as i128 * 16;
+                    let end = start + g.window() as i128;
+                    end <= lost.start || start >= lost.end
+                })
+                .collect();
+            let want: Vec<bool> = spectra_ok.chunks(s).map(|c| c.iter().all(|&v| v)).collect();
+            assert_eq!(w.meta.heap_valid[nb], want, "{delay} {missing}");
+            assert!(want.iter().any(|&v| !v) && want.iter().any(|&v| v));
+        }
+    }
 
     #[test]
     fn later_loads_supersede_pending_ones() {

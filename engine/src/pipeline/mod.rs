@@ -110,6 +110,10 @@ pub enum Command {
         apply_from: u64,
         model: DelayModel,
     },
+    /// Narrowband output `output` mixes with `mixer` (a checked `crate::signal::ddc::mixer_word`)
+    /// from the next frame the compute stage prepares on: the whole frame, its mixer and its
+    /// delays' mixer term alike.
+    Centre { output: usize, mixer: u32 },
 }
 
 /// Builds the backend on the compute thread, so that a GPU context belongs to the thread using it.

@@ -5,6 +5,8 @@
 //! sample t0 - round(d fs). dsim's per-polarisation `delay` tau (its signal arrives tau early) is
 //! cancelled by loading the engine with d = tau.
 
+use super::ddc::check_mixer_word;
+use super::narrowband::narrowband_delay;
 use super::{bail, Result};
 use crate::backend::{Channelisation, SpectrumDelay, POLS};
 
@@ -106,11 +108,12 @@ impl FramePlan {
                 self.lag
             );
         }
-        if self.lag < g.window() - step || self.lag > g.input.overlap_samples {
+        let least = g.window().saturating_sub(step);
+        if self.lag < least || self.lag > g.input.overlap_samples {
             bail!(
-                "lag ({} samples) must be from (taps-1)*2n = {} to the overlap ({}) so that an undelayed window lies in the span",
+                "lag ({} samples) must be from the window less one step = {} to the overlap ({}) so that an undelayed window lies in the span",
                 self.lag,
-                g.window() - step,
+                least,
                 g.input.overlap_samples
             );
         }
@@ -130,11 +133,31 @@ impl FramePlan {
 /// Fills `delays[pol][m]` for every spectrum m of the frame whose chunk starts at ADC sample
 /// `timestamp`, and `placements[pol][m]` with the coarse delay and whether it fitted in the span.
 /// Returns how many (spectrum, pol) pairs did not fit (their offsets are clamped to the span).
+/// For a wideband output; a narrowband one needs its mixer word ([`fill_output_delays`]).
 pub fn fill_delays(
     g: &Channelisation,
     plan: &FramePlan,
     timestamp: u64,
     models: &[DelayModel; POLS],
+    delays: &mut [Vec<SpectrumDelay>; POLS],
+    placements: &mut [Vec<Placement>; POLS],
+) -> Result<usize> {
+    fill_output_delays(g, plan, timestamp, models, 0, delays, placements)
+}
+
+/// [`fill_delays`] for any output. A wideband output's spectrum gets the model's value at its
+/// timestamp as it is: offset nominal - coarse, fine, phase. A narrowband output's (`g.output.ddc`)
+/// is mapped by [`narrowband_delay`] with decimation D and the frame's mixer word `mixer`
+/// (ignored for wideband): offset nominal - k D (on the DDC's grid, as the nominal offset is),
+/// fine r' in subsampled samples, and the phase with the mixer's turn over the delay folded in.
+/// An offset outside the span is clamped to it (for narrowband, to the grid's last point within
+/// it) and the spectrum counted and placed `in_span: false`.
+pub fn fill_output_delays(
+    g: &Channelisation,
+    plan: &FramePlan,
+    timestamp: u64,
+    models: &[DelayModel; POLS],
+    mixer: u32,
     delays: &mut [Vec<SpectrumDelay>; POLS],
     placements: &mut [Vec<Placement>; POLS],
 ) -> Result<usize> {
@@ -150,19 +173,32 @@ pub fn fill_delays(
             );
         }
     }
+    let ddc = g.output.ddc;
+    if let Some(d) = ddc {
+        check_mixer_word(mixer, d.decimation)?;
+    }
     let max_offset = g.max_offset() as i128;
+    let decimation = g.output.decimation() as i128;
+    let highest = max_offset - max_offset.rem_euclid(decimation);
     let mut outside = 0;
     for pol in 0..POLS {
         for m in 0..spectra {
             let at = models[pol].at(plan.spectrum_timestamp(g, timestamp, m), plan.fs)?;
             let nominal = (g.input.overlap_samples - plan.lag + m * g.step()) as i128;
-            let offset = nominal - at.coarse as i128;
+            let (shift, fine, phase) = match ddc {
+                None => (at.coarse as i128, at.fine, at.phase),
+                Some(d) => {
+                    let nb = narrowband_delay(&at, d.decimation, mixer);
+                    (nb.coarse as i128 * decimation, nb.fine, nb.phase)
+                }
+            };
+            let offset = nominal - shift;
             let in_span = (0..=max_offset).contains(&offset);
             outside += usize::from(!in_span);
             delays[pol][m] = SpectrumDelay {
-                offset: offset.clamp(0, max_offset) as u32,
-                fine: at.fine as f32,
-                phase: at.phase as f32,
+                offset: offset.clamp(0, highest) as u32,
+                fine: fine as f32,
+                phase: phase as f32,
             };
             placements[pol][m] = Placement {
                 coarse: at.coarse,
