@@ -246,6 +246,15 @@ impl Collector for StatsCollector {
             "Output heaps abandoned because the socket refused them.",
             of_output(&|o| &o.send_errors),
         )?;
+        gauges(
+            enc,
+            "fengine_output_centre_hz",
+            "A narrowband output's centre frequency in use (the mixer word's, quantised), Hz.",
+            (0..stats.outputs.len()).filter_map(|k| {
+                let hz = stats.centre_hz(k)?;
+                Some((vec![("output", stats.outputs[k].name.clone())], hz))
+            }),
+        )?;
         counters(
             enc,
             "fengine_control_rejected_requests",

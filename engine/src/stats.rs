@@ -3,7 +3,7 @@
 //! own ([`OutputStats`], keyed by the output's name), and the rest belong to the engine as a whole.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use spead::chunk::ChunkStats;
@@ -130,6 +130,9 @@ pub struct Stats {
     pub last_frame_timestamp: AtomicU64,
     pub last_frame_unix_ns: AtomicU64,
     pub queues: Mutex<Vec<(&'static str, DepthFn)>>,
+    /// ADC sample rate, Hz (0 unless made by [`Stats::for_config`]): turns a narrowband output's
+    /// mixer word into its centre.
+    pub adc_sample_rate: f64,
 }
 
 /// Counters of one output stream.
@@ -150,6 +153,10 @@ pub struct OutputStats {
     pub last_output_timestamp: AtomicU64,
     /// Complex values clamped during quantisation, per polarisation.
     pub saturated: [AtomicU64; POLS],
+    /// A narrowband output's mixer word in use (`crate::signal::ddc::mixer_word`): set from the
+    /// configuration, then by the control server as it hands a new centre to the pipeline;
+    /// `None` for a wideband output.
+    pub mixer: Option<AtomicU32>,
 }
 
 impl OutputStats {
@@ -190,7 +197,21 @@ impl Stats {
             .iter()
             .map(|o| (o.name.as_str(), o.substreams()))
             .collect();
-        Self::new(&outputs)
+        let mut s = Self::new(&outputs);
+        for (stats, spec) in s.outputs.iter_mut().zip(&cfg.outputs) {
+            stats.mixer = spec.mixer.map(AtomicU32::new);
+        }
+        s.adc_sample_rate = cfg.fs;
+        s
+    }
+
+    /// Output `k`'s centre in Hz now, if it is narrowband: its mixer word's F fs / 2^32.
+    pub fn centre_hz(&self, k: usize) -> Option<f64> {
+        let word = self.outputs.get(k)?.mixer.as_ref()?.load(Relaxed);
+        Some(crate::signal::ddc::centre_frequency(
+            word,
+            self.adc_sample_rate,
+        ))
     }
 
     pub fn queue_depths(&self) -> Vec<(&'static str, usize)> {

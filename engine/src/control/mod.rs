@@ -10,6 +10,8 @@
 //!   rate (rad/s), loaded at an ADC timestamp, a Unix time, or at once ([`delays`]).
 //! - `PUT /outputs/{name}/gains`, `GET /outputs/{name}/gains`: one output's per polarisation
 //!   complex gain, one value or one per channel; `/gains` is the wideband output's ([`gains`]).
+//! - `GET /outputs/{name}`: one output's section of the status; `PUT /outputs/{name}` with
+//!   `{"centre": HZ}`: a narrowband output's centre, from the next frame on ([`outputs`]).
 //!
 //! A bad request gets a 4xx with `{"error": "<one sentence>"}` and changes nothing. The thread
 //! also turns SIGINT and SIGTERM into the engine's stop flag.
@@ -21,6 +23,7 @@
 
 mod delays;
 mod gains;
+mod outputs;
 mod status;
 
 use std::collections::BTreeMap;
@@ -47,6 +50,7 @@ use crate::stats::Stats;
 
 pub use delays::{parse_delay_request, DelayContext, DelayUpdate, PolDelay};
 pub use gains::{parse_gain_request, GainUpdate};
+pub use outputs::parse_output_request;
 
 /// What the control server has loaded into the pipeline, as its readers see it.
 struct Loaded {
@@ -233,6 +237,10 @@ pub fn router(state: Shared) -> Router {
             "/outputs/{name}/gains",
             get(gains::get_output_gains).put(gains::put_output_gains),
         )
+        .route(
+            "/outputs/{name}",
+            get(outputs::get_output).put(outputs::put_output),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             error(
@@ -275,7 +283,7 @@ fn reply<T: serde::Serialize>(r: Result<T, (StatusCode, String)>) -> Response {
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such resource: try GET /status, /metrics, /health, /delays, /gains, /outputs/wideband/gains or PUT /delays, /gains, /outputs/wideband/gains",
+        "no such resource: try GET /status, /metrics, /health, /delays, /gains, /outputs/NAME, /outputs/NAME/gains or PUT /delays, /gains, /outputs/NAME (a narrowband output's centre), /outputs/NAME/gains",
     )
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::Response;
-use fgpu_api::engine::{Control, Delays, Frames, Input, Output, PolInput, Status};
+use fgpu_api::engine::{Control, Delays, Frames, Input, Narrowband, Output, PolInput, Status};
 
 use super::{reply, Shared};
 use crate::backend::POLS;
@@ -71,40 +71,11 @@ pub fn build(
             }
         })
         .collect();
-    let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
     let outputs = cfg
         .outputs
         .iter()
-        .zip(&stats.outputs)
         .enumerate()
-        .map(|(k, (spec, os))| {
-            let g = cfg.channelisation(k);
-            let output = Output {
-                kind: spec.kind,
-                channels: g.output.channels,
-                taps: g.output.taps,
-                window_function: g.output.filter.window.name().into(),
-                w_cutoff: g.output.filter.w_cutoff,
-                bits: g.output.bits,
-                dither_seed: g.output.dither,
-                spectra_per_heap: g.output.spectra_per_heap,
-                heaps_per_frame: g.heaps_per_frame(),
-                lag_samples: spec.lag,
-                substreams: spec.substreams(),
-                channels_per_substream: spec.substream_channels(),
-                destinations: spec.dests.iter().map(|d| d.to_string()).collect(),
-                heaps_sent: os.total_sent(),
-                heaps_skipped: os.total_skipped(),
-                heaps_sent_per_substream: per_sub(&os.heaps_sent),
-                heaps_skipped_per_substream: per_sub(&os.heaps_skipped),
-                packets: os.packets_sent.load(Relaxed),
-                bytes: os.bytes_sent.load(Relaxed),
-                send_errors: os.send_errors.load(Relaxed),
-                last_timestamp: os.last_output_timestamp.load(Relaxed),
-                saturated: os.saturated.iter().map(|c| c.load(Relaxed)).collect(),
-            };
-            (spec.name.clone(), output)
-        })
+        .map(|(k, spec)| (spec.name.clone(), output(cfg, stats, k)))
         .collect();
     let input = &cfg.input.geometry;
     Status {
@@ -141,6 +112,47 @@ pub fn build(
         control: Control {
             rejected_requests: stats.control_rejected.load(Relaxed),
         },
+    }
+}
+
+/// Output `k`'s section of the status: its shape, its band if narrowband (the centre in use) and
+/// its counters.
+pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
+    let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
+    let (spec, os, g) = (&cfg.outputs[k], &stats.outputs[k], cfg.channelisation(k));
+    Output {
+        kind: spec.kind,
+        channels: g.output.channels,
+        taps: g.output.taps,
+        window_function: g.output.filter.window.name().into(),
+        w_cutoff: g.output.filter.w_cutoff,
+        bits: g.output.bits,
+        dither_seed: g.output.dither,
+        spectra_per_heap: g.output.spectra_per_heap,
+        heaps_per_frame: g.heaps_per_frame(),
+        lag_samples: spec.lag,
+        substreams: spec.substreams(),
+        channels_per_substream: spec.substream_channels(),
+        destinations: spec.dests.iter().map(|d| d.to_string()).collect(),
+        heaps_sent: os.total_sent(),
+        heaps_skipped: os.total_skipped(),
+        heaps_sent_per_substream: per_sub(&os.heaps_sent),
+        heaps_skipped_per_substream: per_sub(&os.heaps_skipped),
+        packets: os.packets_sent.load(Relaxed),
+        bytes: os.bytes_sent.load(Relaxed),
+        send_errors: os.send_errors.load(Relaxed),
+        last_timestamp: os.last_output_timestamp.load(Relaxed),
+        saturated: os.saturated.iter().map(|c| c.load(Relaxed)).collect(),
+        narrowband: g.output.ddc.map(|ddc| {
+            let word = os.mixer.as_ref().map_or(0, |m| m.load(Relaxed));
+            Narrowband {
+                centre_hz: crate::signal::ddc::centre_frequency(word, cfg.fs),
+                mixer_word: word,
+                decimation: ddc.decimation,
+                ddc_taps: ddc.taps,
+                bandwidth_hz: cfg.fs / (2 * ddc.decimation) as f64,
+            }
+        }),
     }
 }
 
