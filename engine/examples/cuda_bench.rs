@@ -2,7 +2,7 @@
 //! `fengine bench --backend cuda`.
 //!
 //!     cargo run --release -p fengine --example cuda_bench -- [channels,...] [taps] [bits] \
-//!         [output bits: 8|4] [dither: 0|1]
+//!         [output bits: 8|4] [dither: 0|1] [narrowband outputs: CHANNELS:DECIMATION,...]
 
 use fengine::backend::cuda::bench::{run, BenchOptions};
 use fengine::backend::cuda::Tuning;
@@ -24,6 +24,15 @@ fn main() {
     }
     if let Some(d) = args.get(4) {
         opts.dither = d == "1";
+    }
+    if let Some(list) = args.get(5) {
+        opts.narrowband = list
+            .split(',')
+            .filter_map(|s| {
+                let (n, d) = s.split_once(':')?;
+                Some((n.parse().ok()?, d.parse().ok()?))
+            })
+            .collect();
     }
     // FENGINE_BENCH_VARIANTS=1 also compares launch shapes at 32768 channels.
     if std::env::var_os("FENGINE_BENCH_VARIANTS").is_some() {

@@ -12,16 +12,33 @@
 //!   the transpose into heap layout through shared memory.
 //! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
 //!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
+//! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
+//!   subsample), `nb_fir` (the complex PFB), cuFFT's 2n-point complex transforms and
+//!   `nb_postproc` (the centre half of the bins, delay, gain, dither, quantisation).
 
 const COMMON: &str = include_str!("common.cuh");
 const PFB_FIR: &str = include_str!("pfb_fir.cu");
 const POSTPROC: &str = include_str!("postproc.cu");
 const INPUT_POWER: &str = include_str!("input_power.cu");
+const NARROWBAND: &str = include_str!("narrowband.cu");
 
 /// Kernel names, as `extern "C"` in the sources.
 pub const PFB_FIR_KERNEL: &str = "pfb_fir";
 pub const POSTPROC_KERNEL: &str = "postproc";
 pub const INPUT_POWER_KERNEL: &str = "input_power";
+pub const DDC_KERNEL: &str = "ddc";
+pub const NB_FIR_KERNEL: &str = "nb_fir";
+pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
+/// Threads per block of the narrowband kernels (their `__launch_bounds__`).
+pub const NARROWBAND_BLOCK: usize = 256;
+/// Consecutive subsampled samples each `ddc` thread computes (each unpacked input sample then
+/// serves up to this many of the thread's outputs).
+pub const DDC_OUTPUTS: usize = 8;
+
+/// The DDC's taps as the `ddc` kernel reads them: L rounded up to a multiple of D (zeros after L).
+pub fn ddc_padded_taps(ddc_taps: usize, decimation: usize) -> usize {
+    ddc_taps.next_multiple_of(decimation.max(1))
+}
 
 /// The n-point complex FFT is split into `UNZIP` FFTs of n / UNZIP points (cuFFT) and
 /// UNZIP-point FFTs in the post-processing kernel (paper, section 4.2).
@@ -64,6 +81,10 @@ pub struct Config {
     pub output_bits: u32,
     /// Whether `postproc` adds the output dither (keys per spectrum from the host).
     pub dither: bool,
+    /// 1 for a wideband output; a narrowband output's decimation D (8, 16 or 32).
+    pub decimation: usize,
+    /// A narrowband output's DDC filter length L (unused for wideband).
+    pub ddc_taps: usize,
     pub tuning: Tuning,
 }
 
@@ -113,6 +134,15 @@ impl Config {
                 self.output_bits
             ));
         }
+        if ![1, 8, 16, 32].contains(&self.decimation) {
+            return Err(format!(
+                "the kernels decimate by 8, 16 or 32 (1: wideband), not {}",
+                self.decimation
+            ));
+        }
+        if self.decimation > 1 && self.ddc_taps == 0 {
+            return Err("a narrowband output needs at least one DDC tap".into());
+        }
         let t = &self.tuning;
         if t.fir_batch == 0 || !t.fir_block.is_power_of_two() || t.fir_block > 1024 {
             return Err(format!(
@@ -142,14 +172,18 @@ pub fn source(cfg: &Config) -> String {
         ("PP_ROWS", cfg.tuning.postproc_rows.to_string()),
         ("OUT_BITS", cfg.output_bits.to_string()),
         ("DITHER", u32::from(cfg.dither).to_string()),
+        ("DECIMATION", cfg.decimation.to_string()),
+        ("DDC_TAPS", cfg.ddc_taps.to_string()),
+        ("DDC_OUTPUTS", DDC_OUTPUTS.to_string()),
     ];
+    let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let mut src = String::with_capacity(
-        COMMON.len() + PFB_FIR.len() + POSTPROC.len() + INPUT_POWER.len() + 512,
+        COMMON.len() + PFB_FIR.len() + POSTPROC.len() + INPUT_POWER.len() + narrowband.len() + 512,
     );
     for (name, value) in defines {
         src.push_str(&format!("#define {name} {value}\n"));
     }
-    for part in [COMMON, PFB_FIR, POSTPROC, INPUT_POWER] {
+    for part in [COMMON, PFB_FIR, POSTPROC, INPUT_POWER, narrowband] {
         src.push_str(part);
         src.push('\n');
     }
@@ -168,8 +202,32 @@ mod tests {
             spectra_per_heap: 256,
             output_bits: 8,
             dither: true,
+            decimation: 1,
+            ddc_taps: 0,
             tuning: Tuning::default(),
         }
+    }
+
+    #[test]
+    fn narrowband_kernels_only_for_narrowband() {
+        assert!(!source(&cfg()).contains("nb_postproc("));
+        let nb = Config {
+            decimation: 16,
+            ddc_taps: 192,
+            ..cfg()
+        };
+        nb.validate().unwrap();
+        let src = source(&nb);
+        assert!(src.contains("#define DECIMATION 16\n#define DDC_TAPS 192\n"));
+        for k in [DDC_KERNEL, NB_FIR_KERNEL, NB_POSTPROC_KERNEL] {
+            assert!(src.contains(&format!(" {k}(")), "{k}");
+        }
+        assert!(src.contains(&format!("__launch_bounds__({NARROWBAND_BLOCK}) nb_fir(")));
+        let bad = Config {
+            decimation: 4,
+            ..nb.clone()
+        };
+        assert!(bad.validate().unwrap_err().0.contains("8, 16 or 32"));
     }
 
     #[test]

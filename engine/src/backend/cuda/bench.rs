@@ -36,6 +36,9 @@ pub struct BenchOptions {
     pub variant_channels: usize,
     /// Chunk sizes (samples per pol) at which to repeat (b) at `variant_channels`; empty for none.
     pub e2e_chunks: Vec<usize>,
+    /// Narrowband outputs (channels, decimation) computed beside each wideband one in (a), (b)
+    /// and (c), from the same input: the figures are then the whole set's.
+    pub narrowband: Vec<(usize, usize)>,
 }
 
 impl Default for BenchOptions {
@@ -54,6 +57,7 @@ impl Default for BenchOptions {
             variants: Vec::new(),
             variant_channels: 32768,
             e2e_chunks: Vec::new(),
+            narrowband: Vec::new(),
         }
     }
 }
@@ -111,6 +115,51 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
     )
 }
 
+/// The wideband output of `channels` channels and the options' narrowband outputs, on one input
+/// whose overlap holds every output's window (and 2048 samples of coarse delay either way). A
+/// narrowband output's heaps are at most a frame long.
+fn output_set(opts: &BenchOptions, channels: usize) -> Vec<Channelisation> {
+    let wide = geometry(opts, channels);
+    let chunk = wide.input.chunk_samples;
+    let mut outputs = vec![wide.output];
+    for &(n, decimation) in &opts.narrowband {
+        let step = 2 * n * decimation;
+        outputs.push(OutputGeometry {
+            channels: n,
+            spectra_per_heap: opts.spectra_per_heap.min(chunk / step).max(1),
+            ddc: Some(crate::backend::Ddc::new(decimation)),
+            ..wide.output
+        });
+    }
+    let overlap = outputs
+        .iter()
+        .map(|o| o.window() - o.step() + 4096)
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(256);
+    let input = InputGeometry {
+        overlap_samples: overlap,
+        ..wide.input
+    };
+    outputs
+        .into_iter()
+        .map(|o| Channelisation::new(input, o))
+        .collect()
+}
+
+/// A short description of the narrowband outputs, for the report.
+fn narrowband_label(opts: &BenchOptions) -> String {
+    if opts.narrowband.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = opts
+        .narrowband
+        .iter()
+        .map(|(n, d)| format!("{n} ch / D {d}"))
+        .collect();
+    format!(" + narrowband {}", list.join(", "))
+}
+
 /// Pseudo-random packed bytes (splitmix64; every bit pattern is a valid sample): never zeros,
 /// which can run faster than real data.
 fn random_bytes(state: &mut u64, len: usize) -> Vec<u8> {
@@ -152,17 +201,19 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
     let mut rows = Vec::new();
     let mut ceilings = Ceilings::default();
     for (i, &channels) in opts.channels.iter().enumerate() {
-        let g = geometry(opts, channels);
+        let set = output_set(opts, channels);
+        let g = set[0];
         let t0 = Instant::now();
-        let mut backend = CudaBackend::new(g.input, &[g.output], opts.gpu_index)?;
+        let mut backend = CudaBackend::with_tuning(&set, opts.gpu_index, Tuning::default())?;
         let startup_ms = t0.elapsed().as_secs_f64() * 1e3;
         if i == 0 {
             writeln!(
                 out,
-                "device: {}; output {}-bit, dither {}",
+                "device: {}; output {}-bit, dither {}; outputs: wideband{}",
                 backend.device_name(),
                 opts.output_bits,
-                if opts.dither { "on" } else { "off" }
+                if opts.dither { "on" } else { "off" },
+                narrowband_label(opts)
             )
             .map_err(io)?;
             ceilings = measure_ceilings(&backend.pipeline.ctx)?;

@@ -15,8 +15,17 @@ pub(crate) struct Kernels {
     pub fir: CudaFunction,
     pub postproc: CudaFunction,
     pub input_power: CudaFunction,
+    /// A narrowband output's kernels.
+    pub narrowband: Option<NarrowbandKernels>,
     /// Keeps the module loaded while the functions are in use.
     _module: Arc<CudaModule>,
+}
+
+/// `ddc`, `nb_fir` and `nb_postproc`.
+pub(crate) struct NarrowbandKernels {
+    pub ddc: CudaFunction,
+    pub fir: CudaFunction,
+    pub postproc: CudaFunction,
 }
 
 /// Where start-up time went.
@@ -50,6 +59,21 @@ impl Kernels {
         let input_power = module
             .load_function(kernels::INPUT_POWER_KERNEL)
             .map_err(driver("finding input_power"))?;
+        let narrowband = if cfg.decimation > 1 {
+            Some(NarrowbandKernels {
+                ddc: module
+                    .load_function(kernels::DDC_KERNEL)
+                    .map_err(driver("finding ddc"))?,
+                fir: module
+                    .load_function(kernels::NB_FIR_KERNEL)
+                    .map_err(driver("finding nb_fir"))?,
+                postproc: module
+                    .load_function(kernels::NB_POSTPROC_KERNEL)
+                    .map_err(driver("finding nb_postproc"))?,
+            })
+        } else {
+            None
+        };
         let times = CompileTimes {
             nvrtc_ms: (t1 - t0).as_secs_f64() * 1e3,
             load_ms: t1.elapsed().as_secs_f64() * 1e3,
@@ -59,6 +83,7 @@ impl Kernels {
                 fir,
                 postproc,
                 input_power,
+                narrowband,
                 _module: module,
             },
             times,

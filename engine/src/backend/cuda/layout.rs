@@ -10,9 +10,13 @@ use crate::backend::{BackendError, Channelisation, Result, POLS};
 pub(crate) struct ParamLayout {
     /// u32 [pol][spectrum]: window offset in the span, in samples.
     pub offsets: usize,
-    /// (f32 x 4) [pol][spectrum]: fine delay r (samples), 0, cos p, sin p (phase p from f64).
+    /// (f32 x 4) [pol][spectrum]: fine delay r (samples), dither key, cos p, sin p (phase p from f64).
     pub rotation: usize,
-    /// (f32, f32) [pol][channel]: half the complex gain (the 1/2 of the real-FFT fix-up).
+    /// (f32, f32) [L rounded up to D]: a narrowband output's DDC taps times the mixer over them,
+    /// for the frame's mixer word, zero past L (empty for wideband).
+    pub ddc_taps: usize,
+    /// (f32, f32) [pol][channel]: the complex gain, halved for wideband (the 1/2 of the real-FFT
+    /// fix-up).
     pub gains: usize,
     /// Bytes up to the gains (what changes every frame).
     pub per_frame: usize,
@@ -24,10 +28,16 @@ impl ParamLayout {
         let align = |x: usize| x.div_ceil(256) * 256;
         let m = g.spectra_per_frame();
         let rotation = align(4 * POLS * m);
-        let gains = rotation + align(16 * POLS * m);
+        let ddc_taps = rotation + align(16 * POLS * m);
+        let padded = g
+            .output
+            .ddc
+            .map_or(0, |d| kernels::ddc_padded_taps(d.taps, d.decimation));
+        let gains = ddc_taps + align(8 * padded);
         Self {
             offsets: 0,
             rotation,
+            ddc_taps,
             gains,
             per_frame: gains,
             total: gains + 8 * POLS * g.output.channels,
@@ -165,6 +175,8 @@ mod tests {
             spectra_per_heap: g.output.spectra_per_heap,
             output_bits: g.output.bits,
             dither: false,
+            decimation: 1,
+            ddc_taps: 0,
             tuning: kernels::Tuning::default(),
         };
         let s = Shapes::new(&g, &cfg).unwrap();

@@ -80,7 +80,6 @@ impl CudaBackend {
             }
             g.validate().map_err(BackendError::Unsupported)?;
         }
-        super::wideband_only("cuda", outputs)?;
         probe(gpu_index)?;
         let ctx = device::context(gpu_index)?;
         let pipeline = Pipeline::new(ctx, outputs, tuning)?;

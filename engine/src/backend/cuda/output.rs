@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaContext, CudaStream, PushKernelArg};
+use cudarc::driver::{sys, CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex32;
 
 use super::compile::{CompileTimes, Kernels};
@@ -13,7 +13,7 @@ use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
 use crate::backend::{BackendError, Channelisation, OutputFrame, Result, POLS};
-use crate::signal::gain;
+use crate::signal::{ddc, gain};
 
 /// Bytes of saturation counters after each slot's heaps: u64 per polarisation.
 const SAT_BYTES: usize = 8 * POLS;
@@ -28,6 +28,22 @@ struct OutputSlot {
     /// Heaps, then the saturation counters.
     output: DeviceBuffer,
     saturated: PinnedAlloc,
+    /// A narrowband output's mixer phase at the span's first sample and over D samples, for the
+    /// frame's mixer word (the `ddc` kernel's arguments).
+    phase0: u32,
+    phase_step: u32,
+}
+
+/// What a narrowband output adds: its DDC filter and the DDC's output.
+struct NarrowbandStage {
+    decimation: usize,
+    /// The DDC filter h, float64: the per-frame taps are h times the mixer over them.
+    filter: Vec<f64>,
+    /// [pol][samples] complex: the span mixed, filtered and subsampled.
+    buf: DeviceBuffer,
+    /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
+    /// in the span.
+    samples: u32,
 }
 
 /// One output's kernels, plan, constant tables and per-slot buffers.
@@ -47,6 +63,7 @@ pub(crate) struct OutputStage {
     gains: [Vec<Complex32>; POLS],
     gains_version: u64,
     slots: Vec<OutputSlot>,
+    narrowband: Option<NarrowbandStage>,
 }
 
 impl OutputStage {
@@ -66,13 +83,21 @@ impl OutputStage {
             spectra_per_heap: g.output.spectra_per_heap,
             output_bits: g.output.bits,
             dither: g.output.dither.is_some(),
+            decimation: g.output.decimation(),
+            ddc_taps: g.output.ddc.map_or(0, |d| d.taps),
             tuning,
         };
         let shapes = Shapes::new(&g, &cfg)?;
         let (kernels, compile) = Kernels::build(ctx, &cfg)?;
         let t_plan = Instant::now();
         let m = g.spectra_per_frame();
-        let plan = FftPlan::new(ctx, cfg.fft_len(), POLS * m * kernels::UNZIP, compute)?;
+        // Wideband: the n-point complex FFT of the real 2n-point one, unzipped; narrowband: a
+        // 2n-point complex FFT.
+        let (fft_len, fft_batch) = match g.output.ddc {
+            None => (cfg.fft_len(), POLS * m * kernels::UNZIP),
+            Some(_) => (2 * g.output.channels, POLS * m),
+        };
+        let plan = FftPlan::new(ctx, fft_len, fft_batch, compute)?;
         let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         let w64 = g
             .output
@@ -85,7 +110,22 @@ impl OutputStage {
             &twiddle_table(g.output.channels),
             "uploading the twiddles",
         )?;
-        let fft_buf = DeviceBuffer::new(ctx, POLS * m * g.output.channels * 8)?;
+        let fft_buf = DeviceBuffer::new(ctx, fft_len * fft_batch * 8)?;
+        let narrowband = match g.output.ddc {
+            None => None,
+            Some(d) => {
+                let samples = (g.span_samples() - d.taps) / d.decimation + 1;
+                Some(NarrowbandStage {
+                    decimation: d.decimation,
+                    filter: ddc::ddc_filter(d.decimation, d.taps)
+                        .map_err(|e| BackendError::Unsupported(e.to_string()))?,
+                    buf: DeviceBuffer::new(ctx, POLS * samples * 8)?,
+                    samples: u32::try_from(samples).map_err(|_| {
+                        BackendError::Unsupported("the span is too long for the DDC".into())
+                    })?,
+                })
+            }
+        };
         let layout = ParamLayout::new(&g);
         let slots = (0..slots)
             .map(|_| {
@@ -96,6 +136,8 @@ impl OutputStage {
                     // Zeroed for the counters; after each frame the copy out clears them.
                     output: DeviceBuffer::zeroed(ctx, g.output_bytes() + SAT_BYTES)?,
                     saturated: PinnedAlloc::new(ctx, SAT_BYTES)?,
+                    phase0: 0,
+                    phase_step: 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -116,6 +158,7 @@ impl OutputStage {
             gains,
             gains_version: 0,
             slots,
+            narrowband,
         })
     }
 
@@ -129,14 +172,32 @@ impl OutputStage {
         self.gains_version += 1;
     }
 
-    /// Writes the frame's delays and dither keys (and the gains, if they changed) into the slot's
-    /// staging memory. The slot's previous copy in has finished: its frame was waited for before
-    /// this one came.
-    pub fn stage_params(&mut self, slot: usize, frame: &OutputFrame) {
+    /// Writes the frame's delays and dither keys (a narrowband output's DDC taps for the frame's
+    /// mixer word; the gains, if they changed) into the slot's staging memory. `span_start` is the
+    /// ADC timestamp of the span's first sample. The slot's previous copy in has finished: its
+    /// frame was waited for before this one came.
+    pub fn stage_params(&mut self, slot: usize, frame: &OutputFrame, span_start: u64) {
         let (l, g) = (self.layout, self.geometry);
         let m = g.spectra_per_frame();
         let stale = self.slots[slot].gains_version != self.gains_version;
-        let st = self.slots[slot].staging.as_mut_slice();
+        let s = &mut self.slots[slot];
+        if let Some(nb) = &self.narrowband {
+            let word = frame.mixer;
+            s.phase0 = ddc::mixer_phase(span_start, word);
+            s.phase_step = ddc::mixer_phase(nb.decimation as u64, word);
+            let padded = kernels::ddc_padded_taps(nb.filter.len(), nb.decimation);
+            let taps = &mut s.staging.as_mut_slice()[l.ddc_taps..l.ddc_taps + 8 * padded];
+            for (k, b) in taps.chunks_exact_mut(8).enumerate() {
+                // z_k = h_k exp(-2 pi i phase(k)), in float64 then rounded; zero past L.
+                let h = nb.filter.get(k).copied().unwrap_or(0.0);
+                let z = ddc::mixer(k as u64, word) * h;
+                b[..4].copy_from_slice(&(z.re as f32).to_ne_bytes());
+                b[4..].copy_from_slice(&(z.im as f32).to_ne_bytes());
+            }
+        }
+        // Wideband gains carry the 1/2 of the real-FFT fix-up; narrowband's FFT is complex.
+        let scale = if self.narrowband.is_some() { 1.0 } else { 0.5 };
+        let st = s.staging.as_mut_slice();
         for pol in 0..POLS {
             let d = &frame.delays[pol];
             let offs = &mut st[l.offsets + 4 * pol * m..l.offsets + 4 * (pol + 1) * m];
@@ -161,8 +222,8 @@ impl OutputStage {
         if stale {
             let gains = &mut st[l.gains..l.total];
             for (b, g) in gains.chunks_exact_mut(8).zip(self.gains.iter().flatten()) {
-                b[..4].copy_from_slice(&(0.5 * g.re).to_ne_bytes());
-                b[4..].copy_from_slice(&(0.5 * g.im).to_ne_bytes());
+                b[..4].copy_from_slice(&(scale * g.re).to_ne_bytes());
+                b[4..].copy_from_slice(&(scale * g.im).to_ne_bytes());
             }
         }
     }
@@ -201,6 +262,9 @@ impl OutputStage {
         stream: &CudaStream,
         mark: &dyn Fn(usize) -> Result<()>,
     ) -> Result<()> {
+        if self.narrowband.is_some() {
+            return self.enqueue_narrowband(slot, span, span_words, stream, mark);
+        }
         let g = &self.geometry;
         let s = &self.slots[slot];
         let m = g.spectra_per_frame() as u32;
@@ -236,6 +300,90 @@ impl OutputStage {
             .arg(&m);
         // SAFETY: argument types and order match postproc; every buffer is sized for the geometry.
         unsafe { post.launch(self.shapes.postproc) }.map_err(driver("launching postproc"))?;
+        Ok(())
+    }
+
+    /// A narrowband output's compute: DDC, complex FIR, 2n-point FFT, post-processing.
+    fn enqueue_narrowband(
+        &self,
+        slot: usize,
+        span: sys::CUdeviceptr,
+        span_words: u64,
+        stream: &CudaStream,
+        mark: &dyn Fn(usize) -> Result<()>,
+    ) -> Result<()> {
+        let (Some(nb), Some(k)) = (&self.narrowband, &self.kernels.narrowband) else {
+            return Err(BackendError::Misuse("not a narrowband output".into()));
+        };
+        let g = &self.geometry;
+        let s = &self.slots[slot];
+        let m = g.spectra_per_frame() as u32;
+        let block = kernels::NARROWBAND_BLOCK as u32;
+        let shape = |x: u32, y: u32, z: u32| LaunchConfig {
+            grid_dim: (x.div_ceil(block), y, z),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        if m > 65535 {
+            return Err(BackendError::Unsupported(format!(
+                "{m} narrowband spectra per frame is too many for one launch: use smaller frames"
+            )));
+        }
+        let (taps, ddc_out, samples) =
+            (s.params.at(self.layout.ddc_taps), nb.buf.ptr(), nb.samples);
+        let last_pair = (g.span_samples() - 2) as u64;
+        let mut launch = stream.launch_builder(&k.ddc);
+        launch
+            .arg(&span)
+            .arg(&span_words)
+            .arg(&taps)
+            .arg(&ddc_out)
+            .arg(&samples)
+            .arg(&last_pair)
+            .arg(&s.phase0)
+            .arg(&s.phase_step);
+        let threads = samples.div_ceil(kernels::DDC_OUTPUTS as u32);
+        // SAFETY: argument types and order match ddc; the DDC buffer holds `samples` per pol, reads
+        // are clamped to the span.
+        unsafe { launch.launch(shape(threads, POLS as u32, 1)) }
+            .map_err(driver("launching ddc"))?;
+
+        let points = 2 * g.output.channels as u32;
+        let (offsets, weights, fft) = (
+            s.params.at(self.layout.offsets),
+            self.weights.ptr(),
+            self.fft_buf.ptr(),
+        );
+        let mut fir = stream.launch_builder(&k.fir);
+        fir.arg(&ddc_out)
+            .arg(&samples)
+            .arg(&offsets)
+            .arg(&weights)
+            .arg(&fft)
+            .arg(&m);
+        // SAFETY: argument types and order match nb_fir; offsets are at most max_offset (checked),
+        // so every window lies among the DDC's samples.
+        unsafe { fir.launch(shape(points, m, POLS as u32)) }.map_err(driver("launching nb_fir"))?;
+        mark(2)?;
+
+        self.plan.forward(fft)?;
+        mark(3)?;
+
+        let (gains, rotation) = (
+            s.params.at(self.layout.gains),
+            s.params.at(self.layout.rotation),
+        );
+        let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
+        let mut post = stream.launch_builder(&k.postproc);
+        post.arg(&fft)
+            .arg(&gains)
+            .arg(&rotation)
+            .arg(&out)
+            .arg(&sat)
+            .arg(&m);
+        // SAFETY: argument types and order match nb_postproc; buffers sized for the geometry.
+        unsafe { post.launch(shape(g.output.channels as u32, m, 1)) }
+            .map_err(driver("launching nb_postproc"))?;
         Ok(())
     }
 
@@ -282,13 +430,27 @@ impl OutputStage {
 
     /// Bytes of device memory the FIR, the FFT and the post-processing read plus write per frame
     /// (nominal: every input read once, every output written once).
+    /// For a narrowband output the first stage is the DDC and the complex FIR: the span read
+    /// once, the subsampled stream written once and read T times, the FFT's input written.
     pub fn stage_bytes(&self) -> [f64; 3] {
         let g = &self.geometry;
         let pols = POLS as f64;
-        let spectra = (g.spectra_per_frame() * g.output.channels * 8) as f64;
-        let fir = pols * (g.chunk_bytes() as f64 + spectra);
+        let points = g.output.channels * if self.narrowband.is_some() { 2 } else { 1 };
+        let spectra = (g.spectra_per_frame() * points * 8) as f64;
+        let fir = match &self.narrowband {
+            None => pols * (g.chunk_bytes() as f64 + spectra),
+            Some(nb) => {
+                let span = g.span_samples() * g.input.sample_bits as usize / 8;
+                let ddc = nb.samples as f64 * 8.0;
+                pols * (span as f64 + ddc * (1.0 + g.output.taps as f64) + spectra)
+            }
+        };
         let fft = 2.0 * pols * spectra;
-        let post = pols * spectra + g.output_bytes() as f64;
+        let post = match self.narrowband {
+            None => pols * spectra,
+            // Only the centre half of the bins is read.
+            Some(_) => pols * spectra / 2.0,
+        } + g.output_bytes() as f64;
         [fir, fft, post]
     }
 }

@@ -210,8 +210,12 @@ impl Pipeline {
     pub fn enqueue(&mut self, frame: &mut Frame) -> Result<usize> {
         self.bind()?;
         let slot = (self.seq % SLOTS as u64) as usize;
+        let span_start = frame
+            .input
+            .timestamp
+            .wrapping_sub(self.input.overlap_samples as u64);
         for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
-            stage.stage_params(slot, out);
+            stage.stage_params(slot, out, span_start);
         }
         self.copy_in(slot, frame)?;
         self.enqueue_sensors(slot)?;
@@ -475,7 +479,7 @@ impl Pipeline {
         }
         for slot in 0..SLOTS {
             for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
-                stage.stage_params(slot, out);
+                stage.stage_params(slot, out, 0);
             }
             self.copy_in(slot, &frame)?;
         }
@@ -487,13 +491,15 @@ impl Pipeline {
     }
 }
 
-/// Delays that place spectrum m's window at overlap - (T-1) 2n + m 2n: no delay, the output's
-/// nominal position (for benchmarks).
+/// Delays that place spectrum m's window at overlap - lag + m step with lag the window less one
+/// step (rounded up to the decimation): no delay, the output's nominal position (for benchmarks).
 pub(crate) fn nominal_delays(g: &Channelisation, out: &mut crate::backend::OutputFrame) {
-    let lag = (g.output.taps - 1) * g.step();
+    let lag = (g.window() - g.step()).next_multiple_of(g.output.decimation());
     for delays in &mut out.delays {
         for (m, d) in delays.iter_mut().enumerate() {
             d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
         }
     }
+    // A quarter of the sample rate: any word computes at the same speed.
+    out.mixer = 1 << 30;
 }
