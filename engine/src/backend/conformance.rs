@@ -10,10 +10,12 @@ use rand::{Rng, SeedableRng};
 use spead::samples::range as sample_range;
 
 use super::{
-    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputFrame, OutputGeometry,
+    Backend, BackendError, Channelisation, Ddc, Frame, InputGeometry, OutputFrame, OutputGeometry,
     SpectrumDelay, MAX_OUTPUTS, POLS,
 };
-use crate::signal::delay::{fill_delays, DelayModel, FramePlan, Placement};
+use crate::signal::ddc::{mixer_phase, phase_radians};
+use crate::signal::delay::{fill_delays, wrap_phase, DelayAt, DelayModel, FramePlan, Placement};
+use crate::signal::narrowband::narrowband_delay;
 use crate::signal::unpack::pack;
 use crate::signal::weights;
 
@@ -43,6 +45,31 @@ pub fn geometry(
             ddc: None,
         },
     )
+}
+
+/// A narrowband output of `channels` channels, `taps` taps, decimation `decimation` (default DDC
+/// length) and `s` spectra per heap: 8-bit, undithered, the default filter design.
+pub fn narrowband_output(
+    channels: usize,
+    taps: usize,
+    decimation: usize,
+    s: usize,
+) -> OutputGeometry {
+    OutputGeometry {
+        channels,
+        taps,
+        spectra_per_heap: s,
+        bits: 8,
+        filter: Default::default(),
+        dither: None,
+        ddc: Some(Ddc::new(decimation)),
+    }
+}
+
+/// A random mixer word for decimation `decimation`: a centre anywhere its band fits.
+pub fn random_mixer_word(rng: &mut StdRng, decimation: usize) -> u32 {
+    let half = (1u32 << 30) / decimation as u32;
+    rng.random_range(half..=(1u32 << 31) - half)
 }
 
 /// A frame in ordinary memory for the one output of `g`.
@@ -100,13 +127,19 @@ pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame:
     random_output_delays(rng, g, margin, &mut frame.outputs[0]);
 }
 
-/// [`random_delays`] for one output, `g` being its channelisation.
+/// [`random_delays`] for one output, `g` being its channelisation. A narrowband output also gets
+/// a random mixer word ([`narrowband_delays`]).
 pub fn random_output_delays(
     rng: &mut StdRng,
     g: &Channelisation,
     margin: usize,
     out: &mut OutputFrame,
 ) {
+    if let Some(ddc) = g.output.ddc {
+        let word = random_mixer_word(rng, ddc.decimation);
+        narrowband_delays(rng, g, margin, word, out);
+        return;
+    }
     out.timestamp = rng.random();
     for pol in 0..POLS {
         for (m, d) in out.delays[pol].iter_mut().enumerate() {
@@ -120,11 +153,54 @@ pub fn random_output_delays(
     }
 }
 
+/// A narrowband output's frame as the engine makes it: mixer word `word`, a random output
+/// timestamp, and per spectrum a random delay d of up to `margin` - D/2 ADC samples either way
+/// (fractional, negative or positive; `margin` a multiple of D) and a random phase, mapped as
+/// `narrowband_delay` maps them: window offset margin + m 2nD - kD, r', p'. Returns the delays
+/// before the mapping, per polarisation and spectrum.
+pub fn narrowband_delays(
+    rng: &mut StdRng,
+    g: &Channelisation,
+    margin: usize,
+    word: u32,
+    out: &mut OutputFrame,
+) -> [Vec<DelayAt>; POLS] {
+    let d = g.output.decimation();
+    assert!(
+        margin.is_multiple_of(d) && margin >= d,
+        "margin {margin}, D {d}"
+    );
+    out.mixer = word;
+    out.timestamp = rng.random();
+    let most = (margin - d / 2) as f64;
+    let mut delays = [Vec::new(), Vec::new()];
+    for (pol, delays) in delays.iter_mut().enumerate() {
+        for (m, s) in out.delays[pol].iter_mut().enumerate() {
+            let delay = rng.random_range(-most..=most);
+            let at = DelayAt {
+                coarse: delay.round() as i64,
+                fine: delay - delay.round(),
+                phase: rng.random_range(-std::f64::consts::PI..std::f64::consts::PI),
+            };
+            let nb = narrowband_delay(&at, d, word);
+            let offset = (margin + m * g.step()) as i64 - nb.coarse * d as i64;
+            assert!((0..=g.max_offset() as i64).contains(&offset));
+            *s = SpectrumDelay {
+                offset: offset as u32,
+                fine: nb.fine as f32,
+                phase: nb.phase as f32,
+            };
+            delays.push(at);
+        }
+    }
+    delays
+}
+
 /// Random complex gains putting outputs at about 30 rms for the noise of [`noise`] (8-bit output;
-/// scaled to the range of 4-bit output); about 1% of channels ten times higher so that some
-/// values saturate.
+/// scaled to the range of 4-bit output; sqrt(D) higher for a narrowband output, whose channels
+/// hold 1/D of the noise); about 1% of channels ten times higher so that some values saturate.
 pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
-    let level = 30.0 * g.limit() as f32 / 127.0;
+    let level = 30.0 * g.limit() as f32 / 127.0 * (g.output.decimation() as f32).sqrt();
     let sigma = 0.1 * (1 << (g.input.sample_bits - 1)) as f32;
     std::array::from_fn(|_| {
         (0..g.output.channels)
@@ -141,8 +217,8 @@ pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; PO
     })
 }
 
-/// Copies the timestamp, chunks and every output's delays of `src` into `dst` (frames of the same
-/// geometry).
+/// Copies the timestamp, chunks and every output's timestamp, mixer word and delays of `src` into
+/// `dst` (frames of the same geometry).
 pub fn copy_input(src: &Frame, dst: &mut Frame) {
     dst.input.timestamp = src.input.timestamp;
     for pol in 0..POLS {
@@ -150,6 +226,7 @@ pub fn copy_input(src: &Frame, dst: &mut Frame) {
     }
     for (d, s) in dst.outputs.iter_mut().zip(&src.outputs) {
         d.timestamp = s.timestamp;
+        d.mixer = s.mixer;
         d.delays.clone_from(&s.delays);
     }
 }
@@ -554,37 +631,92 @@ pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
 }
 
 /// An input of `bits`-bit samples and chunks of `chunk_samples` whose overlap holds every output's
-/// taps and coarse delays of `margin` either way.
+/// window less one step and coarse delays of `margin` either way, a multiple of every output's
+/// decimation.
 pub fn input_for(
     outputs: &[OutputGeometry],
     bits: u32,
     chunk_samples: usize,
     margin: usize,
 ) -> InputGeometry {
-    let taps = outputs.iter().map(|o| (o.taps - 1) * o.step()).max();
+    let taps = outputs.iter().map(|o| o.window() - o.step()).max();
+    let grid = outputs.iter().map(|o| o.decimation()).fold(8, usize::max);
     InputGeometry {
         sample_bits: bits,
         chunk_samples,
-        overlap_samples: taps.unwrap_or(0) + 2 * margin,
+        overlap_samples: (taps.unwrap_or(0) + 2 * margin).next_multiple_of(grid),
     }
 }
 
+/// A wideband output and two narrowband ones of different decimations, centres (each frame's
+/// own random mixer word), channels, taps, bits and dither, for chunks of 16384 samples:
+/// 64 channels 4 taps 8-bit dithered (wideband); 64 channels 4 taps D 8 4-bit undithered; 128
+/// channels 2 taps D 16 8-bit dithered.
+pub fn mixed_outputs() -> Vec<OutputGeometry> {
+    let (_, three) = three_outputs(0);
+    vec![
+        three[0],
+        OutputGeometry {
+            bits: 4,
+            ..narrowband_output(64, 4, 8, 4)
+        },
+        OutputGeometry {
+            dither: Some(8),
+            ..narrowband_output(128, 2, 16, 4)
+        },
+    ]
+}
+
 /// A backend built with several outputs gives, for each, what a backend built with that output
-/// alone gives from the same frames (samples, that output's delays, timestamp and gains), frame
-/// after frame so that the span carries over: exactly, or as `Agreement` says for each backend
-/// in `against`; and the same input sensors. Runs a set of three outputs of different shapes
-/// ([`three_outputs`]) and a set of two of one shape (each with its own gains, delays and
-/// timestamps). `writes_every_byte`: whether the backend fills every output byte (all but null).
+/// alone gives from the same frames (samples, that output's delays, timestamp, mixer word and
+/// gains), frame after frame so that the span carries over: exactly, or as `Agreement` says for
+/// each backend in `against`; and the same input sensors. Runs a set of three outputs of
+/// different shapes ([`three_outputs`]) and a set of two of one shape (each with its own gains,
+/// delays and timestamps). `writes_every_byte`: whether the backend fills every output byte (all
+/// but null).
 pub fn check_outputs_as_if_alone(
     make: Make,
     against: &[(Make, Agreement)],
     writes_every_byte: bool,
 ) {
-    let margin = 64;
-    let (_, three) = three_outputs(margin);
+    let (_, three) = three_outputs(0);
     let two = vec![three[0], three[0]];
-    for (set, outputs) in [("three shapes", three), ("one shape twice", two)] {
-        let input = input_for(&outputs, 10, 4096, margin);
+    outputs_as_if_alone(
+        make,
+        against,
+        writes_every_byte,
+        [
+            ("three shapes", three, 4096),
+            ("one shape twice", two, 4096),
+        ],
+    );
+}
+
+/// [`check_outputs_as_if_alone`] for a wideband output beside two narrowband ones
+/// ([`mixed_outputs`]), each narrowband output with its own random mixer word in every frame.
+pub fn check_mixed_outputs_as_if_alone(
+    make: Make,
+    against: &[(Make, Agreement)],
+    writes_every_byte: bool,
+) {
+    outputs_as_if_alone(
+        make,
+        against,
+        writes_every_byte,
+        [("wideband and narrowband", mixed_outputs(), 16384)],
+    );
+}
+
+/// The sets (name, outputs, chunk samples) of [`check_outputs_as_if_alone`].
+fn outputs_as_if_alone<const N: usize>(
+    make: Make,
+    against: &[(Make, Agreement)],
+    writes_every_byte: bool,
+    sets: [(&str, Vec<OutputGeometry>, usize); N],
+) {
+    let margin = 64;
+    for (set, outputs, chunk) in sets {
+        let input = input_for(&outputs, 10, chunk, margin);
         let gs: Vec<Channelisation> = outputs
             .iter()
             .map(|o| Channelisation::new(input, *o))
@@ -651,6 +783,7 @@ pub fn check_outputs_as_if_alone(
                                 single.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
                             }
                             single.outputs[0].timestamp = out.timestamp;
+                            single.outputs[0].mixer = out.mixer;
                             single.outputs[0].delays.clone_from(&out.delays);
                             poison(&mut single);
                             single.input.power = None;
@@ -673,10 +806,11 @@ pub fn check_outputs_as_if_alone(
                     b.submit(single).unwrap();
                     let single = b.wait().unwrap().unwrap();
                     let case = format!(
-                        "{set}: output {k} ({} ch, {} taps, {}-bit) frame {f} against {} \
+                        "{set}: output {k} ({} ch, {} taps, D {}, {}-bit) frame {f} against {} \
                          alone",
                         outputs[k].channels,
                         outputs[k].taps,
+                        outputs[k].decimation(),
                         outputs[k].bits,
                         b.name()
                     );
@@ -772,4 +906,303 @@ pub fn check_output_counts(make: TryMake) {
         assert_eq!(b.outputs(), outputs);
         assert_eq!(b.alloc_frame().unwrap().outputs.len(), count);
     }
+}
+
+/// Processes the frames of one stream through a backend of several outputs and returns each
+/// output's unquantised values in output order.
+pub type OutputsProcessor = Box<dyn FnMut(&mut Frame) -> Vec<Vec<Complex64>>>;
+
+/// Tones through a narrowband output beside a wideband one of the same channels and taps (so the
+/// same PFB weights), from one input: a real tone at the narrowband centre lands in channel n/2
+/// and one 0.3125 of the band above it in channel n/2 + 0.3125 n, each at the level the wideband
+/// output gives it (within 0.1 dB; both tones sit on channel centres of both outputs) and with the
+/// phase docs/signal-path.md predicts: the tone's phase at the window's first sample less the
+/// mixer's there, plus the DDC filter's pi nu (L - 1). Both polarisations (different amplitudes
+/// and phases), D 8 and 16, at timestamps near 2^40. Returns (D, channel, worst dB difference,
+/// worst phase error in rad) for the report.
+pub fn check_narrowband_tones(
+    make: &dyn Fn(InputGeometry, &[OutputGeometry]) -> OutputsProcessor,
+) -> Vec<(usize, usize, f64, f64)> {
+    let (n, taps) = (256usize, 4usize);
+    let two32 = 4_294_967_296.0f64;
+    let mut report = Vec::new();
+    for d in [8usize, 16] {
+        let wide = OutputGeometry {
+            ddc: None,
+            spectra_per_heap: 4,
+            ..narrowband_output(n, taps, d, 2)
+        };
+        let narrow = narrowband_output(n, taps, d, 2);
+        let chunk = 4 * 2 * n * 16; // 4 narrowband spectra at D 16, 8 at D 8
+        let input = InputGeometry {
+            sample_bits: 10,
+            chunk_samples: chunk,
+            overlap_samples: (narrow.window() - narrow.step()).next_multiple_of(32),
+        };
+        assert!(input.overlap_samples <= chunk, "frame 1's span is all data");
+        let (gw, gn) = (
+            Channelisation::new(input, wide),
+            Channelisation::new(input, narrow),
+        );
+        // Wideband channel k's centre as a mixer word: k / (2n) turns per sample.
+        let word = |k: usize| ((k as u64) << 32) / (2 * n) as u64;
+        let kc = 100; // the narrowband centre, 0.195 fs
+        let q = (0.3 * n as f64 / d as f64).round() as usize * d; // narrowband channels above it
+        let f = word(kc) as u32;
+        let h_taps = Ddc::new(d).taps as f64;
+        for (c, k) in [(n / 2, kc), (n / 2 + q, kc + q / d)] {
+            let g_word = word(k) as u32;
+            let (amp, phi) = ([400.0, 250.0], [0.7, -2.1]);
+            let mut process = make(input, &[wide, narrow]);
+            let mut frame = Frame::new_host(&input, &[wide, narrow]);
+            let t_first = 1u64 << 40;
+            let (mut worst, mut worst_phase) = (0.0f64, 0.0f64);
+            for fr in 0..2 {
+                frame.input.timestamp = t_first + (fr * chunk) as u64;
+                let x: [Vec<i16>; POLS] = std::array::from_fn(|pol| {
+                    (0..chunk as u64)
+                        .map(|i| {
+                            let t = frame.input.timestamp + i;
+                            let turns = phase_radians(mixer_phase(t, g_word));
+                            (amp[pol] * (turns + phi[pol]).cos()).round() as i16
+                        })
+                        .collect()
+                });
+                load_chunk(&mut frame, 10, [&x[0], &x[1]]);
+                frame.outputs[1].mixer = f;
+                for (out, g) in frame.outputs.iter_mut().zip([&gw, &gn]) {
+                    for pol in 0..POLS {
+                        for (m, s) in out.delays[pol].iter_mut().enumerate() {
+                            *s = SpectrumDelay {
+                                offset: (m * g.step()) as u32,
+                                fine: 0.0,
+                                phase: 0.0,
+                            };
+                        }
+                    }
+                }
+                poison(&mut frame);
+                let values = process(&mut frame);
+                assert_written(&frame);
+                if fr == 0 {
+                    continue; // its windows reach into the silent first overlap
+                }
+                let span_start = frame.input.timestamp - input.overlap_samples as u64;
+                let nu = (g_word as f64 - f as f64) / two32; // cycles per ADC sample
+                for pol in 0..POLS {
+                    let wideband = values[0][gw.output_index(0, pol, k)].norm();
+                    for m in 0..gn.spectra_per_frame() {
+                        let spectrum: Vec<Complex64> = (0..n)
+                            .map(|ch| values[1][gn.output_index(m, pol, ch)])
+                            .collect();
+                        let peak = (0..n)
+                            .max_by(|&a, &b| spectrum[a].norm().total_cmp(&spectrum[b].norm()))
+                            .unwrap();
+                        let case = format!("D {d}, tone in channel {c}, pol {pol}, spectrum {m}");
+                        assert_eq!(peak, c, "{case}");
+                        let y = spectrum[c];
+                        let db = 20.0 * (y.norm() / wideband).log10();
+                        worst = worst.max(db.abs());
+                        assert!(db.abs() < 0.1, "{case}: {db} dB from wideband's level");
+                        // Phase: the tone's less the mixer's at t0, plus the filter's.
+                        let t0 = span_start + (m * gn.step()) as u64;
+                        let turns = mixer_phase(t0, g_word).wrapping_sub(mixer_phase(t0, f));
+                        let want = phase_radians(turns)
+                            + phi[pol]
+                            + std::f64::consts::PI * nu * (h_taps - 1.0);
+                        let err = wrap_phase(y.arg() - want);
+                        worst_phase = worst_phase.max(err.abs());
+                        assert!(err.abs() < 1e-3, "{case}: phase off by {err} rad");
+                    }
+                }
+            }
+            report.push((d, c, worst, worst_phase));
+        }
+    }
+    report
+}
+
+/// A narrowband output's mixer word takes effect from the frame that brings it, for the whole
+/// window, the part in the overlap included. Backend A gets F1, F1, F2, F2 for four frames of noise
+/// plus a weak tone at F2's centre; B gets F2 and C F1 throughout (the same samples, delays,
+/// timestamps and gains). A equals C (every byte and count) in frames 0 and 1, equals B in frames
+/// 2 and 3, and differs from C there in most values; and the tone stands out in channel n/2 of A
+/// from frame 2 on but not before: a backend that ignored the word, kept the first, or kept the
+/// overlap's DDC from the frame before would fail.
+pub fn check_mixer_change(make: Make) {
+    let (d, margin) = (16, 64);
+    let out = OutputGeometry {
+        dither: Some(5),
+        ..narrowband_output(64, 4, d, 4)
+    };
+    let input = input_for(&[out], 10, 4 * out.heap_samples(), margin);
+    let g = Channelisation::new(input, out);
+    assert!(
+        g.window() - g.step() > 2 * g.step(),
+        "windows reach into the overlap"
+    );
+    let f1 = (0.13 * 4_294_967_296.0) as u32;
+    let f2 = (0.31 * 4_294_967_296.0) as u32;
+    let n = out.channels;
+    let words = [[f1, f1, f2, f2], [f2; 4], [f1; 4]];
+    let mut backends: Vec<Box<dyn Backend>> = (0..3).map(|_| make(input, &[out])).collect();
+    let gains = vec![Complex32::new(0.8, 0.3); n];
+    for b in &mut backends {
+        set_gains(b.as_mut(), &[gains.clone(), gains.clone()]);
+    }
+    let mut rng = rng(321);
+    for f in 0..4 {
+        let timestamp = (1u64 << 36) + (f * input.chunk_samples) as u64;
+        let x: [Vec<i16>; POLS] = std::array::from_fn(|_| {
+            let noise = noise(&mut rng, 10, input.chunk_samples);
+            noise
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let t = timestamp + i as u64;
+                    v + (20.0 * phase_radians(mixer_phase(t, f2)).cos()).round() as i16
+                })
+                .collect()
+        });
+        let mut template = backends[0].alloc_frame().unwrap();
+        load_chunk(&mut template, 10, [&x[0], &x[1]]);
+        template.input.timestamp = timestamp;
+        narrowband_delays(&mut rng, &g, margin, f2, &mut template.outputs[0]);
+        let done: Vec<Frame> = backends
+            .iter_mut()
+            .zip(&words)
+            .map(|(b, words)| {
+                let mut frame = b.alloc_frame().unwrap();
+                copy_input(&template, &mut frame);
+                frame.outputs[0].mixer = words[f];
+                poison(&mut frame);
+                b.submit(frame).unwrap();
+                let frame = b.wait().unwrap().unwrap();
+                assert_written(&frame);
+                frame
+            })
+            .collect();
+        let (a, b, c) = (
+            &done[0].outputs[0],
+            &done[1].outputs[0],
+            &done[2].outputs[0],
+        );
+        let same = |x: &OutputFrame, y: &OutputFrame| {
+            x.heaps[..] == y.heaps[..] && x.saturated == y.saturated
+        };
+        let differ = a
+            .components(8)
+            .iter()
+            .zip(c.components(8))
+            .filter(|(x, y)| **x != *y)
+            .count();
+        // Mean magnitude of channel n/2 against the other channels'.
+        let q = a.components(8);
+        let (mut centre, mut rest) = (0.0, 0.0);
+        for m in 0..g.spectra_per_frame() {
+            for pol in 0..POLS {
+                for ch in 0..n {
+                    let e = g.output_index(m, pol, ch);
+                    let v = Complex64::new(q[2 * e] as f64, q[2 * e + 1] as f64).norm();
+                    if ch == n / 2 {
+                        centre += v;
+                    } else {
+                        rest += v / (n - 1) as f64;
+                    }
+                }
+            }
+        }
+        let contrast = centre / rest;
+        println!(
+            "mixer change, frame {f}: words {:#x} {:#x} {:#x}; A differs from C in {differ} of {} \
+             components; channel n/2 {contrast:.1} times the others",
+            words[0][f],
+            words[1][f],
+            words[2][f],
+            q.len()
+        );
+        if f < 2 {
+            assert!(same(a, c), "frame {f}: A and C had the same word");
+            assert!(contrast < 2.0, "frame {f}: tone in channel n/2 before F2");
+        } else {
+            assert!(
+                same(a, b),
+                "frame {f}: A with F2 differs from B, F2 throughout"
+            );
+            assert!(
+                differ > q.len() * 8 / 10,
+                "frame {f}: A barely differs from C"
+            );
+            assert!(contrast > 5.0, "frame {f}: no tone in channel n/2 with F2");
+        }
+    }
+}
+
+/// Narrowband geometries a backend refuses with a sentence saying why (a decimation not 8, 16 or
+/// 32, an overlap off the DDC's grid, no DDC taps, naming the output among several), and frames
+/// (a mixer word whose band leaves 0 .. fs/2, a window offset off the grid); a good one it takes.
+pub fn check_narrowband_refusals(make: TryMake) {
+    let margin = 64;
+    let out = narrowband_output(64, 4, 16, 4);
+    let input = input_for(&[out], 10, 4 * out.heap_samples(), margin);
+    let refused = |input: InputGeometry, outputs: &[OutputGeometry]| match make(input, outputs) {
+        Ok(_) => panic!("{outputs:?} accepted"),
+        Err(e) => e.to_string(),
+    };
+    for decimation in [1, 4, 12, 64] {
+        let bad = OutputGeometry {
+            ddc: Some(Ddc {
+                decimation,
+                taps: 96,
+            }),
+            ..out
+        };
+        let e = refused(input, &[bad]);
+        assert!(e.contains("must be 8, 16 or 32, not"), "{e}");
+    }
+    let d32 = narrowband_output(64, 4, 32, 4);
+    let mut off_grid = input_for(&[d32], 10, 4 * d32.heap_samples(), margin);
+    off_grid.overlap_samples += 16;
+    let e = refused(off_grid, &[d32]);
+    assert!(e.contains("must be a multiple of the decimation 32"), "{e}");
+    let no_taps = OutputGeometry {
+        ddc: Some(Ddc {
+            decimation: 16,
+            taps: 0,
+        }),
+        ..out
+    };
+    let e = refused(input, &[no_taps]);
+    assert!(e.contains("DDC taps must be from 1"), "{e}");
+    let (_, three) = three_outputs(0);
+    let e = refused(input, &[three[0], no_taps]);
+    assert!(
+        e.starts_with("unsupported configuration: output 1: DDC taps"),
+        "{e}"
+    );
+    println!("refused: {e}");
+
+    let mut backend = make(input, &[out]).unwrap();
+    let g = Channelisation::new(input, out);
+    let mut rng = rng(5);
+    let mut frame = backend.alloc_frame().unwrap();
+    narrowband_delays(&mut rng, &g, margin, 1 << 29, &mut frame.outputs[0]);
+    for word in [0, (1 << 26) - 1, (1 << 31) - (1 << 26) + 1, u32::MAX] {
+        frame.outputs[0].mixer = word;
+        let e = backend.submit(frame).unwrap_err().to_string();
+        assert!(
+            e.contains("mixer word") && e.contains("outside 0 .. fs/2"),
+            "{e}"
+        );
+        frame = backend.alloc_frame().unwrap();
+        narrowband_delays(&mut rng, &g, margin, 1 << 29, &mut frame.outputs[0]);
+    }
+    frame.outputs[0].delays[1][3].offset += 8;
+    let e = backend.submit(frame).unwrap_err().to_string();
+    assert!(e.contains("not a multiple of the decimation 16"), "{e}");
+    println!("refused: {e}");
+    let mut frame = backend.alloc_frame().unwrap();
+    narrowband_delays(&mut rng, &g, margin, 1 << 29, &mut frame.outputs[0]);
+    backend.submit(frame).unwrap();
+    assert!(backend.wait().unwrap().is_some());
 }

@@ -175,7 +175,9 @@ impl OutputFrame {
     }
 
     /// Checks that the buffers are sized for `g` and that every delay is usable (offset within
-    /// [`Channelisation::max_offset`], finite fine delay and phase).
+    /// [`Channelisation::max_offset`], finite fine delay and phase); for a narrowband output also
+    /// that every offset is a multiple of D and the mixer word keeps the band inside 0 .. fs/2
+    /// (`crate::signal::ddc::check_mixer_word`).
     pub fn check(&self, g: &Channelisation) -> Result<()> {
         for pol in 0..POLS {
             if self.delays[pol].len() != g.spectra_per_frame() {
@@ -194,6 +196,24 @@ impl OutputFrame {
                     self.delays[pol][m],
                     g.max_offset()
                 )));
+            }
+        }
+        if let Some(ddc) = g.output.ddc {
+            crate::signal::ddc::check_mixer_word(self.mixer, ddc.decimation).map_err(|e| {
+                BackendError::Misuse(format!("narrowband output's mixer word: {e}"))
+            })?;
+            for pol in 0..POLS {
+                let d = ddc.decimation;
+                if let Some(m) = self.delays[pol]
+                    .iter()
+                    .position(|s| !(s.offset as usize).is_multiple_of(d))
+                {
+                    return Err(BackendError::Misuse(format!(
+                        "pol {pol} spectrum {m}: offset {} is not a multiple of the decimation {d} \
+                         (a narrowband window starts on the DDC's grid)",
+                        self.delays[pol][m].offset
+                    )));
+                }
             }
         }
         if self.heaps.len() != g.output_bytes() {

@@ -201,9 +201,11 @@ impl Channelisation {
     pub fn heaps_per_frame(&self) -> usize {
         self.input.chunk_samples / self.output.heap_samples()
     }
-    /// Highest valid window offset into the span.
+    /// Highest valid window offset into the span; for a narrowband output the highest multiple
+    /// of the decimation (the DDC's grid), which is all of it when L is a multiple of D.
     pub fn max_offset(&self) -> usize {
-        self.span_samples() - self.window()
+        let d = self.output.decimation();
+        (self.span_samples() - self.window()) / d * d
     }
     /// Bytes of one output heap for all channels.
     pub fn heap_bytes(&self) -> usize {

@@ -1,9 +1,12 @@
 //! The float64 reference backend: the oracle the other backends are tested against.
 //!
-//! It evaluates docs/signal-path.md literally, a spectrum at a time: the FIR sum over taps, 2n-point
-//! complex FFT of the real filtered samples (keeping k = 0..n-1), then
-//! `Y_k = G_k X_k exp(i (p - pi k r / n))`, dither and quantisation to 8 or 4 bits. Simple
-//! rather than fast.
+//! It evaluates docs/signal-path.md literally, a spectrum at a time. Wideband: the FIR sum over
+//! taps, 2n-point complex FFT of the real filtered samples (keeping k = 0..n-1), then
+//! `Y_k = G_k X_k exp(i (p - pi k r / n))`. Narrowband: the window's input samples mixed with the
+//! frame's mixer word at their absolute ADC time, filtered and subsampled by the DDC, the complex
+//! PFB and the kept bins turned by `exp(i (p' - pi k' r' / n))`, all by
+//! [`NarrowbandReference::window_spectrum`], then `G_c` times that. Both are then dithered and
+//! quantised to 8 or 4 bits. Simple rather than fast.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use super::{
     channelisations, BackendError, Channelisation, Frame, InputGeometry, OutputFrame,
     OutputGeometry, Process, Result, SpectrumDelay, POLS,
 };
+use crate::signal::narrowband::{Narrowband, NarrowbandDelay, NarrowbandReference};
 use crate::signal::power::InputPower;
 use crate::signal::{dither, gain, quantise, unpack};
 
@@ -32,17 +36,19 @@ pub struct ReferenceBackend {
 pub struct ReferenceOutput {
     geometry: Channelisation,
     weights: Vec<f64>,
+    /// The wideband 2n-point FFT (a narrowband output's is in `narrowband`).
     fft: Arc<dyn Fft<f64>>,
+    /// A narrowband output's channeliser (its mixer word set from each frame's).
+    narrowband: Option<NarrowbandReference>,
     gains: [Vec<Complex64>; POLS],
 }
 
 impl ReferenceBackend {
-    /// A reference backend for `outputs` (1 to [`super::MAX_OUTPUTS`]) of `input`, with each
-    /// output's PFB weights and default gains.
+    /// A reference backend for `outputs` (1 to [`super::MAX_OUTPUTS`]) of `input`, wideband or
+    /// narrowband, with each output's PFB weights and default gains.
     pub fn new(input: InputGeometry, outputs: &[OutputGeometry]) -> Result<Self> {
         let mut planner = FftPlanner::new();
         let geometry = channelisations(input, outputs)?;
-        super::wideband_only("reference", &geometry)?;
         let per_output = geometry
             .into_iter()
             .map(|g| ReferenceOutput::new(g, &mut planner))
@@ -97,22 +103,40 @@ impl ReferenceBackend {
         frame.input.power = Some(std::array::from_fn(|pol| {
             InputPower::of(&self.span[pol][input.overlap_samples..], input.sample_bits)
         }));
-        // Then each output from it.
+        // Then each output from it. The span's first sample is ADC sample `span_start`.
+        let span_start = frame
+            .input
+            .timestamp
+            .wrapping_sub(input.overlap_samples as u64);
         self.per_output
-            .iter()
+            .iter_mut()
             .zip(&mut frame.outputs)
-            .map(|(o, out)| o.process(&self.span, out))
+            .map(|(o, out)| o.process(&self.span, span_start, out))
             .collect()
     }
 }
 
 impl ReferenceOutput {
     fn new(geometry: Channelisation, planner: &mut FftPlanner<f64>) -> Result<Self> {
-        let weights = geometry
-            .output
-            .weights()
-            .map_err(|e| BackendError::Unsupported(e.to_string()))?;
+        let unsupported = |e: crate::signal::SignalError| BackendError::Unsupported(e.to_string());
+        let o = &geometry.output;
+        let weights = o.weights().map_err(unsupported)?;
         let fft = planner.plan_fft_forward(geometry.step());
+        let narrowband = match o.ddc {
+            None => None,
+            Some(ddc) => Some(
+                NarrowbandReference::new(Narrowband {
+                    channels: o.channels,
+                    taps: o.taps,
+                    decimation: ddc.decimation,
+                    ddc_taps: ddc.taps,
+                    // A valid word for every decimation until a frame brings its own.
+                    mixer: 1 << 30,
+                    filter: o.filter,
+                })
+                .map_err(unsupported)?,
+            ),
+        };
         let g0 = Complex64::new(
             gain::default_gain(geometry.input.sample_bits, geometry.output.bits) as f64,
             0.0,
@@ -121,6 +145,7 @@ impl ReferenceOutput {
             geometry,
             weights,
             fft,
+            narrowband,
             gains: std::array::from_fn(|_| vec![g0; geometry.output.channels]),
         })
     }
@@ -140,8 +165,8 @@ impl ReferenceOutput {
         &self.gains[pol]
     }
 
-    /// One spectrum of polarisation `pol` (whose gains it uses) from a window of 2nT samples:
-    /// `Y_k` for k = 0..n-1, unquantised.
+    /// One wideband spectrum of polarisation `pol` (whose gains it uses) from a window of 2nT
+    /// samples: `Y_k` for k = 0..n-1, unquantised.
     pub fn spectrum(
         &self,
         pol: usize,
@@ -150,6 +175,11 @@ impl ReferenceOutput {
         phase: f64,
     ) -> Result<Vec<Complex64>> {
         let g = &self.geometry;
+        if self.narrowband.is_some() {
+            return Err(BackendError::Misuse(
+                "spectrum computes wideband spectra; this output is narrowband".into(),
+            ));
+        }
         if pol >= POLS || window.len() != g.window() {
             return Err(BackendError::Misuse(format!(
                 "spectrum needs pol 0 or 1 and a window of {} samples, not pol {pol} and {}",
@@ -175,23 +205,57 @@ impl ReferenceOutput {
             .collect())
     }
 
-    /// This output's spectra of a frame whose input is in `span`, with its delays and timestamp in
-    /// `out`: fills its `heaps` and `saturated` and returns the values before dither and
-    /// quantisation, in output order.
-    fn process(&self, span: &[Vec<f64>; POLS], out: &mut OutputFrame) -> Result<Vec<Complex64>> {
+    /// One narrowband spectrum of polarisation `pol` whose window starts at span offset `offset`,
+    /// the span's first sample being ADC sample `span_start` (the mixer runs on absolute time):
+    /// `G_c Y_c` for c = 0..n-1, unquantised. `fine` is r', `phase` p' (the mixer's phase over the
+    /// delay included), as [`SpectrumDelay`] carries them.
+    fn narrowband_spectrum(
+        &self,
+        nb: &NarrowbandReference,
+        pol: usize,
+        span: &[f64],
+        span_start: u64,
+        delay: SpectrumDelay,
+    ) -> Vec<Complex64> {
+        let x = |t: u64| Complex64::new(span[t.wrapping_sub(span_start) as usize], 0.0);
+        let start = span_start.wrapping_add(delay.offset as u64);
+        let turn = NarrowbandDelay {
+            coarse: 0,
+            fine: delay.fine as f64,
+            phase: delay.phase as f64,
+        };
+        let y = nb.window_spectrum(x, start, &turn);
+        y.iter().zip(&self.gains[pol]).map(|(y, g)| g * y).collect()
+    }
+
+    /// This output's spectra of a frame whose input is in `span` (its first sample ADC sample
+    /// `span_start`), with its delays, timestamp and (narrowband) mixer word in `out`: fills its
+    /// `heaps` and `saturated` and returns the values before dither and quantisation, in output
+    /// order.
+    fn process(
+        &mut self,
+        span: &[Vec<f64>; POLS],
+        span_start: u64,
+        out: &mut OutputFrame,
+    ) -> Result<Vec<Complex64>> {
+        if let Some(nb) = &mut self.narrowband {
+            nb.set_mixer(out.mixer)
+                .map_err(|e| BackendError::Misuse(e.to_string()))?;
+        }
         let g = &self.geometry;
         let mut values = vec![Complex64::new(f64::NAN, f64::NAN); g.output_values()];
         let mut saturated = [0u64; POLS];
         for m in 0..g.spectra_per_frame() {
             for (pol, saturated) in saturated.iter_mut().enumerate() {
-                let SpectrumDelay {
-                    offset,
-                    fine,
-                    phase,
-                } = out.delays[pol][m];
-                let start = offset as usize;
-                let window = &span[pol][start..start + g.window()];
-                let y = self.spectrum(pol, window, fine as f64, phase as f64)?;
+                let delay = out.delays[pol][m];
+                let y = match &self.narrowband {
+                    Some(nb) => self.narrowband_spectrum(nb, pol, &span[pol], span_start, delay),
+                    None => {
+                        let start = delay.offset as usize;
+                        let window = &span[pol][start..start + g.window()];
+                        self.spectrum(pol, window, delay.fine as f64, delay.phase as f64)?
+                    }
+                };
                 let key = g.dither_key(out.timestamp, m);
                 for (k, &v) in y.iter().enumerate() {
                     let e = g.output_index(m, pol, k);
@@ -232,6 +296,7 @@ mod tests {
     use super::super::conformance::*;
     use super::*;
     use crate::backend::{Backend, Synchronous};
+    use crate::signal::narrowband::narrowband_delay;
     use rand::Rng;
 
     /// The formula of docs/signal-path.md evaluated naively (O(n^2) DFT) from the whole sample
@@ -503,6 +568,133 @@ mod tests {
             &[(&reference_backend, Agreement::Exact)],
             true,
         );
+    }
+
+    /// Beside a wideband output, two narrowband ones (each frame's own mixer word) come out as
+    /// from a backend of their own.
+    #[test]
+    fn each_output_as_if_alone_with_narrowband() {
+        check_mixed_outputs_as_if_alone(
+            &reference_backend,
+            &[(&reference_backend, Agreement::Exact)],
+            true,
+        );
+    }
+
+    /// A narrowband output equals the float64 narrowband channeliser of signal::narrowband,
+    /// spectrum by spectrum, over consecutive frames (the span carried, the first overlap silent)
+    /// at timestamps near 2^40, with random gains, delays (fractional, either sign) and fringe
+    /// phases mapped as the engine maps them, and a new random mixer word every frame: exactly
+    /// (bit for bit) against `NarrowbandReference::spectrum_of` with the window move k and the
+    /// f32 r' and p' the backend was handed, and to f32 precision against
+    /// `NarrowbandReference::spectrum` from the delays themselves (its own mapping in f64).
+    #[test]
+    fn narrowband_matches_the_oracle_across_frames() {
+        for (seed, (n, taps, d)) in [(64usize, 4usize, 8usize), (128, 2, 16), (64, 3, 32)]
+            .into_iter()
+            .enumerate()
+        {
+            let margin = 4 * d;
+            let output = narrowband_output(n, taps, d, 2);
+            let step = output.step();
+            // Spectrum m of the frame at A has timestamp A - lag + m step, its undelayed window
+            // at span offset margin + m step (as `narrowband_delays` places it).
+            let lag = (output.window() - step + margin).next_multiple_of(step);
+            let input = InputGeometry {
+                sample_bits: 10,
+                chunk_samples: 2 * output.heap_samples(),
+                overlap_samples: lag + margin,
+            };
+            let g = Channelisation::new(input, output);
+            let mut rb = Synchronous::new(ReferenceBackend::new(input, &[output]).unwrap());
+            let mut rng = rng(40 + seed as u64);
+            let gains = random_gains(&mut rng, &g);
+            set_gains(&mut rb, &gains);
+            let chunk = g.chunk_samples();
+            let first = 1u64 << 40;
+            let span0 = first - input.overlap_samples as u64;
+            let mut history: [Vec<f64>; POLS] = std::array::from_fn(|_| vec![0.0; lag + margin]);
+            let mut frame = rb.alloc_frame().unwrap();
+            let (mut worst, mut spectra) = (0.0f64, 0);
+            for f in 0..3 {
+                let x = [noise(&mut rng, 10, chunk), noise(&mut rng, 10, chunk)];
+                load_chunk(&mut frame, 10, [&x[0], &x[1]]);
+                for pol in 0..POLS {
+                    history[pol].extend(x[pol].iter().map(|&v| v as f64));
+                }
+                let a = first + (f * chunk) as u64;
+                frame.input.timestamp = a;
+                let word = random_mixer_word(&mut rng, d);
+                let at = narrowband_delays(&mut rng, &g, margin, word, &mut frame.outputs[0]);
+                let values = rb.process_unquantised(&mut frame).unwrap();
+                let oracle =
+                    NarrowbandReference::new(Narrowband::new(n, taps, d, word).unwrap()).unwrap();
+                for pol in 0..POLS {
+                    let h = &history[pol];
+                    let x = |t: u64| Complex64::new(h[(t - span0) as usize], 0.0);
+                    for (m, at) in at[pol].iter().enumerate() {
+                        let t0 = a - lag as u64 + (m * step) as u64;
+                        let handed = frame.outputs[0].delays[pol][m];
+                        let nb = narrowband_delay(at, d, word);
+                        let exact = oracle.spectrum_of(
+                            x,
+                            t0,
+                            &NarrowbandDelay {
+                                coarse: nb.coarse,
+                                fine: handed.fine as f64,
+                                phase: handed.phase as f64,
+                            },
+                        );
+                        let mapped = oracle.spectrum(h, span0, t0, at).unwrap();
+                        let (mut err, mut pow) = (0.0, 0.0);
+                        for c in 0..n {
+                            let got = values[g.output_index(m, pol, c)];
+                            let gain = rb.output(0).gains(pol)[c];
+                            assert_eq!(got, gain * exact[c], "frame {f} pol {pol} {m} {c}");
+                            err += (got - gain * mapped[c]).norm_sqr();
+                            pow += got.norm_sqr();
+                        }
+                        worst = worst.max((err / pow).sqrt());
+                        spectra += 1;
+                    }
+                }
+            }
+            println!(
+                "narrowband n {n}, T {taps}, D {d}: {spectra} spectra equal to the oracle's \
+                 (window moved, f32 r' and p'); against its own f64 mapping relative error \
+                 {worst:.1e}"
+            );
+            assert!(worst < 1e-6, "{worst}");
+        }
+    }
+
+    fn reference_outputs(input: InputGeometry, outputs: &[OutputGeometry]) -> OutputsProcessor {
+        let mut rb = Synchronous::new(ReferenceBackend::new(input, outputs).unwrap());
+        Box::new(move |frame| rb.process_unquantised_outputs(frame).unwrap())
+    }
+
+    #[test]
+    fn narrowband_tones_land_in_their_channels() {
+        for (d, c, db, phase) in check_narrowband_tones(&reference_outputs) {
+            println!(
+                "D {d}: tone in channel {c}: within {db:.5} dB of the wideband level, phase \
+                 within {phase:.1e} rad"
+            );
+        }
+    }
+
+    #[test]
+    fn mixer_word_takes_effect_from_its_frame() {
+        check_mixer_change(&reference_backend);
+    }
+
+    #[test]
+    fn narrowband_refusals_are_sentences() {
+        check_narrowband_refusals(&|input, outputs| {
+            Ok(Box::new(Synchronous::new(ReferenceBackend::new(
+                input, outputs,
+            )?)))
+        });
     }
 
     #[test]

@@ -215,6 +215,14 @@ impl NarrowbandReference {
         &self.geometry
     }
 
+    /// Mixes with `word` from now on (a narrowband output's centre may change from frame to
+    /// frame); checked as [`check_mixer_word`] checks it.
+    pub fn set_mixer(&mut self, word: u32) -> Result<()> {
+        check_mixer_word(word, self.geometry.decimation)?;
+        self.geometry.mixer = word;
+        Ok(())
+    }
+
     /// The PFB weights (2nT, as wideband's for n channels and T taps).
     pub fn weights(&self) -> &[f64] {
         &self.weights
@@ -273,10 +281,22 @@ impl NarrowbandReference {
         t0: u64,
         nb: &NarrowbandDelay,
     ) -> Vec<Complex64> {
+        let dec = self.geometry.decimation as u64;
+        let j0 = (t0 / dec).wrapping_sub(nb.coarse as u64);
+        self.window_spectrum(x, j0.wrapping_mul(dec), nb)
+    }
+
+    /// The spectrum of the window whose first ADC sample is `start`, wherever that lies (`nb`'s
+    /// coarse part is not used: the window is already placed), turned by `nb`'s residual and
+    /// phase: what a backend computes from a window offset, r' and p'.
+    pub fn window_spectrum(
+        &self,
+        x: impl Fn(u64) -> Complex64,
+        start: u64,
+        nb: &NarrowbandDelay,
+    ) -> Vec<Complex64> {
         let g = &self.geometry;
         let (n, step, dec) = (g.channels, 2 * g.channels, g.decimation);
-        let j0 = (t0 / dec as u64).wrapping_sub(nb.coarse as u64);
-        let start = j0.wrapping_mul(dec as u64);
         // Mix each input sample of the window once (the filters of neighbouring subsampled
         // samples overlap by L - D), then filter and subsample: the same sums as ddc::ddc_sample.
         let mixed: Vec<Complex64> = (0..g.window() as u64)
