@@ -7,7 +7,8 @@
 //!
 //! # Outputs
 //! One input feeds from 1 to [`MAX_OUTPUTS`] outputs, each with its own channels, taps, filter
-//! design, output bits and dither ([`channelisations`] checks them). A backend reads (unpacks,
+//! design, output bits and dither ([`channelisations`] checks them), wideband or narrowband (a
+//! [`Ddc`] before a complex PFB, mixing with each frame's [`OutputFrame::mixer`]). A backend reads (unpacks,
 //! uploads) each frame's input once and measures its input sensors once, then channelises it once
 //! per output with that output's delays, gains and timestamp, into that output's
 //! [`OutputFrame`]. Every backend serves any such list; the CUDA backend uploads the input once
@@ -122,16 +123,6 @@ pub fn channelisations(
             Ok(g)
         })
         .collect()
-}
-
-/// Refuses narrowband outputs, for a backend (`name`) that computes only wideband ones.
-pub(crate) fn wideband_only(name: &str, outputs: &[Channelisation]) -> Result<()> {
-    match outputs.iter().position(|g| g.output.ddc.is_some()) {
-        Some(k) => Err(BackendError::Unsupported(format!(
-            "output {k} is narrowband, which the {name} backend does not compute yet"
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// The checks every backend makes on `set_gains`.
