@@ -454,6 +454,32 @@ fn outputs_share_one_input_as_if_alone() {
     );
 }
 
+/// Beside a wideband output, narrowband ones (each frame's own mixer word) come out exactly as
+/// from a CUDA backend of their own and within 1 LSB of the float64 reference; a new mixer word
+/// takes effect from its frame; bad narrowband shapes and frames are refused with a sentence.
+#[test]
+fn narrowband_beside_wideband_as_if_alone() {
+    let (input, outputs) = three_outputs(16);
+    if cuda(&Channelisation::new(input, outputs[0])).is_none() {
+        return;
+    }
+    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
+    let reference: Make = &|i, o| {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(i, o).expect("reference"),
+        ))
+    };
+    check_mixed_outputs_as_if_alone(
+        gpu,
+        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        true,
+    );
+    check_mixer_change(gpu);
+    check_narrowband_refusals(&|i, o| {
+        CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>)
+    });
+}
+
 /// From 1 to 8 outputs are served, none or nine refused with a sentence.
 #[test]
 fn output_counts_are_checked() {
