@@ -204,23 +204,42 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         dither: args.dither.then_some(1),
         ddc: None,
     };
+    let chunk = args
+        .spectra_per_heap
+        .saturating_mul(args.heaps_per_frame)
+        .saturating_mul(2 * args.channels);
+    let mut outputs = vec![output];
+    for &(channels, decimation) in &args.narrowband {
+        // Heaps of at most a frame: a narrowband spectrum spans 2nD samples.
+        let spectra = (chunk / (2 * channels * decimation)).max(1);
+        outputs.push(OutputGeometry {
+            channels,
+            spectra_per_heap: args.spectra_per_heap.min(spectra),
+            ddc: Some(backend::Ddc::new(decimation)),
+            ..output
+        });
+    }
     let input = InputGeometry {
         sample_bits: args.sample_bits,
-        chunk_samples: args
-            .spectra_per_heap
-            .saturating_mul(args.heaps_per_frame)
-            .saturating_mul(2 * args.channels),
-        // The FIR's history plus a little coarse delay.
-        overlap_samples: args.taps.max(1) * 2 * args.channels,
+        chunk_samples: chunk,
+        // Every output's FIR history plus a step of coarse delay (a window), on every DDC's grid.
+        overlap_samples: outputs
+            .iter()
+            .map(|o| o.window())
+            .max()
+            .unwrap_or(0)
+            .next_multiple_of(256),
     };
-    backend::Channelisation::new(input, output)
-        .validate()
-        .map_err(|e| EngineError::Bench(crate::config::sentence(e)))?;
+    for (k, o) in outputs.iter().enumerate() {
+        backend::Channelisation::new(input, *o)
+            .validate()
+            .map_err(|e| EngineError::Bench(crate::config::sentence(format!("output {k}: {e}"))))?;
+    }
     if args.frames == 0 {
         return Err(EngineError::Bench("--frames must be at least 1.".into()));
     }
     let mut b =
-        make_backend(args.backend, input, &[output], args.gpu).map_err(EngineError::Start)?;
+        make_backend(args.backend, input, &outputs, args.gpu).map_err(EngineError::Start)?;
     let r = crate::bench::run(b.as_mut(), args.frames)
         .map_err(|e| EngineError::Bench(format!("the benchmark failed: {e}.")))?;
     println!("{r}");
@@ -236,6 +255,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
             chunk_samples: input.chunk_samples,
             frames: args.frames,
             gpu_index: args.gpu,
+            narrowband: args.narrowband.clone(),
             ..Default::default()
         };
         let mut out = std::io::stdout();

@@ -99,7 +99,11 @@ fn prepare(input: &InputGeometry, outputs: &[OutputGeometry], frame: &mut Frame,
         fill_random(chunk, seed);
     }
     for (out, o) in frame.outputs.iter_mut().zip(outputs) {
-        let base = input.overlap_samples - (o.taps - 1) * o.step();
+        // The window less a step ((T-1) 2n for wideband), on the DDC's grid for narrowband.
+        let lag = (o.window() - o.step()).next_multiple_of(o.decimation());
+        let base = input.overlap_samples - lag;
+        // A narrowband centre at a quarter of the sample rate: valid for every decimation.
+        out.mixer = if o.ddc.is_some() { 1 << 30 } else { 0 };
         for delays in &mut out.delays {
             for (m, d) in delays.iter_mut().enumerate() {
                 *d = SpectrumDelay {

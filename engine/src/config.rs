@@ -591,9 +591,26 @@ pub struct BenchArgs {
     /// Dithers the output (as `fengine run` does by default), to time its cost.
     #[arg(long)]
     pub dither: bool,
+    /// A narrowband output of CHANNELS channels and decimation D (8, 16 or 32) beside the
+    /// wideband one, from the same input (repeatable): the figures are then the whole set's.
+    #[arg(long, value_name = "CHANNELS:D", value_parser = parse_bench_narrowband)]
+    pub narrowband: Vec<(usize, usize)>,
     /// CUDA device index.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
+}
+
+/// `--narrowband CHANNELS:D` of `fengine bench`.
+fn parse_bench_narrowband(s: &str) -> Result<(usize, usize), String> {
+    let parsed = s
+        .split_once(':')
+        .and_then(|(n, d)| Some((n.parse().ok()?, d.parse().ok()?)));
+    match parsed {
+        Some((n, d)) if crate::signal::ddc::DECIMATIONS.contains(&d) => Ok((n, d)),
+        _ => Err(format!(
+            "{s:?} is not CHANNELS:D with D 8, 16 or 32 (for example 32768:8)"
+        )),
+    }
 }
 
 /// Everything the pipeline needs, checked and derived from [`RunArgs`]: the engine's one input,
