@@ -375,6 +375,7 @@ fn main() -> anyhow::Result<()> {
         duration_s,
         system: SystemUnderTest {
             engine_url: "http://fengine:7147".into(),
+            output: Some("wideband".into()),
             dsim_url: "http://dsim:8080".into(),
             backend: "cuda".into(),
             channels: CHANNELS,

@@ -1,7 +1,8 @@
 //! Bringing the system under test up, for every command (and the qualification suite and the
 //! live page to come): dsim and the engine reached by URL or launched here as child processes,
-//! the geometry settled from the command line, the engine's status and defaults, and the
-//! receiver started on the engine's output.
+//! the engine's output the harness reads chosen (`--output`), the geometry settled from the
+//! command line, that output's status and defaults, and the receiver started on its
+//! destinations.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -12,11 +13,24 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use spead::transport::Endpoint;
 
-use crate::control::{CounterNames, Tone};
+use crate::band::Band;
+use crate::control::{self, CounterNames, EngineGeometry, Tone};
 use crate::feng_raw::OutputBits;
 use crate::receive::{HeapSink, NoSink, ReceiveConfig, Receiver};
 use crate::record::FilterDesign;
 use crate::services::{self, ArraySpec, LocalSpec, Services};
+
+/// Which of the engine's outputs a command receives and checks (every command that reads an
+/// engine flattens this, through [`SystemArgs`]).
+#[derive(Args, Clone, Debug, Default)]
+pub struct OutputArgs {
+    /// The engine output to receive and check, by the name the engine's /status gives it
+    /// (`fengine --wideband NAME:...` or `--narrowband NAME:...`): the harness joins its
+    /// destinations (unless --dst is given), sets its gains (/outputs/NAME/gains) and counts its
+    /// skipped heaps. [default: the engine's only output, else the one named wideband]
+    #[arg(long, value_name = "NAME", help_heading = "System")]
+    pub output: Option<String>,
+}
 
 /// The system under test.
 #[derive(Args, Clone, Debug)]
@@ -40,9 +54,12 @@ pub struct SystemArgs {
     /// looked at (several URLs: as many engines).
     #[arg(long, value_name = "N", help_heading = "System")]
     pub engines: Option<usize>,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Engine output substreams to join, ADDR[+N]:PORT (N+1 consecutive addresses, multicast or
-    /// unicast; the engine's --dst). Required in URL mode; with --local the default is
-    /// 127.0.0.1+<substreams-1> on a free port.
+    /// unicast; the engine's --dst). In URL mode the default is the destinations the engine's
+    /// /status gives the output (--output), and this is needed only where the status cannot be
+    /// read; with --local the default is 127.0.0.1+<substreams-1> on a free port.
     #[arg(long, help_heading = "System")]
     pub dst: Option<String>,
     /// Interface address to join multicast groups on.
@@ -233,6 +250,17 @@ pub struct Geometry {
     pub filter: FilterDesign,
     /// The engine's output format, from its /status (with --local, what it was told).
     pub bits: OutputBits,
+    /// The frequencies the output's channels cover, from its kind (wideband until the engine
+    /// says otherwise).
+    pub band: Band,
+}
+
+/// The engine output the harness reads, and the engine's others.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChosenOutput {
+    pub name: String,
+    /// Every output the engine has, by name (the chosen one among them).
+    pub outputs: Vec<String>,
 }
 
 /// A running system and the receiver on its output.
@@ -251,6 +279,23 @@ pub struct Setup {
     pub backend: String,
     /// Launched here (--local), rather than reached by URL.
     pub local: bool,
+    /// The engine's output the harness reads (None when the engine's status could not be read).
+    pub output: Option<ChosenOutput>,
+}
+
+impl Setup {
+    /// The name of the output the harness reads, when known.
+    pub fn output_name(&self) -> Option<&str> {
+        self.output.as_ref().map(|o| o.name.as_str())
+    }
+
+    /// The output's name where it tells it apart: when the engine has several outputs.
+    pub fn output_label(&self) -> Option<&str> {
+        self.output
+            .as_ref()
+            .filter(|o| o.outputs.len() > 1)
+            .map(|o| o.name.as_str())
+    }
 }
 
 pub fn parse_tone(s: &str) -> Result<Tone> {
@@ -293,6 +338,8 @@ pub fn setup(
             filter: FilterDesign::default(),
             // The receiver starts before the engine does: with the format the engine is told.
             bits: sys.output_bits.unwrap_or_default(),
+            // The engine launched here has one output, --dst's, named wideband.
+            band: Band::Wideband,
         };
         if sys.substreams == 0 {
             bail!("--substreams must be at least 1");
@@ -362,10 +409,12 @@ pub fn setup(
                     .map_or(0.0, |d| d.as_secs() as f64),
             }),
         };
-        let services = Services::launch(&spec, &rx.endpoint(), counter_names(sys))?;
+        let mut services = Services::launch(&spec, &rx.endpoint(), counter_names(sys))?;
+        let chosen = choose(&mut services, sys.output.output.as_deref())
+            .context("--local launches an engine of one output, named wideband")?;
         // --fengine-args may choose another filter design: the engine says which it runs.
-        if let Ok(g) = services.engine.geometry() {
-            geometry.filter = g.filter;
+        if let Some(c) = &chosen {
+            geometry.filter = c.geometry.filter;
         }
         // ... or another output format, which the receiver, already started, cannot follow.
         check_output_bits(&services, geometry.bits)?;
@@ -379,6 +428,7 @@ pub fn setup(
             array,
             backend: backend.to_string(),
             local: true,
+            output: chosen.map(|c| c.output),
         });
     }
     let (dsim_url, engine_url) = match urls {
@@ -392,7 +442,7 @@ pub fn setup(
                 .context("URL mode needs --engine-url (or use --local)")?,
         ),
     };
-    let services = match array {
+    let mut services = match array {
         None => Services::connect(dsim_url, engine_url, counter_names(sys)),
         Some(_) if urls.is_some() => {
             bail!("an array is reached by --dsim-url and --engine-url lists only")
@@ -403,11 +453,8 @@ pub fn setup(
             counter_names(sys),
         )?,
     };
-    let eg = services
-        .engine
-        .geometry()
-        .map_err(|e| tracing::warn!("engine /status unreadable ({e:#}); using the command line"))
-        .ok();
+    let chosen = choose(&mut services, sys.output.output.as_deref())?;
+    let eg = chosen.as_ref().map(|c| c.geometry);
     let status = services
         .dsim
         .status()
@@ -435,13 +482,9 @@ pub fn setup(
         spectra_per_heap: sys.spectra_per_heap.or(eg.map(|g| g.spectra_per_heap)),
         filter: eg.map(|g| g.filter).unwrap_or_default(),
         bits,
+        band: eg.map(|g| g.band).unwrap_or_default(),
     };
-    let dst: Endpoint = sys
-        .dst
-        .as_deref()
-        .context("URL mode needs --dst, the engine's output ADDR[+N]:PORT")?
-        .parse()
-        .map_err(anyhow::Error::msg)?;
+    let dst = receive_endpoint(sys.dst.as_deref(), chosen.as_ref())?;
     let rx = start_receiver(
         sys,
         &dst,
@@ -472,7 +515,73 @@ pub fn setup(
         array,
         backend: backend.to_string(),
         local: false,
+        output: chosen.map(|c| c.output),
     })
+}
+
+/// The output chosen of an engine, its geometry, and where it goes.
+struct Chosen {
+    output: ChosenOutput,
+    geometry: EngineGeometry,
+    /// Its destinations from the status (an error when they are not IPv4 ADDR:PORT).
+    destinations: Result<Endpoint>,
+}
+
+/// Chooses the output the harness reads from antenna 0's engine's status
+/// ([`control::choose_output`]) and tells every engine client. None (with a warning) when the
+/// status cannot be read: then `wanted`, if given, is taken on trust.
+fn choose(services: &mut Services, wanted: Option<&str>) -> Result<Option<Chosen>> {
+    let status = match services.engine.status() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("engine /status unreadable ({e:#}); using the command line");
+            if let Some(name) = wanted {
+                services.select_output(name);
+            }
+            return Ok(None);
+        }
+    };
+    let url = services.engine.url().to_string();
+    let (name, out) =
+        control::choose_output(&status, wanted).with_context(|| format!("the engine at {url}"))?;
+    let chosen = Chosen {
+        output: ChosenOutput {
+            name: name.to_string(),
+            outputs: status.outputs.keys().cloned().collect(),
+        },
+        geometry: EngineGeometry::of(&status, out)
+            .with_context(|| format!("output {name} of the engine at {url}"))?,
+        destinations: control::destinations(out)
+            .with_context(|| format!("output {name} of the engine at {url}")),
+    };
+    services.select_output(name);
+    Ok(Some(chosen))
+}
+
+/// Where the receiver listens in URL mode: `--dst` where given (with a warning when the engine
+/// says the output goes elsewhere), else the chosen output's destinations.
+fn receive_endpoint(dst: Option<&str>, chosen: Option<&Chosen>) -> Result<Endpoint> {
+    let sent_to = chosen.map(|c| (c.output.name.as_str(), c.destinations.as_ref()));
+    match (dst, sent_to) {
+        (Some(d), sent_to) => {
+            let given: Endpoint = d.parse().map_err(anyhow::Error::msg)?;
+            if let Some((name, Ok(e))) = sent_to {
+                if e.addrs != given.addrs {
+                    tracing::warn!(
+                        "--dst {given} is not where output {name} goes ({e}, its /status says); \
+                         receiving --dst as given"
+                    );
+                }
+            }
+            Ok(given)
+        }
+        (None, Some((_, Ok(e)))) => Ok(e.clone()),
+        (None, Some((_, Err(e)))) => bail!("{e:#}: give --dst"),
+        (None, None) => bail!(
+            "URL mode needs --dst, the engine's output ADDR[+N]:PORT, where the engine's /status \
+             (which names it) cannot be read"
+        ),
+    }
 }
 
 /// The output format an engine's /status names, or an error that says the harness cannot read it.
@@ -510,6 +619,7 @@ pub fn start_receiver(
     sink: Option<Arc<dyn HeapSink>>,
 ) -> Result<Receiver> {
     let mut cfg = ReceiveConfig::new(dst.addrs.clone(), g.channels);
+    cfg.decimation = g.band.decimation();
     cfg.array = array;
     cfg.payload = sink.is_some();
     let sink = sink.unwrap_or_else(|| Arc::new(NoSink));
@@ -518,4 +628,52 @@ pub fn start_receiver(
     cfg.interface = sys.interface;
     cfg.buffer_bytes = sys.rcvbuf;
     Ok(Receiver::start(&cfg, sink)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Output `fine` of an engine of two, going to `destinations`.
+    fn chosen(destinations: Result<Endpoint>) -> Chosen {
+        Chosen {
+            output: ChosenOutput {
+                name: "fine".into(),
+                outputs: vec!["fine".into(), "wide".into()],
+            },
+            geometry: EngineGeometry {
+                channels: 4096,
+                taps: 16,
+                spectra_per_heap: 256,
+                adc_sample_rate: 1712e6,
+                filter: FilterDesign::default(),
+                output_bits: 8,
+                band: Band::Wideband,
+            },
+            destinations,
+        }
+    }
+
+    /// URL mode binds the chosen output's destinations; --dst, where given, wins; without the
+    /// engine's status --dst is needed.
+    #[test]
+    fn the_receiver_binds_the_chosen_outputs_destinations() {
+        let e: Endpoint = "239.10.2.0+3:7148".parse().unwrap();
+        let c = chosen(Ok(e.clone()));
+        assert_eq!(receive_endpoint(None, Some(&c)).unwrap().addrs, e.addrs);
+        let given = receive_endpoint(Some("127.0.0.1:7150"), Some(&c)).unwrap();
+        assert_eq!(given.to_string(), "127.0.0.1:7150");
+        let given = receive_endpoint(Some("127.0.0.1+1:7150"), None).unwrap();
+        assert_eq!(given.addrs.len(), 2);
+        let err = receive_endpoint(None, None).unwrap_err().to_string();
+        assert!(err.contains("needs --dst"), "{err}");
+        let c = chosen(Err(anyhow::anyhow!(
+            "output fine: destination \"x\" is not IPv4"
+        )));
+        let err = receive_endpoint(None, Some(&c)).unwrap_err().to_string();
+        assert!(
+            err.contains("not IPv4") && err.contains("give --dst"),
+            "{err}"
+        );
+    }
 }

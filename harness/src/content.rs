@@ -167,14 +167,6 @@ pub fn db(power: f64) -> f64 {
     }
 }
 
-/// The (fractional) channel whose centre is nearest `freq_hz`: channel k is centred on
-/// k fs / (2n). Frequencies above fs/2 fold back (real sampling).
-pub fn tone_channel(freq_hz: f64, adc_rate: f64, channels: usize) -> f64 {
-    let f = freq_hz.rem_euclid(adc_rate);
-    let f = if f > adc_rate / 2.0 { adc_rate - f } else { f };
-    f * 2.0 * channels as f64 / adc_rate
-}
-
 /// What the content check concluded for one interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -502,16 +494,6 @@ mod tests {
         m.heap(0, 0, 1, &heap(8, 4, 2, 6, 6, 0));
         m.heap(1, 8, 1, &[0u8; 8 * 2 * 3 + 1]);
         assert_eq!(m.take().1, 1);
-    }
-
-    #[test]
-    fn tone_channels() {
-        // Channel k centred on k fs / 2n.
-        assert_eq!(tone_channel(1712e6 / 8.0, 1712e6, 1024), 256.0);
-        assert!((tone_channel(100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
-        // Aliases fold back.
-        assert!((tone_channel(900e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
-        assert!((tone_channel(1100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
     }
 
     #[test]

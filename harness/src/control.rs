@@ -5,17 +5,28 @@
 //! - dsim: `GET /status`, `PUT /rate`, `PUT /signal`, `PUT /faults`, `GET /metrics`.
 //! - fengine: `GET /status`, `GET /metrics` (Prometheus text, with the missing-input and
 //!   skipped-output counters, read by name pattern so that another engine's names can be given),
-//!   `PUT /gains`, `PUT /delays`.
+//!   `PUT /outputs/NAME/gains`, `PUT /delays`.
+//!
+//! An engine serves one or more outputs, keyed by name in its status. The harness reads one of
+//! them ([`choose_output`]: `--output NAME`, else the engine's only output, else the one named
+//! `wideband`); an [`Engine`] client told which ([`Engine::select_output`]) sends gains to that
+//! output and counts only that output's skipped heaps.
 //!
 //! Services started with a control token (`--control-token`) refuse mutating requests without
 //! it: the clients send `DSIM_CONTROL_TOKEN` and `FENGINE_CONTROL_TOKEN` from the environment.
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use std::net::{SocketAddr, SocketAddrV4};
+
+use anyhow::{anyhow, bail, Context, Result};
+use fgpu_api::engine::{Output, Status, WIDEBAND};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
+use spead::transport::Endpoint;
+
+use crate::band::Band;
 
 pub use fgpu_api::dsim::{SignalChange, Tone};
 
@@ -265,6 +276,9 @@ impl Default for CounterNames {
 pub struct Engine {
     client: Client,
     names: CounterNames,
+    /// The output this client reads and sets gains of; None until chosen (then gains go to
+    /// `/gains`, the engine's output named wideband, and counters are not told apart).
+    output: Option<String>,
 }
 
 impl Engine {
@@ -272,10 +286,32 @@ impl Engine {
         Self {
             client: Client::new(url, "FENGINE_CONTROL_TOKEN"),
             names,
+            output: None,
         }
     }
     pub fn url(&self) -> &str {
         &self.client.base
+    }
+    /// Reads output `name` from now on: its geometry, its gains, its skipped heaps.
+    pub fn select_output(&mut self, name: &str) {
+        self.output = Some(name.to_string());
+    }
+    /// The output chosen with [`select_output`](Self::select_output), if any.
+    pub fn output_name(&self) -> Option<&str> {
+        self.output.as_deref()
+    }
+    /// The output this client reads in `status`: the one selected, else [`choose_output`]'s
+    /// default. The error names the engine and its outputs.
+    pub fn output_in<'a>(&self, status: &'a Status) -> Result<(&'a str, &'a Output)> {
+        choose_output(status, self.output.as_deref())
+            .with_context(|| format!("the engine at {}", self.url()))
+    }
+    /// Where the chosen output's gains live.
+    fn gains_path(&self) -> String {
+        match &self.output {
+            Some(name) => format!("/outputs/{name}/gains"),
+            None => "/gains".into(),
+        }
     }
     /// Which series hold the counters.
     pub fn counter_names(&self) -> &CounterNames {
@@ -291,7 +327,11 @@ impl Engine {
     /// trial that cannot see them must not pass).
     pub fn counters(&self) -> Result<EngineCounters> {
         let text = self.metrics()?;
-        let samples = parse_prometheus(&text);
+        let mut samples = parse_prometheus(&text);
+        // Another output's series (labelled with its name) are not this output's loss.
+        if let Some(name) = &self.output {
+            samples.retain(|s| label(&s.labels, "output").is_none_or(|o| o == name));
+        }
         let get = |pattern: &str| {
             sum_matching(&samples, pattern)
                 .ok_or_else(|| anyhow!("engine /metrics has no series matching '{pattern}'"))
@@ -301,42 +341,105 @@ impl Engine {
             skipped_output: get(&self.names.skipped_output)?,
         })
     }
-    /// Sets one real gain for every channel of both polarisations.
+    /// Sets one real gain for every channel of both polarisations of the chosen output.
     pub fn set_gain(&self, gain: f64) -> Result<()> {
         self.client
-            .put_json("/gains", &json!({ "pol0": gain, "pol1": gain }))
+            .put_json(&self.gains_path(), &json!({ "pol0": gain, "pol1": gain }))
             .map(|_| ())
     }
     pub fn status(&self) -> Result<fgpu_api::engine::Status> {
         self.client.get_typed("/status", "an F-engine's status")
     }
-    /// Sets the wideband output's gains: per polarisation a number, `[re, im]`, or one
-    /// `[re, im]` per channel (the engine's PUT /gains body).
+    /// Sets the chosen output's gains: per polarisation a number, `[re, im]`, or one
+    /// `[re, im]` per channel (the engine's PUT /outputs/NAME/gains body).
     pub fn set_gains(&self, body: &impl Serialize) -> Result<Value> {
-        self.client.put_json("/gains", body)
+        self.client.put_json(&self.gains_path(), body)
     }
-    /// The wideband output's gains, in the shape PUT /gains takes.
+    /// The chosen output's gains, in the shape PUT takes.
     pub fn gains(&self) -> Result<Value> {
-        self.client.get_json("/gains")
+        self.client.get_json(&self.gains_path())
     }
     /// Loads delay models (the engine's PUT /delays body, katgpucbf's units).
     pub fn set_delays(&self, body: &Value) -> Result<Value> {
         self.client.put_json("/delays", body)
     }
-    /// The wideband output's shape and the ADC rate, from `/status`.
+    /// The chosen output's shape and the ADC rate, from `/status`.
     pub fn geometry(&self) -> Result<EngineGeometry> {
         let status = self.status()?;
-        EngineGeometry::of(&status).ok_or_else(|| {
-            anyhow!(
-                "the engine at {} has no wideband output (its outputs: {:?})",
-                self.url(),
-                status.outputs.keys().collect::<Vec<_>>()
-            )
-        })
+        let (name, out) = self.output_in(&status)?;
+        EngineGeometry::of(&status, out)
+            .with_context(|| format!("output {name} of the engine at {}", self.url()))
     }
 }
 
-/// What the harness needs to know of the engine's wideband output to receive and check it.
+/// The output the harness reads of an engine whose status is `status`: `wanted` (`--output`)
+/// if given, else the engine's only output, else the one named [`WIDEBAND`]. Errors list the
+/// engine's outputs.
+pub fn choose_output<'a>(
+    status: &'a Status,
+    wanted: Option<&str>,
+) -> Result<(&'a str, &'a Output)> {
+    let names = || {
+        status
+            .outputs
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(name) = wanted {
+        return match status.outputs.get_key_value(name) {
+            Some((n, o)) => Ok((n.as_str(), o)),
+            None => bail!("has no output named {name:?} (its outputs: {})", names()),
+        };
+    }
+    if status.outputs.len() == 1 {
+        let (n, o) = status.outputs.iter().next().expect("one output");
+        return Ok((n.as_str(), o));
+    }
+    match status.outputs.get_key_value(WIDEBAND) {
+        Some((n, o)) => Ok((n.as_str(), o)),
+        None if status.outputs.is_empty() => bail!("reports no output"),
+        None => bail!(
+            "has {} outputs ({}) and none named {WIDEBAND}: choose one with --output NAME",
+            status.outputs.len(),
+            names()
+        ),
+    }
+}
+
+/// The substreams an output sends to, as the receiver binds them (substream i at index i).
+pub fn destinations(output: &Output) -> Result<Endpoint> {
+    let addrs = output
+        .destinations
+        .iter()
+        .map(|d| match d.parse::<SocketAddr>() {
+            Ok(SocketAddr::V4(a)) => Ok(a),
+            _ => Err(anyhow!("destination {d:?} is not an IPv4 ADDR:PORT")),
+        })
+        .collect::<Result<Vec<SocketAddrV4>>>()?;
+    if addrs.is_empty() {
+        bail!("the output lists no destinations");
+    }
+    Ok(Endpoint { addrs })
+}
+
+/// The value of label `key` in a Prometheus label text (`a="x",output="wide"`).
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    let mut rest = labels;
+    while let Some(eq) = rest.find("=\"") {
+        let name = rest[..eq].trim().trim_start_matches(',').trim();
+        let value = &rest[eq + 2..];
+        let end = value.find('"')?;
+        if name == key {
+            return Some(&value[..end]);
+        }
+        rest = &value[end + 1..];
+    }
+    None
+}
+
+/// What the harness needs to know of the engine's chosen output to receive and check it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct EngineGeometry {
     pub channels: usize,
@@ -346,22 +449,25 @@ pub struct EngineGeometry {
     pub filter: crate::record::FilterDesign,
     /// Bits per output component, as the engine says (8 or 4; an older engine says nothing: 8).
     pub output_bits: u32,
+    /// The frequencies its channels cover.
+    pub band: Band,
 }
 
 impl EngineGeometry {
-    /// The wideband output's geometry; None when the engine has no wideband output.
-    pub fn of(status: &fgpu_api::engine::Status) -> Option<Self> {
-        let w = status.wideband()?;
-        Some(Self {
-            channels: w.channels,
-            taps: w.taps,
-            spectra_per_heap: w.spectra_per_heap,
+    /// The geometry of `output`, one of the outputs of the engine whose status is `status`; an
+    /// error when its band cannot be told ([`Band::of`]).
+    pub fn of(status: &Status, output: &Output) -> Result<Self> {
+        Ok(Self {
+            channels: output.channels,
+            taps: output.taps,
+            spectra_per_heap: output.spectra_per_heap,
             adc_sample_rate: status.adc_sample_rate,
             filter: crate::record::FilterDesign {
-                rect: w.window_function == "rect",
-                w_cutoff: w.w_cutoff,
+                rect: output.window_function == "rect",
+                w_cutoff: output.w_cutoff,
             },
-            output_bits: w.bits,
+            output_bits: output.bits,
+            band: Band::of(output)?,
         })
     }
 }
@@ -516,6 +622,7 @@ mod tests {
             send_errors: 0,
             last_timestamp: 0,
             saturated: vec![0, 0],
+            narrowband: None,
         };
         serde_json::to_string(&Status {
             backend: "cpu".into(),
@@ -680,6 +787,130 @@ mod tests {
     fn urls() {
         assert_eq!(normalise_url("127.0.0.1:8080/"), "http://127.0.0.1:8080");
         assert_eq!(normalise_url("http://dsim:80"), "http://dsim:80");
+    }
+
+    /// An engine of two outputs: `wide` (the one of [`engine_status_text`], 1024 channels to
+    /// 127.0.0.1:7150) and `fine` (4096 channels, 4-bit, to 239.10.2.0+3:7148).
+    fn two_outputs() -> fgpu_api::engine::Status {
+        let mut st: fgpu_api::engine::Status = serde_json::from_str(&engine_status_text()).unwrap();
+        let wide = st.outputs.remove(WIDEBAND).unwrap();
+        let mut fine = wide.clone();
+        fine.channels = 4096;
+        fine.substreams = 4;
+        fine.channels_per_substream = 1024;
+        fine.bits = 4;
+        fine.destinations = (0..4).map(|i| format!("239.10.2.{i}:7148")).collect();
+        st.outputs.insert("wide".into(), wide);
+        st.outputs.insert("fine".into(), fine);
+        st
+    }
+
+    fn two_outputs_text() -> String {
+        serde_json::to_string(&two_outputs()).unwrap()
+    }
+
+    /// `--output NAME`, else the only output, else the one named wideband; else an error that
+    /// lists the outputs.
+    #[test]
+    fn the_output_read_is_chosen_by_name_or_by_default() {
+        let st = two_outputs();
+        let (name, out) = choose_output(&st, Some("fine")).unwrap();
+        assert_eq!((name, out.channels), ("fine", 4096));
+        let err = choose_output(&st, None).unwrap_err().to_string();
+        assert!(
+            err.contains("has 2 outputs (fine, wide)") && err.contains("--output NAME"),
+            "{err}"
+        );
+        let err = choose_output(&st, Some("nope")).unwrap_err().to_string();
+        assert!(
+            err.contains("no output named \"nope\" (its outputs: fine, wide)"),
+            "{err}"
+        );
+        // Among several, the one named wideband.
+        let mut three = st.clone();
+        three
+            .outputs
+            .insert(WIDEBAND.into(), st.outputs["wide"].clone());
+        assert_eq!(choose_output(&three, None).unwrap().0, WIDEBAND);
+        // The only output, whatever its name.
+        let mut one = st.clone();
+        one.outputs.remove("wide");
+        assert_eq!(choose_output(&one, None).unwrap().0, "fine");
+        one.outputs.clear();
+        let err = choose_output(&one, None).unwrap_err().to_string();
+        assert!(err.contains("reports no output"), "{err}");
+        // Where each goes, as the receiver binds it.
+        assert_eq!(
+            destinations(&st.outputs["fine"]).unwrap().to_string(),
+            "239.10.2.0+3:7148"
+        );
+        assert_eq!(
+            destinations(&st.outputs["wide"]).unwrap().to_string(),
+            "127.0.0.1:7150"
+        );
+        let mut odd = st.outputs["wide"].clone();
+        odd.destinations = vec!["[::1]:7150".into()];
+        assert!(destinations(&odd).is_err());
+        odd.destinations.clear();
+        assert!(destinations(&odd).is_err());
+    }
+
+    #[test]
+    fn prometheus_labels() {
+        let l = r#"backend="cpu",output="wide",substream="1""#;
+        assert_eq!(label(l, "output"), Some("wide"));
+        assert_eq!(label(l, "substream"), Some("1"));
+        assert_eq!(label(l, "backend"), Some("cpu"));
+        assert_eq!(label(l, "pol"), None);
+        assert_eq!(label("", "output"), None);
+    }
+
+    /// A client told the output reads that output's geometry, sets its gains and counts only its
+    /// skipped heaps; one not told finds no default among two outputs and says which there are.
+    #[test]
+    fn an_engine_client_reads_the_output_it_is_told() {
+        let (url, seen) = fake_server(|method, path| match (method, path) {
+            ("GET", "/status") => (200, two_outputs_text()),
+            ("GET", "/metrics") => (
+                200,
+                "fengine_input_missing_heaps_total{backend=\"cpu\",pol=\"0\"} 2\n\
+                fengine_output_skipped_heaps_total{backend=\"cpu\",output=\"wide\"} 4\n\
+                fengine_output_skipped_heaps_total{backend=\"cpu\",output=\"fine\"} 1\n\
+                fengine_output_send_errors_total{backend=\"cpu\",output=\"fine\"} 2\n"
+                    .into(),
+            ),
+            ("PUT", "/outputs/fine/gains") => (200, "{}".into()),
+            ("GET", "/outputs/fine/gains") => (200, r#"{"pol0": [[1, 0]]}"#.into()),
+            _ => (404, "no such resource".into()),
+        });
+        let mut engine = Engine::new(&url, CounterNames::default());
+        let err = format!("{:#}", engine.geometry().unwrap_err());
+        assert!(err.contains(&url) && err.contains("(fine, wide)"), "{err}");
+        // Every output's skipped heaps, not told which.
+        assert_eq!(engine.counters().unwrap().skipped_output, 7.0);
+        engine.select_output("fine");
+        assert_eq!(engine.output_name(), Some("fine"));
+        let g = engine.geometry().unwrap();
+        assert_eq!(
+            (g.channels, g.output_bits, g.band),
+            (4096, 4, Band::Wideband)
+        );
+        assert_eq!(
+            engine.counters().unwrap(),
+            EngineCounters {
+                missing_input: 2.0,
+                skipped_output: 3.0
+            }
+        );
+        engine.set_gain(0.5).unwrap();
+        assert_eq!(engine.gains().unwrap(), json!({"pol0": [[1, 0]]}));
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter().any(|s| s.0 == "PUT"
+                && s.1 == "/outputs/fine/gains"
+                && s.2 == r#"{"pol0":0.5,"pol1":0.5}"#),
+            "{seen:?}"
+        );
     }
 
     /// The engine's status gives the wideband geometry; a reply of another shape is an error

@@ -7,7 +7,7 @@
 //! Bringing the system up and reaching it:
 //! - [`bringup`]: the system under test, by URL or launched here, and the receiver on its output.
 //! - [`services`]: reaching dsim and the engine by URL, or launching them as local processes.
-//! - [`control`]: their HTTP APIs.
+//! - [`control`]: their HTTP APIs, and which of the engine's outputs the harness reads.
 //! - [`signals`]: Ctrl-C handling, so that child processes are always stopped.
 //!
 //! Measuring (loops that produce records and never print):
@@ -16,6 +16,7 @@
 //!   output heaps a lost input heap takes with it.
 //! - [`feng_raw`]: the output heaps' values, 8-bit or 4-bit, as the harness reads them.
 //! - [`content`]: per-channel power, strongest channel, the tone check.
+//! - [`band`]: which frequency each channel of an output holds (by the output's kind).
 //! - [`watch`]: the `watch` loop, one record per interval, published on a [`feed`].
 //! - [`search`]: the binary search with repeats, over any trial function.
 //! - [`trial`]: one max-rate trial against the real system.
@@ -34,6 +35,7 @@
 //!
 //! - [`commands`]: `watch`, `max-rate`, `response`, `qualify` and `soak`, each wiring the above together.
 
+pub mod band;
 pub mod bringup;
 pub mod commands;
 pub mod content;

@@ -14,9 +14,11 @@ use harness::signals;
     version,
     about = "Test harness of the F-engine test bed: watch the output, search the max rate, measure the channel response, qualify the engine, soak the system",
     long_about = "Test harness of the F-engine test bed (dsim -> fengine -> harness).\n\n\
-        Two ways to reach the system: running services by URL (--dsim-url, --engine-url, --dst; \
-        inside compose), or --local, which launches dsim and fengine here as child processes over \
-        loopback and stops them on exit or Ctrl-C.\n\n\
+        Two ways to reach the system: running services by URL (--dsim-url, --engine-url, and --dst \
+        where the engine's /status cannot say where its output goes; inside compose), or --local, \
+        which launches dsim and fengine here as child processes over loopback and stops them on \
+        exit or Ctrl-C. Of an engine with several outputs, --output NAME says which to read \
+        [default: its only output, else the one named wideband].\n\n\
         Units: rates are ADC samples per second per polarisation (1.712e9 or 1712e6); times are \
         seconds; frequencies are Hz. Progress goes to stderr, results (JSON) to stdout and files."
 )]

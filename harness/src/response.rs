@@ -234,6 +234,7 @@ pub fn analyse(
     }
     let max_dev = worst.map(|w| w.0);
     ResponseReport {
+        output: None,
         pass: compared > 0 && max_dev.is_some_and(|d| d <= config.tolerance_db),
         max_deviation_db: max_dev,
         worst_offset: worst.map(|w| w.1),
@@ -293,12 +294,12 @@ pub fn measure(
 ) -> Result<ResponseReport> {
     let weights = design_weights(geometry.channels, geometry.taps, geometry.filter);
     let wsum = coherent_gain(&weights);
-    let channel_width = geometry.adc_rate / (2.0 * geometry.channels as f64);
+    let (band, fs, n) = (geometry.band, geometry.adc_rate, geometry.channels);
     let offs = offsets(config.span, config.steps_per_channel);
     let mut points = Vec::with_capacity(offs.len());
     let mut gains_work = config.set_gains;
     for (i, &d) in offs.iter().enumerate() {
-        let frequency = (config.channel as f64 + d) * channel_width;
+        let frequency = band.frequency(config.channel as f64 + d, fs, n);
         let applied = services.dsim.set_tone(
             Tone {
                 frequency,
@@ -308,7 +309,7 @@ pub fn measure(
         )?;
         // dsim rounds the frequency to whole cycles per buffer: use what it generates.
         let frequency = applied.frequency.unwrap_or(frequency);
-        let d = frequency / channel_width - config.channel as f64;
+        let d = band.channel(frequency, fs, n) - config.channel as f64;
         let theory_db = response_db(&weights, geometry.channels, d);
         let mut gain = 1.0;
         if gains_work {
@@ -523,6 +524,7 @@ mod tests {
             output_bits: OutputBits::Eight,
             adc_rate: 1712e6,
             filter: FilterDesign::default(),
+            band: crate::band::Band::Wideband,
         }
     }
 

@@ -175,6 +175,14 @@ impl Services {
         Ok(me)
     }
 
+    /// Every engine client reads output `name` from now on (its gains, its counters).
+    pub fn select_output(&mut self, name: &str) {
+        self.engine.select_output(name);
+        for a in &mut self.antennas {
+            a.engine.select_output(name);
+        }
+    }
+
     /// The processes whose CPU time a trial reports: the children launched here, and the harness.
     pub fn pids(&self) -> Vec<(String, u32)> {
         self.children

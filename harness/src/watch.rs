@@ -26,6 +26,8 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     /// How often an interval record is published.
     pub progress_interval: Duration,
+    /// The output's name for the interval records, where the engine has several.
+    pub output_label: Option<String>,
 }
 
 /// One engine as the watch follows it: the monitor its heaps go to, the tone expected in them,
@@ -165,6 +167,7 @@ pub fn run(
             input: first.input,
             power: Arc::new(powers.swap_remove(0)),
             engines: if array { engines } else { Vec::new() },
+            output: opts.output_label.clone(),
         });
         prev = now;
         let done = opts.duration.is_some_and(|d| start.elapsed() >= d);
@@ -360,6 +363,7 @@ fn summarise(
     WatchSummary {
         ok: failures.is_empty(),
         failures,
+        output: None,
         duration_s,
         substreams: snap.substreams.len(),
         heaps,

@@ -53,7 +53,8 @@ pub struct MaxRateArgs {
     /// URL mode with --compare-null: the null-backend engine's control URL.
     #[arg(long)]
     pub null_engine_url: Option<String>,
-    /// URL mode with --compare-null: the null-backend engine's output substreams.
+    /// URL mode with --compare-null: the null-backend engine's output substreams [default:
+    /// the destinations its /status gives the output, as for the engine under test].
     #[arg(long)]
     pub null_dst: Option<String>,
     /// A rate measured beside the search, NAME=RATE in sample/s per polarisation (e.g. the
@@ -87,8 +88,8 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
     let array = bringup::array_size(&a.system)?;
     let mut backends = vec![a.system.backend.clone()];
     if a.compare_null {
-        if !a.system.local && (a.null_engine_url.is_none() || a.null_dst.is_none()) {
-            bail!("--compare-null needs --local, or --null-engine-url and --null-dst in URL mode");
+        if !a.system.local && a.null_engine_url.is_none() {
+            bail!("--compare-null needs --local, or --null-engine-url in URL mode");
         }
         if !a.system.local && array.is_some() {
             bail!("--compare-null in URL mode compares one engine: with --engines, use --local");
@@ -153,6 +154,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         };
         let mut s = bringup::setup(&sys, backend, urls, Some(&a.out_dir), |_, _| None)?;
         announce(&s);
+        let output = s.output_name().map(String::from);
         let backend_name = if sys.local {
             backend.clone()
         } else if null_second {
@@ -202,6 +204,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                 // Keep what was measured (an interrupt, a service that died) before failing.
                 report.searches.push(SearchReport {
                     backend: backend_name,
+                    output,
                     config: cfg,
                     best: None,
                     engines: array,
@@ -224,6 +227,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         );
         report.searches.push(SearchReport {
             backend: backend_name,
+            output,
             config: cfg,
             best: result.best,
             engines: array,

@@ -15,29 +15,30 @@ pub mod soak;
 pub mod watch;
 
 /// Says on stderr what [`bringup::setup`](crate::bringup::setup) launched or attached to: the
-/// services, where their output goes, and each engine's output format and dither (read from its
-/// `/status`, once).
+/// services, which of the engine's outputs the harness reads and where it goes, and each
+/// engine's output format and dither (read from its `/status`, once).
 fn announce(s: &Setup) {
     let status = |e: &Engine| e.status().ok();
+    let name = s.output_name();
     if s.array.is_none() {
         let st = status(&s.services.engine);
         let backend = st.as_ref().map_or(s.backend.as_str(), |st| &st.backend);
         eprintln!(
-            "{} system: fengine --backend {backend} ({}), dsim ({}), output {} ({})",
+            "{} system: fengine --backend {backend} ({}), dsim ({}), {} ({})",
             if s.local { "local" } else { "attached" },
             s.services.engine.url(),
             s.services.dsim.url(),
-            s.rx.endpoint(),
-            output_text(st.as_ref(), s.geometry.bits),
+            output_where(s),
+            output_text(st.as_ref(), name, s.geometry.bits),
         );
         return;
     }
     eprintln!(
-        "{} array of {} antennas: fengine --backend {}, output {} ({})",
+        "{} array of {} antennas: fengine --backend {}, {} ({})",
         if s.local { "local" } else { "attached" },
         s.services.antennas.len(),
         s.backend,
-        s.rx.endpoint(),
+        output_where(s),
         s.geometry.bits
     );
     for (i, a) in s.services.antennas.iter().enumerate() {
@@ -50,15 +51,26 @@ fn announce(s: &Setup) {
                 .copied()
                 .flatten()
                 .map_or("none".into(), |t| format!("{} Hz", t.frequency)),
-            output_text(status(&a.engine).as_ref(), s.geometry.bits),
+            output_text(status(&a.engine).as_ref(), name, s.geometry.bits),
         );
     }
 }
 
-/// An engine's wideband output as [`announce`] gives it: `8-bit, dither seed 5`, `4-bit, no
+/// The output read and where it goes: `output wide (of wide, fine) at 239.10.1.1+3:7148`; the
+/// engine's other outputs only when it has several, the name only when known.
+fn output_where(s: &Setup) -> String {
+    let name = match &s.output {
+        Some(o) if o.outputs.len() > 1 => format!(" {} (of {})", o.name, o.outputs.join(", ")),
+        Some(o) => format!(" {}", o.name),
+        None => String::new(),
+    };
+    format!("output{name} at {}", s.rx.endpoint())
+}
+
+/// An engine's output `name` as [`announce`] gives it: `8-bit, dither seed 5`, `4-bit, no
 /// dither`; from the engine's status when read, else only the bits the harness receives.
-fn output_text(status: Option<&Status>, bits: OutputBits) -> String {
-    match status.and_then(Status::wideband) {
+fn output_text(status: Option<&Status>, name: Option<&str>, bits: OutputBits) -> String {
+    match status.zip(name).and_then(|(s, n)| s.output(n)) {
         Some(w) => format!(
             "{}-bit, {}",
             w.bits,
@@ -95,16 +107,28 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            output_text(Some(&status), OutputBits::Eight),
+            output_text(Some(&status), Some("wideband"), OutputBits::Eight),
             "8-bit, no dither"
         );
         let w = status.outputs.get_mut("wideband").unwrap();
         w.bits = 4;
         w.dither_seed = Some(5);
         assert_eq!(
-            output_text(Some(&status), OutputBits::Four),
+            output_text(Some(&status), Some("wideband"), OutputBits::Four),
             "4-bit, dither seed 5"
         );
-        assert_eq!(output_text(None, OutputBits::Four), "4-bit, dither unknown");
+        assert_eq!(
+            output_text(None, Some("wideband"), OutputBits::Four),
+            "4-bit, dither unknown"
+        );
+        // Another output's format, by its name.
+        let mut fine = status.outputs["wideband"].clone();
+        fine.bits = 8;
+        fine.dither_seed = None;
+        status.outputs.insert("fine".into(), fine);
+        assert_eq!(
+            output_text(Some(&status), Some("fine"), OutputBits::Eight),
+            "8-bit, no dither"
+        );
     }
 }

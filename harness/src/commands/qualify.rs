@@ -10,6 +10,7 @@ use clap::Args;
 use fgpu_api::dsim::{PolSignal, PolsRequest, SignalRequest};
 
 use super::announce;
+use crate::band::Band;
 use crate::bringup::{self, SystemArgs};
 use crate::feng_raw::OutputBits;
 use crate::qualify::spectra::Spectra;
@@ -112,12 +113,16 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         .engine
         .status()
         .context("reading the engine's status")?;
-    let out = status.wideband().ok_or_else(|| {
-        anyhow!(
-            "the engine at {} has no wideband output",
-            s.services.engine.url()
-        )
-    })?;
+    let (output, out) = s.services.engine.output_in(&status)?;
+    let band = s.geometry.band;
+    if band != Band::Wideband {
+        // The checks' expectations (delays across the band, group delay, the oracle of lost
+        // data) are wideband's.
+        bail!(
+            "output {output} is a {} output: qualify's checks are written for wideband outputs",
+            band.kind()
+        );
+    }
     let adc_rate = s
         .adc_rate
         .filter(|r| *r > 0.0)
@@ -132,6 +137,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         chunk_samples: status.input.chunk_samples,
         filter: s.geometry.filter,
         output_bits: s.geometry.bits,
+        band,
     };
     if geometry.output_bits != OutputBits::Eight {
         tracing::warn!(
@@ -142,6 +148,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
     }
     let system = SystemUnderTest {
         engine_url: s.services.engine.url().into(),
+        output: Some(output.to_string()),
         dsim_url: s.services.dsim.url().into(),
         backend: status.backend.clone(),
         channels: geometry.channels,

@@ -96,7 +96,11 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
             .adc_rate
             .context("the ADC rate is unknown: give --adc-rate")?,
         filter: s.geometry.filter,
+        band: s.geometry.band,
     };
+    let output = s.output_name().map(String::from);
+    // The plot names the output where the engine has several.
+    let label = s.output_label().map(|o| format!("output {o}, "));
     let config = ResponseConfig {
         channel,
         span: a.span,
@@ -122,7 +126,8 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
     let Setup { services, rx, .. } = s;
     drop(rx);
     drop(services);
-    let r = result?;
+    let mut r = result?;
+    r.output = output.clone();
     report::write_json(&a.out_dir.join("response.json"), &r)?;
     let theory = response::theory_curve(&geometry, -a.span.abs(), a.span.abs(), 801);
     report::plot_response(
@@ -131,14 +136,18 @@ pub fn run(a: ResponseArgs) -> Result<bool> {
         &r.points,
         a.floor_db,
         &format!(
-            "channel response: {} channels, {} taps, channel {}",
-            geometry.channels, geometry.taps, channel
+            "channel response: {}{} channels, {} taps, channel {}",
+            label.unwrap_or_default(),
+            geometry.channels,
+            geometry.taps,
+            channel
         ),
     )?;
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
             "pass": r.pass,
+            "output": output,
             "max_deviation_db": r.max_deviation_db,
             "worst_offset": r.worst_offset,
             "compared_points": r.compared,

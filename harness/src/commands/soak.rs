@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::announce;
 use crate::bringup::{self, Setup, SystemArgs};
-use crate::content::{tone_channel, ContentMonitor, Expected};
+use crate::content::{ContentMonitor, Expected};
 use crate::feed::Feed;
 use crate::gsps;
 use crate::receive::HeapSink;
@@ -225,7 +225,7 @@ fn expected_channel(
     if at.is_none() {
         tracing::warn!("tone or ADC rate unknown: content reported, not checked");
     }
-    at.map(|(f, fs)| tone_channel(f, fs, s.geometry.channels))
+    at.map(|(f, fs)| s.geometry.band.channel(f, fs, s.geometry.channels))
 }
 
 /// Sets dsim's rate (URL mode), warning when the engine paces its output for a lower one.
@@ -301,6 +301,7 @@ pub fn run(a: SoakArgs) -> Result<bool> {
             s.services.engine.status().ok().map(|st| st.backend)
         },
         "engine": s.services.engine.url(),
+        "output": s.output_name(),
         "dsim": s.services.dsim.url(),
         "channels": s.geometry.channels,
         "taps": s.geometry.taps,
@@ -342,6 +343,7 @@ pub fn run(a: SoakArgs) -> Result<bool> {
     let opts = watch::WatchOptions {
         duration: Some(Duration::from_secs_f64(a.warmup + a.duration)),
         progress_interval: Duration::from_secs(1),
+        output_label: s.output_label().map(String::from),
     };
     let Setup { services, rx, .. } = s;
     let one = [watch::Watched {

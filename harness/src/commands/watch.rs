@@ -12,7 +12,7 @@ use clap::Args;
 
 use super::announce;
 use crate::bringup::{self, Setup, SystemArgs};
-use crate::content::{tone_channel, ContentMonitor, Expected};
+use crate::content::{ContentMonitor, Expected};
 use crate::dashboard::{self, Dashboard};
 use crate::feed::{Feed, Next, Reader};
 use crate::receive::{HeapSink, PerEngine};
@@ -93,7 +93,9 @@ pub fn run(a: WatchArgs) -> Result<bool> {
                         .copied()
                         .or(s.tones.get(i).copied().flatten().map(|t| t.frequency));
                 match (freq, s.adc_rate) {
-                    (Some(f), Some(fs)) => Some(tone_channel(f, fs, s.geometry.channels)),
+                    (Some(f), Some(fs)) => {
+                        Some(s.geometry.band.channel(f, fs, s.geometry.channels))
+                    }
                     _ => {
                         tracing::warn!(
                             "engine {i}: tone or ADC rate unknown: content reported, not checked"
@@ -118,7 +120,9 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     let opts = watch::WatchOptions {
         duration: a.duration.map(|d| Duration::from_secs_f64(d.max(0.0))),
         progress_interval: Duration::from_secs(1),
+        output_label: s.output_label().map(String::from),
     };
+    let output = s.output_name().map(String::from);
     // The progress lines are one reader of the interval feed; the live page is another.
     let feed = Feed::new(FEED_KEEP);
     let page = match a.http {
@@ -129,6 +133,7 @@ pub fn run(a: WatchArgs) -> Result<bool> {
                 adc_rate: s.adc_rate,
                 backend: s.backend.clone(),
                 channels: s.geometry.channels,
+                band: s.geometry.band,
                 expected,
                 controls: !a.http_read_only,
             };
@@ -148,7 +153,8 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     if let Some(p) = page {
         p.join();
     }
-    let summary = summary?;
+    let mut summary = summary?;
+    summary.output = output;
     drop(services);
     let text = serde_json::to_string_pretty(&summary)?;
     println!("{text}");

@@ -43,6 +43,8 @@ pub struct Config {
     pub backend: String,
     /// The engine's channels, to place a new tone.
     pub channels: usize,
+    /// The frequencies the channels cover, to place a new tone.
+    pub band: crate::band::Band,
     /// The content check's tone channel, which follows a tone set from the page.
     pub expected: Expected,
     /// Whether the page may change the tone, gain and delay.

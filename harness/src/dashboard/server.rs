@@ -19,7 +19,6 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{Published, Shared};
-use crate::content::tone_channel;
 use crate::control::Tone;
 
 const PAGE: &str = include_str!("page.html");
@@ -198,7 +197,8 @@ async fn set_tone(State(s): State<Arc<Shared>>, Json(b): Json<ToneBody>) -> Resp
         move |_| {
             // The content check follows the tone, once it is through.
             if let Some(fs) = shared.ctx.adc_rate {
-                let channel = tone_channel(tone.frequency, fs, shared.ctx.channels);
+                let ctx = &shared.ctx;
+                let channel = ctx.band.channel(tone.frequency, fs, ctx.channels);
                 shared.ctx.expected.retune(channel, RETUNE_REST);
             }
             format!(

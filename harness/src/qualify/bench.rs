@@ -34,6 +34,8 @@ pub struct Geometry {
     pub filter: crate::record::FilterDesign,
     /// The engine's output format.
     pub output_bits: crate::feng_raw::OutputBits,
+    /// The frequencies the output's channels cover.
+    pub band: crate::band::Band,
 }
 
 impl Geometry {
@@ -47,7 +49,7 @@ impl Geometry {
     }
     /// The frequency of channel `c`'s centre (fractional channels allowed), Hz.
     pub fn frequency(&self, c: f64) -> f64 {
-        c * self.adc_rate / (2.0 * self.channels as f64)
+        self.band.frequency(c, self.adc_rate, self.channels)
     }
     /// Seconds of ADC time a number of spectra covers.
     pub fn seconds(&self, spectra: u64) -> f64 {
@@ -127,7 +129,7 @@ impl Bench {
         Ok(self.clear_of(newest + 2 * self.geometry.chunk_samples as u64))
     }
 
-    /// Sets the wideband gains and returns the first timestamp they surely hold for.
+    /// Sets the output's gains and returns the first timestamp they surely hold for.
     pub fn set_gains(&self, body: &impl serde::Serialize) -> Result<Timestamp> {
         self.services.engine.set_gains(body)?;
         self.after_now()

@@ -98,6 +98,9 @@ pub struct ReceiveConfig {
     pub substreams: Vec<SocketAddrV4>,
     /// Channels of the whole band (split evenly over the substreams).
     pub channels: usize,
+    /// ADC samples per sample the output's PFB reads: 1 for a wideband output, the decimation D
+    /// for a narrowband one. A spectrum steps 2n of them, a heap `spectra_per_heap` spectra.
+    pub decimation: usize,
     /// Spectra per heap; None: learned from the first heap's size.
     pub spectra_per_heap: Option<usize>,
     /// The engine's output format (its `/status` says): 4 bytes per channel and spectrum at 8
@@ -122,6 +125,7 @@ impl ReceiveConfig {
         Self {
             substreams,
             channels,
+            decimation: 1,
             spectra_per_heap: None,
             bits: OutputBits::Eight,
             interface: None,
@@ -205,6 +209,7 @@ impl Receiver {
                 .collect();
             let wcfg = WorkerConfig {
                 channels: cfg.channels,
+                decimation: cfg.decimation.max(1),
                 per_sub,
                 spectra_per_heap: cfg.spectra_per_heap,
                 bits: cfg.bits,
@@ -447,6 +452,34 @@ mod tests {
         assert_eq!(s.sequence.gaps, 1);
         assert_eq!(s.missing, vec![(1004 * step, 1005 * step)]);
         assert!(record.0.lock().unwrap().is_empty(), "no payload, no sink");
+    }
+
+    /// A narrowband output's heaps step 2nD ADC samples a spectrum: told D, the receiver expects
+    /// that step, sees the one heap left out as the one gap and counts the rate in ADC samples.
+    #[test]
+    fn a_decimated_outputs_heaps_step_by_2nd() {
+        let mut cfg = ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)], CH / 2);
+        cfg.decimation = 8;
+        cfg.reorder_window = 2;
+        cfg.buffer_bytes = 4 << 20;
+        let rx = Receiver::start(&cfg, Arc::new(Record::default())).unwrap();
+        let dest = rx.endpoint().addrs[0];
+        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
+        let step = (SPECTRA * 2 * CH / 2 * 8) as u64;
+        for k in (0..12u64).filter(|&k| k != 4) {
+            for p in heap_packets(0, 1000 * step + k * step, 1, 200) {
+                tx.send_to(&p, dest).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        wait_for(&rx, 9);
+        let snap = rx.stop();
+        let s = &snap.substreams[0];
+        assert_eq!((s.heaps, s.step), (11, Some(step)), "{s:?}");
+        assert_eq!(s.sequence.gaps, 1);
+        assert_eq!(s.missing, vec![(1004 * step, 1005 * step)]);
+        // 11 heaps of `step` samples over a second: the rate in ADC samples.
+        assert_eq!(snap.sample_rate(11, 1.0), 11.0 * step as f64);
     }
 
     /// 4-bit output: heaps of 2 bytes per channel and spectrum are whole, their spectra (and so

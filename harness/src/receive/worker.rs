@@ -57,6 +57,8 @@ impl HeapMemory for Discard {
 /// What a worker needs to know about its substream and the stream's shape.
 pub(super) struct WorkerConfig {
     pub channels: usize,
+    /// ADC samples per PFB input sample (1, or a narrowband output's D).
+    pub decimation: usize,
     pub per_sub: usize,
     pub spectra_per_heap: Option<usize>,
     /// The output format: bytes per channel and spectrum.
@@ -349,7 +351,7 @@ impl<B: HeapMemory> Worker<B> {
                 return false;
             }
         };
-        let step = spectra * 2 * self.cfg.channels as u64;
+        let step = spectra * 2 * (self.cfg.channels * self.cfg.decimation) as u64;
         let ts = p.immediate(items::TIMESTAMP).unwrap_or(0);
         let window = self.cfg.window;
         let chunk_cfg = ChunkConfig {

@@ -53,6 +53,9 @@ pub struct WatchInterval {
     /// An array's engines, each on its own (empty with one engine).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineInterval>,
+    /// The engine output watched, where the engine has several (`--output`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 /// One input polarisation's sensors over a watch interval, from the engine's `GET /status`
@@ -149,6 +152,8 @@ pub struct WatchSummary {
     pub ok: bool,
     /// Why not ok.
     pub failures: Vec<String>,
+    /// The engine output watched, by name (None when the engine's status could not be read).
+    pub output: Option<String>,
     pub duration_s: f64,
     /// Output substreams joined (with an array, each holds a lane per engine).
     pub substreams: usize,
@@ -286,6 +291,9 @@ pub enum TrialProgress {
 #[derive(Clone, Debug, Serialize)]
 pub struct SearchReport {
     pub backend: String,
+    /// The engine output the search received, by name (absent when the engine did not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     pub config: SearchConfig,
     /// Highest sustained rate (sample/s per polarisation), None if `low` failed. With an array,
     /// per engine: every dsim ran at it and every engine passed.
@@ -433,6 +441,8 @@ pub struct ResponseGeometry {
     pub adc_rate: f64,
     /// The engine's PFB filter design, as its /status reports it.
     pub filter: FilterDesign,
+    /// The frequencies the output's channels cover: where the tone goes for a channel offset.
+    pub band: crate::band::Band,
 }
 
 /// An engine's PFB filter design (docs/signal-path.md): a Hann or rectangular taper times
@@ -455,6 +465,9 @@ impl Default for FilterDesign {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ResponseReport {
+    /// The engine output measured, by name (absent when the engine did not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     pub config: ResponseConfig,
     pub geometry: ResponseGeometry,
     pub points: Vec<ResponsePoint>,

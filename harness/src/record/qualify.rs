@@ -24,6 +24,9 @@ pub struct QualifyReport {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SystemUnderTest {
     pub engine_url: String,
+    /// The engine output qualified, by name (reports from before several outputs: none).
+    #[serde(default)]
+    pub output: Option<String>,
     pub dsim_url: String,
     /// The engine's backend as it reports it ("cuda", "cpu", ...).
     pub backend: String,

@@ -96,7 +96,13 @@ fn header(h: &mut String, report: &QualifyReport) {
         ("Started", esc(&utc(report.started_unix))),
         ("Took", esc(&duration(report.duration_s))),
         ("Harness", esc(&sys.harness_version)),
-        ("Engine", esc(&sys.engine_url)),
+        (
+            "Engine",
+            esc(&match &sys.output {
+                Some(o) => format!("{}, output {o}", sys.engine_url),
+                None => sys.engine_url.clone(),
+            }),
+        ),
         ("dsim", esc(&sys.dsim_url)),
     ];
     let _ = writeln!(h, "<dl class=\"system\">");
@@ -489,6 +495,7 @@ mod tests {
     fn system() -> SystemUnderTest {
         SystemUnderTest {
             engine_url: "http://fengine:7147".into(),
+            output: Some("wideband".into()),
             dsim_url: "https://dsim:8080".into(),
             backend: "cuda".into(),
             channels: 4096,

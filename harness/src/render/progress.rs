@@ -45,12 +45,20 @@ pub fn input_text(input: &Option<Vec<PolSensors>>) -> String {
     out
 }
 
+/// `output NAME  ` after the time of an interval's line, where the record names the output.
+fn output_text(r: &WatchInterval) -> String {
+    r.output
+        .as_ref()
+        .map_or(String::new(), |o| format!("output {o}  "))
+}
+
 /// The line `watch` prints once an interval.
 pub fn watch_line(r: &WatchInterval) -> String {
     let seq = &r.sequence;
     format!(
-        "[{:>6.1} s] {} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}{}",
+        "[{:>6.1} s] {}{} Gsample/s  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}  pol0 {}  pol1 {}{}{}",
         r.elapsed_s,
+        output_text(r),
         gsps(r.sample_rate),
         r.heaps_per_s,
         seq.gaps,
@@ -77,8 +85,9 @@ pub fn watch_lines(r: &WatchInterval) -> Vec<String> {
     }
     let seq = &r.sequence;
     let mut lines = vec![format!(
-        "[{:>6.1} s] array of {}: {} Gsample/s per engine, {} aggregate  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}",
+        "[{:>6.1} s] {}array of {}: {} Gsample/s per engine, {} aggregate  {:.0} heaps/s  gaps {}  late {}  dup {}  malformed {}  own socket drops {}",
         r.elapsed_s,
+        output_text(r),
         r.engines.len(),
         gsps(r.sample_rate),
         gsps(r.engines.iter().map(|e| e.sample_rate).sum()),
@@ -373,6 +382,7 @@ mod tests {
             power: std::sync::Arc::new(crate::content::ChannelPower::new(8)),
             input,
             engines: Vec::new(),
+            output: None,
         }
     }
 
@@ -404,5 +414,18 @@ mod tests {
         assert!(!lines[0].contains("dBFS"), "{}", lines[0]);
         assert!(lines[1].ends_with("in -20.0/-20.0 dBFS"), "{}", lines[1]);
         assert!(lines[2].ends_with("in -21.0/-20.0 dBFS"), "{}", lines[2]);
+    }
+
+    /// An engine of several outputs: the line names the one watched, after the time.
+    #[test]
+    fn watch_lines_name_the_output_when_told() {
+        let mut r = interval(None);
+        assert!(watch_line(&r).starts_with("[   3.0 s] 0.100 Gsample/s"));
+        r.output = Some("fine".into());
+        let line = watch_line(&r);
+        assert!(
+            line.starts_with("[   3.0 s] output fine  0.100 Gsample/s  100 heaps/s"),
+            "{line}"
+        );
     }
 }

@@ -428,6 +428,7 @@ mod tests {
             searches: vec![
                 SearchReport {
                     backend: "cuda".into(),
+                    output: Some("wideband".into()),
                     config: cfg,
                     best: Some(6.3e9),
                     engines: None,
@@ -437,6 +438,7 @@ mod tests {
                 },
                 SearchReport {
                     backend: "null".into(),
+                    output: None,
                     config: cfg,
                     best: Some(7e9),
                     engines: None,

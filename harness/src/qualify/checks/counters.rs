@@ -34,9 +34,7 @@ pub(super) const LOST_DATA: Check = Check {
 /// where a frame is computed, so that their ratio needs no alignment with the output).
 fn engine_counts(b: &Bench) -> Result<([u64; 2], u64)> {
     let st = b.services.engine.status()?;
-    let out = st
-        .wideband()
-        .ok_or_else(|| anyhow!("the engine reports no wideband output"))?;
+    let (_, out) = b.services.engine.output_in(&st)?;
     let sat = [
         out.saturated.first().copied().unwrap_or(0),
         out.saturated.get(1).copied().unwrap_or(0),

@@ -54,6 +54,7 @@ fn shape(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         sample_bits: g.sample_bits,
         output_bits: g.output_bits,
         adc_rate: g.adc_rate,
+        band: g.band,
     };
     let r = response::measure(
         &b.services,

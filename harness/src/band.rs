@@ -1,0 +1,237 @@
+//! Which frequency each channel of an output holds: the one place that knows an output kind's
+//! channel plan. The content check (where a tone should peak), `response` (where to put the
+//! tone for a channel offset), `qualify` (a channel's frequency) and the live page (where a new
+//! tone lands) all ask a [`Band`] rather than computing k fs / (2n) themselves.
+//!
+//! An output's band comes from the engine's `/status` through [`Band::of`]: its kind, and for a
+//! narrowband output the mixer word and decimation it reports (docs/signal-path.md,
+//! "Narrowband"). Frequencies are worked out at the rate the caller gives (dsim's, usually),
+//! as the engine's mixer and PFB work in cycles per sample, not in Hz.
+
+use anyhow::{bail, Result};
+use fgpu_api::engine::{Output, OutputKind};
+use serde::Serialize;
+
+/// The frequencies an output's n channels cover.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Band {
+    /// The whole band of a real input, 0 .. fs/2: channel k is centred on k fs / (2n).
+    #[default]
+    Wideband,
+    /// fs / (2D) around a centre f_c = F fs / 2^32: channel c is centred on
+    /// f_c + (c - n/2) fs / (2Dn), so channel n/2 holds the centre.
+    Narrowband {
+        /// F, the mixer's phase increment in 2^-32 turns per ADC sample: the centre in use.
+        mixer_word: u32,
+        /// The decimation D.
+        decimation: usize,
+    },
+}
+
+impl Band {
+    /// The band of an output as the engine's `/status` describes it; an error for a narrowband
+    /// output that does not say where its band is.
+    pub fn of(output: &Output) -> Result<Self> {
+        Ok(match (output.kind, &output.narrowband) {
+            (OutputKind::Wideband, _) => Band::Wideband,
+            (OutputKind::Narrowband, Some(nb)) if nb.decimation > 0 => Band::Narrowband {
+                mixer_word: nb.mixer_word,
+                decimation: nb.decimation,
+            },
+            (OutputKind::Narrowband, _) => {
+                bail!("a narrowband output that does not report its band (centre, decimation)")
+            }
+        })
+    }
+
+    /// The centre frequency at `adc_rate`, Hz (None for wideband, which has none).
+    pub fn centre_hz(&self, adc_rate: f64) -> Option<f64> {
+        match *self {
+            Band::Wideband => None,
+            Band::Narrowband { mixer_word, .. } => {
+                Some(f64::from(mixer_word) / 4_294_967_296.0 * adc_rate)
+            }
+        }
+    }
+
+    /// The name of the output kind, as the engine's `/status` spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Band::Wideband => "wideband",
+            Band::Narrowband { .. } => "narrowband",
+        }
+    }
+
+    /// ADC samples per sample the output's PFB reads: 1, or a narrowband output's D. A spectrum
+    /// steps 2n of them.
+    pub fn decimation(&self) -> usize {
+        match *self {
+            Band::Wideband => 1,
+            Band::Narrowband { decimation, .. } => decimation.max(1),
+        }
+    }
+
+    /// The spacing of the channels' centres, Hz.
+    pub fn channel_width(&self, adc_rate: f64, channels: usize) -> f64 {
+        let n = channels.max(1) as f64;
+        match *self {
+            Band::Wideband => adc_rate / (2.0 * n),
+            Band::Narrowband { decimation, .. } => adc_rate / (2.0 * decimation.max(1) as f64 * n),
+        }
+    }
+
+    /// The centre frequency of (fractional) channel `channel`, Hz.
+    pub fn frequency(&self, channel: f64, adc_rate: f64, channels: usize) -> f64 {
+        let width = self.channel_width(adc_rate, channels);
+        match self.centre_hz(adc_rate) {
+            None => channel * width,
+            Some(centre) => centre + (channel - channels as f64 / 2.0) * width,
+        }
+    }
+
+    /// The (fractional) channel whose centre a real tone of `freq_hz` falls on; its nearest
+    /// channel is where it should peak. The input is real: a frequency above fs/2 folds back
+    /// first. A narrowband output answers outside 0 .. n for a tone outside its band.
+    pub fn channel(&self, freq_hz: f64, adc_rate: f64, channels: usize) -> f64 {
+        let (f, width) = (
+            fold(freq_hz, adc_rate),
+            self.channel_width(adc_rate, channels),
+        );
+        match self.centre_hz(adc_rate) {
+            None => f / width,
+            Some(centre) => channels as f64 / 2.0 + (f - centre) / width,
+        }
+    }
+
+    /// Whether a tone at (fractional) channel `channel` lies inside the output's channels.
+    pub fn holds(channel: f64, channels: usize) -> bool {
+        channel > -0.5 && channel < channels as f64 - 0.5
+    }
+}
+
+/// The frequency in 0 .. fs/2 that a real input sampled at `adc_rate` shows for `freq_hz`.
+pub fn fold(freq_hz: f64, adc_rate: f64) -> f64 {
+    let f = freq_hz.rem_euclid(adc_rate);
+    if f > adc_rate / 2.0 {
+        adc_rate - f
+    } else {
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A narrowband band centred on (about) `centre_hz` at `adc_rate`, as the engine quantises
+    /// it: F = round(f_c / fs 2^32).
+    fn narrowband(centre_hz: f64, adc_rate: f64, decimation: usize) -> Band {
+        Band::Narrowband {
+            mixer_word: (centre_hz / adc_rate * 4_294_967_296.0).round() as u32,
+            decimation,
+        }
+    }
+
+    #[test]
+    fn wideband_channels_are_k_fs_over_2n_and_fold() {
+        let b = Band::Wideband;
+        assert_eq!(b.channel(1712e6 / 8.0, 1712e6, 1024), 256.0);
+        assert!((b.channel(100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+        // Above fs/2 and above fs: folded back.
+        assert!((b.channel(900e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+        assert!((b.channel(1100e6, 1000e6, 1000) - 200.0).abs() < 1e-9);
+        assert_eq!(b.frequency(256.0, 1712e6, 1024), 1712e6 / 8.0);
+        assert_eq!(b.channel_width(1712e6, 1024), 1712e6 / 2048.0);
+        // The same tone in outputs of different channel counts: the channel scales with n.
+        let f = b.frequency(40.0, 16e6, 256);
+        assert_eq!(b.channel(f, 16e6, 1024), 160.0);
+    }
+
+    /// Channel c of a narrowband output covers f_c + (c - n/2) fs / (2Dn) (docs/signal-path.md).
+    #[test]
+    fn narrowband_channels_sit_around_the_centre() {
+        let (fs, n) = (1712e6, 1024);
+        // fs / 4: F = 2^30 exactly.
+        let b = narrowband(428e6, fs, 8);
+        assert_eq!(
+            b,
+            Band::Narrowband {
+                mixer_word: 1 << 30,
+                decimation: 8
+            }
+        );
+        assert_eq!(b.kind(), "narrowband");
+        assert_eq!(b.centre_hz(fs), Some(428e6));
+        assert_eq!(b.channel_width(fs, n), fs / (2.0 * 8.0 * 1024.0));
+        assert_eq!(b.channel(428e6, fs, n), 512.0);
+        assert_eq!(b.frequency(512.0, fs, n), 428e6);
+        for c in [0.0, 1.0, 100.25, 511.0, 513.0, 1023.0] {
+            let f = b.frequency(c, fs, n);
+            assert!((f - (428e6 + (c - 512.0) * fs / 16384.0)).abs() < 1e-6);
+            assert!((b.channel(f, fs, n) - c).abs() < 1e-9, "channel {c}");
+        }
+        // The n channels span the band, fs/(2D), channel 0 at half of it below the centre.
+        let span = b.frequency(n as f64, fs, n) - b.frequency(0.0, fs, n);
+        assert!((span - fs / 16.0).abs() < 1e-6);
+        assert!((b.frequency(0.0, fs, n) - (428e6 - fs / 32.0)).abs() < 1e-6);
+        // A tone outside the band lands outside the channels; an alias folds first.
+        assert!(!Band::holds(b.channel(100e6, fs, n), n));
+        assert!(Band::holds(b.channel(fs - 428e6 + 1e6, fs, n), n));
+        // A centre off the 2^-32 grid is the quantised one: far below a channel from the asked.
+        let b = narrowband(300e6, fs, 32);
+        assert!((b.centre_hz(fs).unwrap() - 300e6).abs() <= fs / 2f64.powi(33));
+        // The band scales with the rate, as the mixer works in cycles per sample.
+        assert_eq!(
+            b.channel(b.centre_hz(2.0 * fs).unwrap(), 2.0 * fs, n),
+            512.0
+        );
+    }
+
+    /// The band an output's status describes.
+    #[test]
+    fn bands_of_outputs() {
+        let mut out: Output = serde_json::from_value(serde_json::json!({
+            "kind": "wideband", "channels": 1024, "taps": 16, "spectra_per_heap": 256,
+            "heaps_per_frame": 4, "lag_samples": 30720, "substreams": 1,
+            "channels_per_substream": 1024, "destinations": [], "heaps_sent": 0,
+            "heaps_skipped": 0, "heaps_sent_per_substream": [0],
+            "heaps_skipped_per_substream": [0], "packets": 0, "bytes": 0,
+            "send_errors": 0, "last_timestamp": 0, "saturated": [0, 0]}))
+        .unwrap();
+        assert_eq!(Band::of(&out).unwrap(), Band::Wideband);
+        out.kind = OutputKind::Narrowband;
+        let err = Band::of(&out).unwrap_err().to_string();
+        assert!(err.contains("does not report its band"), "{err}");
+        out.narrowband = Some(fgpu_api::engine::Narrowband {
+            centre_hz: 428e6,
+            mixer_word: 1 << 30,
+            decimation: 16,
+            ddc_taps: 192,
+            bandwidth_hz: 53.5e6,
+        });
+        assert_eq!(
+            Band::of(&out).unwrap(),
+            Band::Narrowband {
+                mixer_word: 1 << 30,
+                decimation: 16
+            }
+        );
+    }
+
+    #[test]
+    fn bands_as_recorded() {
+        assert_eq!(
+            serde_json::to_value(Band::Wideband).unwrap(),
+            serde_json::json!({"kind": "wideband"})
+        );
+        assert_eq!(
+            serde_json::to_value(Band::Narrowband {
+                mixer_word: 1 << 30,
+                decimation: 16
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "narrowband", "mixer_word": 1 << 30, "decimation": 16})
+        );
+    }
+}
