@@ -1,0 +1,239 @@
+//! `harness watch --output NAME` against an engine of several outputs: fengine with two
+//! `--wideband` outputs (256 and 1024 channels) and a `--narrowband` one (256 channels, D = 8,
+//! around a centre near the tone), each to destinations of its own, fed by dsim, both started
+//! here and reached by URL as in compose. The harness, given no --dst, joins the destinations the
+//! engine's /status gives the output named, and checks its heaps and the tone in the channel
+//! that output's kind and shape predict; given no --output, it names the outputs to choose from.
+//!
+//! NEEDS THE OTHER BINARIES (see [`support`]): without them these tests print SKIP and pass,
+//! except in CI (`CI` set), where they fail.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::control::{CounterNames, Dsim, Engine};
+use harness::services::{free_tcp_port, free_udp_port};
+use serde_json::Value;
+use support::{binaries, rate, SPECTRA, TAPS};
+
+/// A child process, killed (by its own pid) when dropped.
+struct Proc(Child);
+
+impl Proc {
+    fn spawn(bin: &Path, args: &[String], log: &Path) -> Self {
+        let out = std::fs::File::create(log).unwrap();
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        Self(child)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until `ready` holds, or fails with the log's tail.
+fn wait_for(what: &str, log: &Path, ready: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(
+            Instant::now() < end,
+            "{what} did not answer in time:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One output of the engine under test.
+struct Out {
+    name: &'static str,
+    /// `--wideband` or `--narrowband`.
+    flag: &'static str,
+    channels: u64,
+    substreams: usize,
+    /// Its keys after `dst=`.
+    keys: String,
+    /// The tone's channel in it.
+    tone_channel: f64,
+}
+
+#[test]
+fn watch_checks_the_output_it_is_told_of_an_engine_of_three() {
+    let Some((dsim_bin, fengine_bin)) = binaries() else {
+        return;
+    };
+    let dir: PathBuf = std::env::temp_dir().join(format!("harness-outputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Three outputs share the host's cores with dsim and the harness: half the usual rate.
+    let fs = rate() / 2.0;
+    // The tone at the centre of coarse channel 40, fine channel 160; the narrowband output
+    // (fs/16 wide, channels fs/4096 apart) centred 20 of its channels above it, so that the tone
+    // is at the centre of its channel 128 - 20 (85/1024 fs: a mixer word with no rounding).
+    let tone_hz = 40.0 * fs / 512.0;
+    let centre = tone_hz + 20.0 * fs / 4096.0;
+    let outputs = [
+        Out {
+            name: "coarse",
+            flag: "--wideband",
+            channels: 256,
+            substreams: 1,
+            keys: "channels=256".into(),
+            tone_channel: 40.0,
+        },
+        Out {
+            name: "fine",
+            flag: "--wideband",
+            channels: 1024,
+            substreams: 2,
+            keys: "channels=1024".into(),
+            tone_channel: 160.0,
+        },
+        Out {
+            name: "nb",
+            flag: "--narrowband",
+            channels: 256,
+            substreams: 1,
+            keys: format!("channels=256,decimation=8,centre={centre}"),
+            tone_channel: 108.0,
+        },
+    ];
+    let (pol0, pol1) = (free_udp_port().unwrap(), free_udp_port().unwrap());
+    let (engine_ctl, dsim_ctl) = (free_tcp_port().unwrap(), free_tcp_port().unwrap());
+    let s = |x: &str| x.to_string();
+    let mut engine_args = vec![
+        s("--src-pol0"),
+        format!("127.0.0.1:{pol0}"),
+        s("--src-pol1"),
+        format!("127.0.0.1:{pol1}"),
+        s("--taps"),
+        TAPS.to_string(),
+        s("--spectra-per-heap"),
+        SPECTRA.to_string(),
+        s("--heaps-per-frame"),
+        s("2"),
+        s("--adc-sample-rate"),
+        fs.to_string(),
+        s("--backend"),
+        s("cpu"),
+        s("--control"),
+        format!("127.0.0.1:{engine_ctl}"),
+    ];
+    for o in &outputs {
+        let port = free_udp_port().unwrap();
+        engine_args.extend([
+            s(o.flag),
+            format!(
+                "{}:dst=127.0.0.1+{}:{port},{}",
+                o.name,
+                o.substreams - 1,
+                o.keys
+            ),
+        ]);
+    }
+    let engine_log = dir.join("fengine.log");
+    let _engine = Proc::spawn(&fengine_bin, &engine_args, &engine_log);
+    let engine = Engine::new(&format!("127.0.0.1:{engine_ctl}"), CounterNames::default());
+    wait_for("fengine", &engine_log, || engine.status().is_ok());
+    let dsim_args = vec![
+        s("--pol0-dest"),
+        format!("127.0.0.1:{pol0}"),
+        s("--pol1-dest"),
+        format!("127.0.0.1:{pol1}"),
+        s("--rate"),
+        fs.to_string(),
+        s("--control"),
+        format!("127.0.0.1:{dsim_ctl}"),
+        s("--tone"),
+        format!("{tone_hz}:0.5"),
+        s("--buffer-heaps"),
+        s("512"),
+    ];
+    let dsim_log = dir.join("dsim.log");
+    let _dsim = Proc::spawn(&dsim_bin, &dsim_args, &dsim_log);
+    let dsim = Dsim::new(&format!("127.0.0.1:{dsim_ctl}"));
+    wait_for("dsim", &dsim_log, || dsim.status().is_ok());
+    let urls = [
+        s("--dsim-url"),
+        dsim.url().to_string(),
+        s("--engine-url"),
+        engine.url().to_string(),
+    ];
+
+    // No --output, and no output named wideband: one sentence naming the outputs.
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["watch", "--duration", "1"])
+        .args(&urls)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("has 3 outputs (coarse, fine, nb)") && err.contains("--output NAME"),
+        "{err}"
+    );
+
+    for o in &outputs {
+        let name = o.name;
+        let summary = dir.join(format!("{name}.json"));
+        let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["watch", "--duration", "4", "--output", name, "--json"])
+            .arg(&summary)
+            .args(&urls)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("harness watch --output {name}:\n{err}");
+        let text = std::fs::read_to_string(&summary).unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(out.status.code(), Some(0), "{name}: {v:#}\n{err}");
+        assert_eq!(v["ok"], true, "{name}: {v:#}");
+        assert_eq!(v["output"], name);
+        // It joined the output's substreams, from the engine's /status.
+        assert_eq!(v["substreams"], o.substreams, "{name}");
+        assert!(
+            err.contains(&format!("output {name} (of coarse, fine, nb) at 127.0.0.1")),
+            "{name}: {err}"
+        );
+        // Heaps of this output's size: channels / substreams x spectra x 2 pols x 2 bytes.
+        let heaps = v["heaps"].as_u64().unwrap();
+        assert!(heaps > 0, "{name}: {v:#}");
+        assert_eq!(
+            v["heap_bytes"].as_u64().unwrap(),
+            heaps * o.channels / o.substreams as u64 * SPECTRA * 4,
+            "{name}"
+        );
+        assert_eq!(v["sequence"]["gaps"], 0, "{name}");
+        assert_eq!(v["malformed"], 0, "{name}");
+        // The tone in the channel this output's kind and shape predict, and found there.
+        let expected = v["content"]["expected_channel"].as_f64().unwrap();
+        assert!(
+            (expected - o.tone_channel).abs() < 0.01,
+            "{name}: tone expected in channel {expected}, not {}",
+            o.tone_channel
+        );
+        assert!(
+            v["content"]["matched"].as_u64().unwrap() > 0,
+            "{name}: {v:#}"
+        );
+        assert_eq!(v["content"]["wrong_channel"], 0, "{name}");
+        // Progress lines name the output among several.
+        assert!(
+            err.contains(&format!("s] output {name}  ")),
+            "{name}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
