@@ -109,9 +109,10 @@ impl Http {
     }
 }
 
-/// The engine's one output today, `wideband`, from its status.
-pub fn wideband(status: &Status) -> Result<&Output> {
-    status
-        .wideband()
-        .context("the engine's status has no wideband output")
+/// The output the harness reads of an engine by default (its only output, else the one named
+/// `wideband`: the compose engines' `--dst` output), from its status.
+pub fn default_output(status: &Status) -> Result<&Output> {
+    harness::control::choose_output(status, None)
+        .map(|(_, o)| o)
+        .context("the engine's status")
 }

@@ -10,7 +10,7 @@ use testcontainers::core::{ContainerPort, ContainerRequest, Mount};
 use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, GenericImage, ImageExt};
 
-use crate::http::wideband;
+use crate::http::default_output;
 use crate::watch::RunningWatch;
 use crate::{
     image_tag, log_tail, wait_until, Http, Network, Session, CHANNELS, CONTROL_PORT, HEAP_SAMPLES,
@@ -303,7 +303,7 @@ pub(crate) fn wait_settled(http: impl Fn() -> Result<Http>, timeout: Duration) -
         "the engine to send output without losing input for 3 s",
         || {
             let st = http.engine_status()?;
-            let output = wideband(&st)?;
+            let output = default_output(&st)?;
             let sent = output.heaps_sent;
             // Both polarisations together.
             let missing = st.heaps_missing();

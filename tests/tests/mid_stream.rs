@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use acceptance::http::wideband;
+use acceptance::http::default_output;
 use acceptance::{
     affected_output_heaps, Pipeline, Session, HEAP_SAMPLES, OUTPUT_STEP, RATE, SUBSTREAMS,
 };
@@ -63,7 +63,7 @@ fn faults_and_a_dsim_restart_mid_stream() -> Result<()> {
     // Until the engine's output is well past the silence.
     let past = (silent[1] + per_s) * HEAP_SAMPLES;
     acceptance::wait_until(Duration::from_secs(40), "output past the faults", || {
-        Ok(wideband(&engine.engine_status()?)?.last_timestamp > past)
+        Ok(default_output(&engine.engine_status()?)?.last_timestamp > past)
     })?;
     std::thread::sleep(Duration::from_secs(1));
     let injected = dsim.get_json("/status")?["pols"].clone();
@@ -118,9 +118,9 @@ fn faults_and_a_dsim_restart_mid_stream() -> Result<()> {
     );
     let mut lost: Vec<u64> = corrupt.iter().chain(&truncate).copied().collect();
     lost.extend(silent[0]..silent[1]);
-    let phase = wideband(&faulted)?.last_timestamp % OUTPUT_STEP;
+    let phase = default_output(&faulted)?.last_timestamp % OUTPUT_STEP;
     let expected = affected_output_heaps(&lost, phase).len() * SUBSTREAMS;
-    let skipped = wideband(&faulted)?.heaps_skipped - wideband(&before)?.heaps_skipped;
+    let skipped = default_output(&faulted)?.heaps_skipped - default_output(&before)?.heaps_skipped;
     assert_eq!(skipped, expected as u64, "{}", ctx("output heaps skipped"));
     println!(
         "mid-stream faults: 40 duplicates, 2 corrupt, 3 truncated counted by reason, {} heaps \

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use acceptance::http::wideband;
+use acceptance::http::default_output;
 use acceptance::{Pipeline, Session, OUTPUT_STEP, RATE, SUBSTREAMS};
 use anyhow::Result;
 
@@ -21,7 +21,7 @@ fn engine_restart_mid_stream_resumes_cleanly() -> Result<()> {
     std::thread::sleep(Duration::from_secs(6));
 
     // The newest output heap before the stop: holes may start only after it.
-    let before = wideband(&p.engine_http()?.engine_status()?)?.last_timestamp;
+    let before = default_output(&p.engine_http()?.engine_status()?)?.last_timestamp;
     let down = Instant::now();
     p.engine.stop_with_timeout(Some(10))?; // SIGTERM, then SIGKILL after 10 s
     std::thread::sleep(Duration::from_secs(2));
