@@ -95,9 +95,16 @@ impl Control {
     }
 }
 
-/// The engine's one output today, `wideband`.
+/// The engine's output named `wideband`: `--dst`'s, the only output of most tests' engines.
 pub fn wideband(status: &Status) -> &Output {
     status
         .wideband()
         .unwrap_or_else(|| panic!("no wideband output in the engine's status: {status:?}"))
+}
+
+/// The engine's output `name`.
+pub fn output<'a>(status: &'a Status, name: &str) -> &'a Output {
+    status
+        .output(name)
+        .unwrap_or_else(|| panic!("no output {name:?} in the engine's status: {status:?}"))
 }

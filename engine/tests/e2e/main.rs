@@ -17,6 +17,10 @@
 //! - `digitiser_clipping_is_counted_as_dsim_sent_it` (and `_with_receive_threads`): the engine's
 //!   per-polarisation counts of the digitiser status items (heaps with the saturation bit,
 //!   saturated samples) equal what dsim sent, in `/status` and `/metrics`.
+//! - `two_wideband_outputs_each_carry_the_tone_in_their_own_channels`: `--wideband` outputs of
+//!   n/4 and n channels to destinations of their own each carry the tone in the channel their
+//!   channel count predicts, in heaps of their own size and step, and `/status` keeps each
+//!   output's counters.
 //!
 //! The dsim binary is looked for next to the engine's (`target/<profile>/dsim`) and built with
 //! `cargo build -p dsim` first (a no-op when it is fresh; set FENGINE_E2E_NO_BUILD=1 to skip).
@@ -34,9 +38,9 @@
 //! - [`setup`]: a run's configuration and what follows from it (steps, tone response), the lock.
 //! - [`system`]: the engine and dsim as child processes, their binaries.
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
-//! - [`capture`]: the receiver of the engine's output heaps.
+//! - [`capture`]: the receiver of the engine's output heaps (one per output).
 //! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`stream_faults`],
-//!   [`delays`], [`token`], [`digitiser_status`].
+//!   [`delays`], [`token`], [`digitiser_status`], [`outputs`].
 
 mod capture;
 mod client;
@@ -46,6 +50,7 @@ mod system;
 mod delays;
 mod digitiser_status;
 mod dropped_heaps;
+mod outputs;
 mod restart;
 mod stream_faults;
 mod token;

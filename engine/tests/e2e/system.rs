@@ -166,7 +166,7 @@ fn dsim_binary() -> PathBuf {
         .clone()
 }
 
-/// The engine, a receiver for its output, and dsim once started.
+/// The engine, a receiver for each of its outputs, and dsim once started.
 pub struct System {
     setup: Setup,
     engine: Proc,
@@ -175,7 +175,18 @@ pub struct System {
     pub sources: [String; 2],
     pub dsim: Option<Proc>,
     dsim_ctl: Option<Control>,
+    /// The receiver of the engine's output (of its first, with several).
     pub out: Output,
+    /// The receivers of the engine's other outputs, in the order given (empty with one).
+    pub more_outputs: Vec<Output>,
+}
+
+/// One `--wideband NAME:dst=...,channels=N,gain=G` output of [`System::start_outputs`].
+#[derive(Clone, Debug)]
+pub struct WidebandOutput {
+    pub name: &'static str,
+    pub channels: usize,
+    pub gain: f64,
 }
 
 impl System {
@@ -187,6 +198,47 @@ impl System {
     /// [`start`](Self::start) with extra environment variables for the engine.
     pub fn start_with_env(setup: Setup, gain: f64, max_delay: f64, env: &[(&str, &str)]) -> Self {
         let out = Output::start();
+        let args = [
+            "--dst".to_string(),
+            out.addr.to_string(),
+            "--gain".into(),
+            gain.to_string(),
+        ];
+        Self::launch(setup, max_delay, env, &args, vec![out])
+    }
+
+    /// Starts the engine with several wideband outputs (`--wideband`, the setup's taps, bits and
+    /// spectra per heap, each output its own channels and gain), each to a receiver of its own:
+    /// the first's is [`out`](Self::out), the others' [`more_outputs`](Self::more_outputs).
+    pub fn start_outputs(setup: Setup, outputs: &[WidebandOutput], max_delay: f64) -> Self {
+        let receivers: Vec<Output> = outputs.iter().map(|_| Output::start()).collect();
+        let args: Vec<String> = outputs
+            .iter()
+            .zip(&receivers)
+            .flat_map(|(o, r)| {
+                [
+                    "--wideband".to_string(),
+                    format!(
+                        "{}:dst={},channels={},gain={}",
+                        o.name, r.addr, o.channels, o.gain
+                    ),
+                ]
+            })
+            .collect();
+        Self::launch(setup, max_delay, &[], &args, receivers)
+    }
+
+    /// Starts the engine with `outputs_args` (its --dst or --wideband outputs), whose receivers
+    /// are `receivers` (at least one).
+    fn launch(
+        setup: Setup,
+        max_delay: f64,
+        env: &[(&str, &str)],
+        outputs_args: &[String],
+        mut receivers: Vec<Output>,
+    ) -> Self {
+        assert!(!receivers.is_empty(), "an engine has at least one output");
+        let out = receivers.remove(0);
         // One address: port 0 and the engine reports the port. Several: one free port for all.
         let src = |_| {
             if setup.addresses == 1 {
@@ -203,7 +255,7 @@ impl System {
         let mut cmd = Command::new(fengine_binary());
         cmd.args(["run", "--src-pol0", &srcs[0], "--src-pol1", &srcs[1]])
             .args(["--recv-threads", &setup.recv_threads.to_string()])
-            .args(["--dst", &out.addr.to_string()])
+            .args(outputs_args)
             .args(["--channels", &setup.channels.to_string()])
             .args(["--taps", &setup.taps.to_string()])
             .args(["--spectra-per-heap", &setup.spectra_per_heap.to_string()])
@@ -212,7 +264,6 @@ impl System {
             .args(["--sample-bits", &setup.sample_bits.to_string()])
             .args(["--adc-sample-rate", &setup.rate.to_string()])
             .args(["--max-delay", &max_delay.to_string()])
-            .args(["--gain", &gain.to_string()])
             .args(["--backend", &setup.backend])
             .args(["--control", "127.0.0.1:0"])
             // Loopback never refuses data: keep the sockets within the kernel's default caps.
@@ -241,6 +292,7 @@ impl System {
             dsim: None,
             dsim_ctl: None,
             out,
+            more_outputs: receivers,
         }
     }
 
@@ -252,6 +304,11 @@ impl System {
         sys.start_dsim(&setup.tone_args(&[setup.channels / 3], 0.25));
         sys.out.wait_count(4, Duration::from_secs(60));
         sys
+    }
+
+    /// Every output's receiver, in the order the outputs were given.
+    pub fn outputs(&self) -> impl Iterator<Item = &Output> {
+        std::iter::once(&self.out).chain(&self.more_outputs)
     }
 
     /// dsim's latest timestamp (from its status).
