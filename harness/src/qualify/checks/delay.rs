@@ -259,10 +259,12 @@ fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
     Ok(m)
 }
 
-/// The windows of a rate test: (start, end) of each, after a load at `t_load`, and S.
+/// The windows of a rate test: (start, end) of each, after a load at `t_load`, and S. At least
+/// 800 spectra each: with 200, the residual's own noise (dithered output, a short integration)
+/// reached the 0.01-sample limit on a loaded 2-core host (0.0109 once).
 fn windows(b: &Bench, plan: &Plan, t_load: u64) -> ([(u64, u64); 2], f64) {
     let step = b.geometry.step();
-    let w = plan.spectra.max(200) * step;
+    let w = plan.spectra.max(800) * step;
     let s = 4 * w;
     let first = t_load.div_ceil(step) * step + w;
     ([(first, first + w), (first + s, first + s + w)], s as f64)
