@@ -23,10 +23,7 @@ pub(crate) fn request(
     container_name: &str,
     cmd: Vec<String>,
 ) -> ContainerRequest<GenericImage> {
-    // dsim stands for the digitiser, hardware of its own: on a small host it runs before the
-    // engines it feeds, so that a test measures them, not a digitiser starved by them.
-    let shares = (img == "fgpu/dsim").then_some(DIGITISER_CPU_SHARES);
-    hardened_with(GenericImage::new(img, &image_tag()).with_cmd(cmd), shares)
+    hardened(GenericImage::new(img, &image_tag()).with_cmd(cmd))
         .with_network(net.name.clone())
         .with_container_name(container_name)
         .with_label(LABEL, "1")
@@ -41,24 +38,15 @@ pub(crate) fn request(
 pub(crate) fn hardened(
     image: impl Into<ContainerRequest<GenericImage>>,
 ) -> ContainerRequest<GenericImage> {
-    hardened_with(image, None)
-}
-
-/// [`hardened`] with a CPU weight (docker's `cpu_shares`, 1024 by default) where one is given.
-fn hardened_with(
-    image: impl Into<ContainerRequest<GenericImage>>,
-    cpu_shares: Option<i64>,
-) -> ContainerRequest<GenericImage> {
     image
         .into()
         .with_readonly_rootfs(true)
         .with_mount(Mount::tmpfs_mount("/tmp"))
         .with_cap_drop("ALL")
         .with_security_opt("no-new-privileges:true")
-        .with_host_config_modifier(move |host| {
+        .with_host_config_modifier(|host| {
             host.memory = Some(MEMORY_LIMIT);
             host.pids_limit = Some(PIDS_LIMIT);
-            host.cpu_shares = cpu_shares;
             host.mounts
                 .get_or_insert_with(Vec::new)
                 .push(bollard::models::Mount {
@@ -73,9 +61,6 @@ fn hardened_with(
 /// tests' size takes far less than either).
 const MEMORY_LIMIT: i64 = 4 << 30;
 const PIDS_LIMIT: i64 = 512;
-/// dsim's CPU weight: four times a default container's, so that it gets the CPU first when the
-/// engines and the harness want more than the host has.
-const DIGITISER_CPU_SHARES: i64 = 4096;
 
 pub(crate) fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
