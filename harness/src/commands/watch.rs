@@ -134,6 +134,7 @@ pub fn run(a: WatchArgs) -> Result<bool> {
                 backend: s.backend.clone(),
                 channels: s.geometry.channels,
                 band: s.geometry.band,
+                output: s.output_label().map(String::from),
                 expected,
                 controls: !a.http_read_only,
             };

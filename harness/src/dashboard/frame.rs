@@ -70,8 +70,17 @@ pub struct Spectrum {
     pub channels: usize,
     /// Channels folded into each point (the largest of them is drawn, so a tone never hides).
     pub channels_per_bin: usize,
-    /// dsim's ADC rate, for a frequency axis: channel k is centred on k fs / (2 channels).
+    /// dsim's ADC rate.
     pub adc_rate: Option<f64>,
+    /// The output watched: its name where the engine has several (None: its only one) and its
+    /// kind, "wideband" or "narrowband", as the page's title says.
+    pub output: Option<String>,
+    pub kind: &'static str,
+    /// The frequency axis, where the ADC rate is known: channel c is centred on
+    /// `first_channel_hz + c channel_width_hz` (wideband 0 and fs/(2n); a narrowband output's
+    /// band lies around its centre, so the page cannot assume wideband's k fs/(2n)).
+    pub first_channel_hz: Option<f64>,
+    pub channel_width_hz: Option<f64>,
     /// The tone's fractional channel, when known.
     pub expected_channel: Option<f64>,
     /// Per polarisation, the interval's power per point in dB (null: no data in the interval).

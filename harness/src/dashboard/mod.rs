@@ -43,8 +43,10 @@ pub struct Config {
     pub backend: String,
     /// The engine's channels, to place a new tone.
     pub channels: usize,
-    /// The frequencies the channels cover, to place a new tone.
+    /// The frequencies the channels cover, to place a new tone and label the page's axis.
     pub band: crate::band::Band,
+    /// The output watched, where the engine has several (the page's title names it).
+    pub output: Option<String>,
     /// The content check's tone channel, which follows a tone set from the page.
     pub expected: Expected,
     /// Whether the page may change the tone, gain and delay.
@@ -205,6 +207,8 @@ fn make_frame(
     average.add(&latest);
     let mut counters = frame::counters(r);
     polled.fill(&mut counters);
+    let adc_rate = ctx.adc_rate.or(polled.dsim_rate);
+    let channels = power.channels();
     Frame {
         seq,
         elapsed_s: r.elapsed_s,
@@ -215,9 +219,13 @@ fn make_frame(
         },
         counters,
         spectrum: frame::Spectrum {
-            channels: power.channels(),
+            channels,
             channels_per_bin: per_bin,
-            adc_rate: ctx.adc_rate.or(polled.dsim_rate),
+            adc_rate,
+            output: ctx.output.clone(),
+            kind: ctx.band.kind(),
+            first_channel_hz: adc_rate.map(|fs| ctx.band.frequency(0.0, fs, channels)),
+            channel_width_hz: adc_rate.map(|fs| ctx.band.channel_width(fs, channels)),
             expected_channel: r.expected_channel,
             latest: latest.each_ref().map(|l| frame::to_db(l)),
             average: average.get().each_ref().map(|a| frame::to_db(a)),

@@ -165,6 +165,18 @@ fn read_dsim(shared: &Shared, p: &mut Polled) {
             p.dsim_skipped_now = Some(s.heaps_skipped);
             p.dsim_rate = Some(s.rate);
             let tone = s.signal.strongest_tone(0);
+            // A tone moved from elsewhere (another watcher's page, as in the compose demo's two,
+            // or a PUT /signal by hand): the content check follows it as it follows one set from
+            // this page. Seen up to a period late, so an interval of the new tone may still be
+            // judged against the old channel.
+            if let (Some(old), Some(new)) = (p.dsim.tone_hz, tone.map(|t| t.frequency)) {
+                if old != new {
+                    let ctx = &shared.ctx;
+                    let fs = ctx.adc_rate.unwrap_or(s.rate);
+                    let channel = ctx.band.channel(new, fs, ctx.channels);
+                    ctx.expected.retune(channel, super::server::RETUNE_REST);
+                }
+            }
             p.dsim = DsimState {
                 url: None,
                 state: Some(s.state),

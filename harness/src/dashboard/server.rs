@@ -28,7 +28,7 @@ const MAX_BODY: usize = 4096;
 
 /// How long the content check rests after the page moves the tone: the new tone reaches the
 /// output within a few heaps, and a partly old interval says nothing.
-const RETUNE_REST: Duration = Duration::from_secs(3);
+pub(super) const RETUNE_REST: Duration = Duration::from_secs(3);
 
 pub fn run(listener: std::net::TcpListener, shared: Arc<Shared>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
