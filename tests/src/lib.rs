@@ -42,6 +42,7 @@ pub use watch::{progress_heaps_per_s, RunningWatch, Watch};
 
 /// The demo's CPU configuration (compose.yaml + compose.cpu.yaml), used by every test: a rate the
 /// CPU backend sustains on a 2-core host with dsim, the harness and the test itself beside it.
+/// (The demo's narrowband output, below, only the demo test adds.)
 pub const RATE: f64 = 16e6;
 /// The tone: the centre of channel CHANNELS/4 (RATE/8).
 pub const TONE_HZ: f64 = 2e6;
@@ -58,6 +59,31 @@ pub const CONTROL_PORT: u16 = 8080;
 
 /// Timestamp step between consecutive output heaps of a substream (ADC samples).
 pub const OUTPUT_STEP: u64 = SPECTRA_PER_HEAP * 2 * CHANNELS;
+
+/// The demo's narrowband output (compose.yaml's and compose.cpu.yaml's `narrowband`), which the
+/// demo test adds beside the wideband one ([`Outputs::WithNarrowband`]); the other tests run the
+/// wideband output alone. Its band, RATE/(2 NB_DECIMATION) = 1 MHz wide around NB_CENTRE_HZ,
+/// holds the tone RATE/64 below the centre: channel NB_CHANNELS/4.
+pub const NB_NAME: &str = "narrowband";
+pub const NB_OUTPUT: &str = "239.10.2.0+3:7148";
+pub const NB_SUBSTREAMS: usize = 4;
+pub const NB_CHANNELS: u64 = 1024;
+pub const NB_DECIMATION: u64 = 8;
+pub const NB_CENTRE_HZ: f64 = 2.25e6;
+/// Timestamp step between a narrowband substream's heaps: spectra 2nD ADC samples apart.
+pub const NB_OUTPUT_STEP: u64 = SPECTRA_PER_HEAP * 2 * NB_CHANNELS * NB_DECIMATION;
+/// The demo's frames with the narrowband output: two of its heaps, four wideband heaps (the
+/// frame of the wideband output alone, whose default is 4).
+pub const NB_HEAPS_PER_FRAME: u64 = 2;
+
+/// Which outputs the engine of a [`Pipeline`] serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outputs {
+    /// `--dst OUTPUT` alone: the output named wideband.
+    Wideband,
+    /// As the compose demo: the wideband output and the narrowband one ([`NB_NAME`]).
+    WithNarrowband,
+}
 
 /// Polls `f` every 250 ms until it returns true; fails after `timeout`.
 pub fn wait_until(

@@ -13,8 +13,9 @@ use testcontainers::{Container, GenericImage, ImageExt};
 use crate::http::default_output;
 use crate::watch::RunningWatch;
 use crate::{
-    image_tag, log_tail, wait_until, Http, Network, Session, CHANNELS, CONTROL_PORT, HEAP_SAMPLES,
-    LABEL, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
+    image_tag, log_tail, wait_until, Http, Network, Outputs, Session, CHANNELS, CONTROL_PORT,
+    HEAP_SAMPLES, LABEL, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION, NB_HEAPS_PER_FRAME, NB_NAME,
+    NB_OUTPUT, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
 };
 
 pub(crate) fn request(
@@ -76,8 +77,14 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts dsim, then the engine, and waits until output heaps are being sent.
+    /// Starts dsim, then the engine with its one wideband output, and waits until output heaps
+    /// are being sent.
     pub fn start(session: &Session) -> Result<Pipeline> {
+        Self::start_with(session, Outputs::Wideband)
+    }
+
+    /// [`start`](Self::start) with the engine serving `outputs`.
+    pub fn start_with(session: &Session, outputs: Outputs) -> Result<Pipeline> {
         let net = session.network()?;
         let prefix = session.prefix.clone();
         let dsim = request(
@@ -103,7 +110,7 @@ impl Pipeline {
             "fgpu/fengine",
             &net,
             &format!("{prefix}-engine"),
-            Self::engine_args(),
+            Self::engine_args(outputs),
         )
         .start()
         .context("starting fgpu/fengine")?;
@@ -118,8 +125,8 @@ impl Pipeline {
         Ok(p)
     }
 
-    fn engine_args() -> Vec<String> {
-        strings(&[
+    fn engine_args(outputs: Outputs) -> Vec<String> {
+        let mut args = strings(&[
             "--src-pol0",
             POL0_SRC,
             "--src-pol1",
@@ -140,7 +147,20 @@ impl Pipeline {
             "cpu",
             "--control",
             "0.0.0.0:8080",
-        ])
+        ]);
+        if outputs == Outputs::WithNarrowband {
+            // compose.cpu.yaml's narrowband output and frame.
+            args.extend([
+                "--narrowband".to_string(),
+                format!(
+                    "{NB_NAME}:dst={NB_OUTPUT},channels={NB_CHANNELS},\
+                     decimation={NB_DECIMATION},centre={NB_CENTRE_HZ}"
+                ),
+                "--heaps-per-frame".to_string(),
+                NB_HEAPS_PER_FRAME.to_string(),
+            ]);
+        }
+        args
     }
 
     /// dsim's control API from the host (its published port).
@@ -178,25 +198,35 @@ impl Pipeline {
 
     /// Starts `harness watch` for `seconds` in a container on the network.
     pub fn start_watch(&self, seconds: u32) -> Result<RunningWatch> {
-        let name = format!("{}-harness", self.prefix);
+        self.watch_container("harness", &["--dst", OUTPUT], seconds)
+    }
+
+    /// Starts `harness watch --output NAME` for `seconds`: one output of several, its
+    /// destinations from the engine's /status, as compose's demo and demo-nb watch theirs.
+    pub fn start_watch_output(&self, output: &str, seconds: u32) -> Result<RunningWatch> {
+        self.watch_container(&format!("harness-{output}"), &["--output", output], seconds)
+    }
+
+    fn watch_container(&self, role: &str, which: &[&str], seconds: u32) -> Result<RunningWatch> {
+        let mut args = vec!["watch"];
+        args.extend(which);
+        let (duration, dsim, engine) = (seconds.to_string(), self.dsim_url(), self.engine_url());
+        args.extend([
+            "--duration",
+            &duration,
+            "--dsim-url",
+            &dsim,
+            "--engine-url",
+            &engine,
+        ]);
         let c = request(
             "fgpu/harness",
             &self.net,
-            &name,
-            strings(&[
-                "watch",
-                "--dst",
-                OUTPUT,
-                "--duration",
-                &seconds.to_string(),
-                "--dsim-url",
-                &self.dsim_url(),
-                "--engine-url",
-                &self.engine_url(),
-            ]),
+            &format!("{}-{role}", self.prefix),
+            strings(&args),
         )
         .start()
-        .context("starting fgpu/harness")?;
+        .with_context(|| format!("starting fgpu/harness ({role})"))?;
         Ok(RunningWatch::new(c, seconds))
     }
 

@@ -1,22 +1,69 @@
-//! (1) The demo pipeline (dsim -> engine, CPU backend -> harness watch, the demo's configuration)
-//! runs 30 s with zero gaps, at the rate asked for, with the tone in the right channel.
+//! (1) The demo pipeline (dsim -> engine, CPU backend -> harness watch, the demo's configuration:
+//! a wideband and a narrowband output, each watched by a harness of its own as compose's `demo`
+//! and `demo-nb` watch them) runs 30 s with zero gaps on both outputs, at the rate asked for,
+//! with the tone in the channel each output's kind and shape predict.
 
-use acceptance::{Pipeline, Session, CHANNELS, OUTPUT_STEP, RATE, SUBSTREAMS, TONE_HZ};
+use acceptance::{
+    Outputs, Pipeline, Session, Watch, CHANNELS, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION, NB_NAME,
+    NB_OUTPUT_STEP, NB_SUBSTREAMS, OUTPUT_STEP, RATE, SUBSTREAMS, TONE_HZ,
+};
 use anyhow::Result;
+
+/// How long each watch runs (both at once).
+const SECONDS: u32 = 30;
 
 #[test]
 fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
     let Some(session) = Session::start("demo") else {
         return Ok(());
     };
-    let p = Pipeline::start(&session)?;
-    let w = p.start_watch(30)?.finish()?;
+    let p = Pipeline::start_with(&session, Outputs::WithNarrowband)?;
+    let wide = p.start_watch_output("wideband", SECONDS)?;
+    let narrow = p.start_watch_output(NB_NAME, SECONDS)?;
+    let (wide, narrow) = (wide.finish()?, narrow.finish()?);
+
+    // Wideband: channel k is centred on k RATE / 2n, so the tone (RATE/8) is in channel n/4.
+    check_output(
+        &p,
+        &wide,
+        "wideband",
+        SUBSTREAMS,
+        OUTPUT_STEP,
+        TONE_HZ * 2.0 * CHANNELS as f64 / RATE,
+    );
+    // Narrowband: channel c is centred on f_c + (c - n/2) RATE / 2Dn (f_c = 2.25 MHz is exactly
+    // a mixer word's, 9/64 of RATE), so the tone, RATE/64 below the centre, is in channel n/4;
+    // its heaps step 2nD samples, D times a wideband heap of as many channels.
+    let nb_width = RATE / (2.0 * NB_DECIMATION as f64 * NB_CHANNELS as f64);
+    check_output(
+        &p,
+        &narrow,
+        NB_NAME,
+        NB_SUBSTREAMS,
+        NB_OUTPUT_STEP,
+        NB_CHANNELS as f64 / 2.0 + (TONE_HZ - NB_CENTRE_HZ) / nb_width,
+    );
+    Ok(())
+}
+
+/// One output's watch: clean for its whole length, its heaps at the rate (each of its
+/// `substreams` gets RATE / `step` heaps a second), the tone strongest in `tone_channel` in
+/// every interval checked on both polarisations, the engine's counters still.
+fn check_output(
+    p: &Pipeline,
+    w: &Watch,
+    output: &str,
+    substreams: usize,
+    step: u64,
+    tone_channel: f64,
+) {
     let s = &w.summary;
-    let ctx = || w.context(&p);
+    let ctx = || format!("output {output}: {}", w.context(p));
 
     assert_eq!(w.exit_code, 0, "harness watch failed: {}", ctx());
     assert_eq!(s["ok"], true, "{}", ctx());
-    assert_eq!(w.u64_at("/substreams"), SUBSTREAMS as u64, "{}", ctx());
+    assert_eq!(s["output"].as_str(), Some(output), "{}", ctx());
+    assert_eq!(w.u64_at("/substreams"), substreams as u64, "{}", ctx());
     for field in [
         "gaps",
         "late",
@@ -33,12 +80,11 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
         );
     }
     assert_eq!(w.u64_at("/malformed"), 0, "{}", ctx());
-    // 30 s at the rate: every substream gets RATE / OUTPUT_STEP heaps a second.
-    let expected = 30.0 * RATE / OUTPUT_STEP as f64 * SUBSTREAMS as f64;
+    let expected = SECONDS as f64 * RATE / step as f64 * substreams as f64;
     let heaps = w.u64_at("/heaps") as f64;
     assert!(
         heaps > 0.95 * expected && heaps < 1.05 * expected,
-        "{heaps} heaps in 30 s, expected about {expected:.0}: {}",
+        "{heaps} heaps in {SECONDS} s, expected about {expected:.0}: {}",
         ctx()
     );
     let rate = s["sample_rate"].as_f64().unwrap();
@@ -48,9 +94,8 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
         ctx()
     );
 
-    // The tone: channel TONE_HZ / (RATE / 2n), told by dsim's /status, strongest in every
-    // interval checked, on both polarisations.
-    let tone_channel = TONE_HZ * 2.0 * CHANNELS as f64 / RATE;
+    // The tone, told by dsim's /status, strongest in every interval checked, on both
+    // polarisations.
     let c = &s["content"];
     assert_eq!(
         c["expected_channel"].as_f64(),
@@ -60,7 +105,7 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
     );
     let checked = c["checked"].as_u64().unwrap();
     assert!(
-        checked >= 25,
+        checked >= SECONDS as u64 - 5,
         "content checked in only {checked} intervals: {}",
         ctx()
     );
@@ -73,7 +118,7 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
             ctx()
         );
     }
-    // And the engine agrees: nothing missing on input, nothing skipped on output.
+    // And the engine agrees: nothing missing on input, nothing of this output skipped.
     assert_eq!(
         s["engine"]["missing_input"].as_f64(),
         Some(0.0),
@@ -87,10 +132,10 @@ fn demo_runs_30_s_with_zero_gaps_and_the_tone_channel() -> Result<()> {
         ctx()
     );
     println!(
-        "demo: {heaps} heaps in {:.1} s, {:.4} Gsample/s, tone in channel {tone_channel} in \
+        "demo, output {output}: {heaps} heaps on {substreams} substreams in {:.1} s (expected \
+         about {expected:.0}), {:.4} Gsample/s, gaps 0, tone in channel {tone_channel} in \
          {checked}/{checked} intervals",
         s["duration_s"].as_f64().unwrap(),
         rate / 1e9
     );
-    Ok(())
 }
