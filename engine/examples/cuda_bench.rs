@@ -40,6 +40,7 @@ fn main() {
             fir_batch,
             fir_block,
             postproc_rows,
+            ..Tuning::default()
         };
         opts.variants = vec![
             t(16, 128, 4),
@@ -50,6 +51,10 @@ fn main() {
             t(16, 128, 8),
             t(16, 128, 2),
         ];
+    }
+    // FENGINE_BENCH_DDC=5,7,9 also compares outputs per `ddc` thread for the narrowband set.
+    if let Ok(list) = std::env::var("FENGINE_BENCH_DDC") {
+        opts.ddc_variants = list.split(',').filter_map(|c| c.parse().ok()).collect();
     }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {

@@ -29,15 +29,31 @@ pub const INPUT_POWER_KERNEL: &str = "input_power";
 pub const DDC_KERNEL: &str = "ddc";
 pub const NB_FIR_KERNEL: &str = "nb_fir";
 pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
-/// Threads per block of the narrowband kernels (their `__launch_bounds__`).
+/// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
 pub const NARROWBAND_BLOCK: usize = 256;
-/// Consecutive subsampled samples each `ddc` thread computes (each unpacked input sample then
-/// serves up to this many of the thread's outputs).
-pub const DDC_OUTPUTS: usize = 8;
+/// Threads per block of `ddc`.
+pub const DDC_BLOCK: usize = 128;
+/// Spectra each `nb_fir` thread computes (sliding its window while the delay holds).
+pub const NB_FIR_RUN: usize = 32;
+/// `nb_postproc`'s block: `NB_POST_TILE` channels x `NB_POST_TILE` spectra, run by
+/// `NB_POST_TILE` x `NB_POST_ROWS` threads. Must match `narrowband.cu`.
+pub const NB_POST_TILE: usize = 32;
+pub const NB_POST_ROWS: usize = 8;
+/// Taps per phase for which a `ddc` thread holds samples in registers at once.
+pub const DDC_TILE: usize = 16;
 
-/// The DDC's taps as the `ddc` kernel reads them: L rounded up to a multiple of D (zeros after L).
+/// Taps per phase of the DDC as the `ddc` kernel reads them: ceil(L / D), rounded up to a whole
+/// number of tiles when it takes more than one.
+fn ddc_phase_taps(ddc_taps: usize, decimation: usize) -> usize {
+    let w = ddc_taps.div_ceil(decimation.max(1));
+    let tile = w.clamp(1, DDC_TILE);
+    w.next_multiple_of(tile)
+}
+
+/// The DDC's taps as the `ddc` kernel reads them, [phase tap p][phase q]: L rounded up to whole
+/// phases and tiles (zeros after L).
 pub fn ddc_padded_taps(ddc_taps: usize, decimation: usize) -> usize {
-    ddc_taps.next_multiple_of(decimation.max(1))
+    ddc_phase_taps(ddc_taps, decimation) * decimation.max(1)
 }
 
 /// The n-point complex FFT is split into `UNZIP` FFTs of n / UNZIP points (cuFFT) and
@@ -57,7 +73,13 @@ pub struct Tuning {
     pub fir_block: usize,
     /// Thread rows per block of `postproc`: a divisor of [`POSTPROC_TILE`].
     pub postproc_rows: usize,
+    /// Consecutive subsampled samples each `ddc` thread computes: odd (so that a warp's
+    /// shared-memory reads fall in distinct banks), at most [`MAX_DDC_OUTPUTS`].
+    pub ddc_outputs: usize,
 }
+
+/// The most outputs per `ddc` thread (its accumulators and samples are registers).
+pub const MAX_DDC_OUTPUTS: usize = 15;
 
 impl Default for Tuning {
     /// Measured on an H100 at 32768 channels, 16 taps, 10 bits (`cuda_bench`, table d).
@@ -66,6 +88,7 @@ impl Default for Tuning {
             fir_batch: 16,
             fir_block: 128,
             postproc_rows: 4,
+            ddc_outputs: 7,
         }
     }
 }
@@ -155,6 +178,12 @@ impl Config {
                 t.postproc_rows
             ));
         }
+        if t.ddc_outputs.is_multiple_of(2) || t.ddc_outputs > MAX_DDC_OUTPUTS {
+            return Err(format!(
+                "ddc outputs per thread must be odd and at most {MAX_DDC_OUTPUTS}, not {}",
+                t.ddc_outputs
+            ));
+        }
         Ok(())
     }
 }
@@ -174,7 +203,10 @@ pub fn source(cfg: &Config) -> String {
         ("DITHER", u32::from(cfg.dither).to_string()),
         ("DECIMATION", cfg.decimation.to_string()),
         ("DDC_TAPS", cfg.ddc_taps.to_string()),
-        ("DDC_OUTPUTS", DDC_OUTPUTS.to_string()),
+        ("DDC_OUTPUTS", cfg.tuning.ddc_outputs.to_string()),
+        ("DDC_BLOCK", DDC_BLOCK.to_string()),
+        ("DDC_TILE", DDC_TILE.to_string()),
+        ("NB_RUN", NB_FIR_RUN.to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let mut src = String::with_capacity(

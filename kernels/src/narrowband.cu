@@ -7,7 +7,10 @@
 // Extra configuration:
 //   DECIMATION   D: 8, 16 or 32
 //   DDC_TAPS     L: the DDC filter's length
-//   DDC_OUTPUTS  subsampled samples each `ddc` thread computes
+//   DDC_OUTPUTS  C, consecutive subsampled samples each `ddc` thread computes (odd: see below)
+//   DDC_BLOCK    threads per block of `ddc`
+//   DDC_TILE     taps per phase a thread holds samples for at once (bounds its registers)
+//   NB_RUN       spectra each `nb_fir` thread computes
 
 #define NB_POINTS (2 * CHANNELS) // points of the complex FFT: twice the kept channels
 
@@ -15,60 +18,148 @@
 // for the frame's mixer word F: phase(t + k) = phase(t) + phase(k) mod 2^32 exactly, so only the
 // rotation of each output needs the absolute time, phase(t_j) = phase0 + j phase_step (u32, wraps).
 //
-// Each thread computes DDC_OUTPUTS consecutive outputs j0 + i (katgpucbf's scheme): with k = pD + q
-// (taps zero-padded to DDC_W D), y[j0 + i] sums x[(j0 + i + p) D + q] z[pD + q]; for each pair of
-// phases q, q + 1 the thread unpacks the DDC_OUTPUTS + DDC_W - 1 sample pairs it needs once and
-// uses each for up to DDC_W outputs, so unpacking costs a fraction of the multiply-adds.
-#define DDC_W ((DDC_TAPS + DECIMATION - 1) / DECIMATION) // taps per phase
-#define DDC_RUN (DDC_OUTPUTS + DDC_W - 1)                // sample pairs per phase pair
+// With k = pD + q (taps zero-padded to DDC_WP D), y[j] = sum_q sum_p X_q[j + p] z[pD + q] where
+// X_q[m] = x[mD + q]: for each phase q a short real-by-complex FIR over the polyphase column X_q.
+// A block makes DDC_M = DDC_BLOCK C consecutive outputs. It stages its samples in shared memory
+// phase-major, eight phases at a time (one group of 8 consecutive samples, SAMPLE_BITS bytes, per
+// row m: coalesced loads, unpacked once), so that lane l reading X_q[lC + r] hits bank
+// (lC + r) mod 32: distinct for odd C. Each thread then keeps C accumulators and C + DDC_TILE - 1
+// samples in registers, so every sample it loads serves up to DDC_TILE taps of C outputs: the
+// kernel is bound by its multiply-adds (2 per tap and input sample), not by loads. The outputs go
+// back through shared memory to be stored as whole lines.
+#define DDC_W ((DDC_TAPS + DECIMATION - 1) / DECIMATION)           // taps per phase
+#define DDC_PT (DDC_W < DDC_TILE ? DDC_W : DDC_TILE)                // taps per tile
+#define DDC_WP (((DDC_W + DDC_PT - 1) / DDC_PT) * DDC_PT)           // taps per phase, padded
+#define DDC_M (DDC_BLOCK * DDC_OUTPUTS)                            // outputs per block
+#define DDC_ROWS (DDC_M + DDC_WP - 1)                              // samples per phase per block
+#define DDC_SMEM_TAPS ((8 * DDC_ROWS * 4 + DDC_WP * 8 * 8) <= 48 * 1024)
+#define GROUP_WORDS ((8 * SAMPLE_BITS + 31) / 32)                   // words of 8 samples, aligned
 
-extern "C" __global__ void __launch_bounds__(256) ddc(
+#if DDC_OUTPUTS % 2 == 0
+#error "DDC_OUTPUTS must be odd: the lanes' shared-memory reads would collide in banks"
+#endif
+
+// The 8 samples from sample index s (a multiple of 8: the group starts on a byte boundary).
+__device__ __forceinline__ void unpack8(const u32 *__restrict__ span, u64 s, float (&v)[8]) {
+    const u64 bit = s * SAMPLE_BITS;
+    const u64 w = bit >> 5;
+    const u32 sh = (u32)bit & 31u; // a multiple of 8
+    u32 raw[GROUP_WORDS + 1], a[GROUP_WORDS + 1];
+#pragma unroll
+    for (int i = 0; i <= GROUP_WORDS; i++) raw[i] = bswap32(__ldg(span + w + i));
+    // a: the group's bits from its first, most significant first.
+#pragma unroll
+    for (int i = 0; i < GROUP_WORDS; i++) a[i] = __funnelshift_l(raw[i + 1], raw[i], sh);
+    a[GROUP_WORDS] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
+        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
+        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
     const u32 *__restrict__ span,    // [pol][span_words] packed samples (padded by 2 words)
     u64 span_words,                  // words per polarisation
-    const float2 *__restrict__ taps, // [DDC_W * DECIMATION]: z_k, zero past DDC_TAPS
+    const float2 *__restrict__ taps, // [DDC_WP][DECIMATION]: z_{pD+q}, zero past DDC_TAPS
     float2 *__restrict__ out,        // [pol][samples]
     u32 samples,                     // subsampled samples per polarisation
-    u64 last_pair,                   // the span's last even sample index (reads are clamped to it)
+    u32 first,                       // the first subsampled sample made: the frame's windows
+    u32 end,                         // need [first, end) only
+    u64 span_samples,                // samples in the span (a multiple of 8); zeros past it
     u32 phase0,                      // mixer phase of the span's first sample (2^-32 turns)
     u32 phase_step)                  // mixer phase over DECIMATION samples
 {
-    const u32 j0 = (blockIdx.x * blockDim.x + threadIdx.x) * DDC_OUTPUTS;
-    const u32 pol = blockIdx.y;
-    if (j0 >= samples) return;
+    __shared__ __align__(16) float xs[8][DDC_ROWS]; // xs[q][m] = x[(jb + m) D + q0 + q], q0 the group's phase
+#if DDC_SMEM_TAPS
+    __shared__ float2 zs[DDC_WP][8];  // the group's taps
+#endif
+    const u32 jb = first + blockIdx.x * DDC_M, pol = blockIdx.y, j0 = threadIdx.x * DDC_OUTPUTS;
     span += pol * span_words;
     float2 acc[DDC_OUTPUTS];
 #pragma unroll
     for (int i = 0; i < DDC_OUTPUTS; i++) acc[i] = make_float2(0.0f, 0.0f);
 #pragma unroll 1
-    for (u32 q = 0; q < DECIMATION; q += 2) {
-        // Past the span only for outputs beyond `samples`, which are not stored.
-        float2 x[DDC_RUN];
+    for (u32 q0 = 0; q0 < DECIMATION; q0 += 8) {
+        if (q0) __syncthreads(); // the last group's samples are read
+        for (u32 m = threadIdx.x; m < DDC_ROWS; m += DDC_BLOCK) {
+            const u64 s = (u64)(jb + m) * DECIMATION + q0;
+            float v[8];
+            // Past the span only for outputs beyond `samples`, which are not stored.
+            if (s < span_samples) {
+                unpack8(span, s, v);
+            } else {
 #pragma unroll
-        for (int r = 0; r < DDC_RUN; r++) x[r] = load_pair(span, min((u64)(j0 + r) * DECIMATION + q, last_pair));
+                for (int q = 0; q < 8; q++) v[q] = 0.0f;
+            }
 #pragma unroll
-        for (int p = 0; p < DDC_W; p++) {
-            const float2 z0 = __ldg(taps + p * DECIMATION + q), z1 = __ldg(taps + p * DECIMATION + q + 1);
+            for (int q = 0; q < 8; q++) xs[q][m] = v[q];
+        }
+#if DDC_SMEM_TAPS
+        for (u32 i = threadIdx.x; i < DDC_WP * 8; i += DDC_BLOCK)
+            zs[i / 8][i % 8] = __ldg(taps + (i / 8) * DECIMATION + q0 + i % 8);
+#define DDC_Z(p, q) zs[p][q]
+#else
+#define DDC_Z(p, q) __ldg(taps + (p) * DECIMATION + q0 + (q))
+#endif
+        __syncthreads();
 #pragma unroll
-            for (int i = 0; i < DDC_OUTPUTS; i++) {
-                const float2 v = x[i + p];
-                acc[i].x = fmaf(v.x, z0.x, fmaf(v.y, z1.x, acc[i].x));
-                acc[i].y = fmaf(v.x, z0.y, fmaf(v.y, z1.y, acc[i].y));
+        for (int q = 0; q < 8; q++) {
+#pragma unroll 1
+            for (int p0 = 0; p0 < DDC_WP; p0 += DDC_PT) {
+                float x[DDC_OUTPUTS + DDC_PT - 1];
+#pragma unroll
+                for (int r = 0; r < DDC_OUTPUTS + DDC_PT - 1; r++) x[r] = xs[q][j0 + p0 + r];
+#pragma unroll
+                for (int p = 0; p < DDC_PT; p++) {
+                    const float2 z = DDC_Z(p0 + p, q);
+#pragma unroll
+                    for (int i = 0; i < DDC_OUTPUTS; i++) {
+                        acc[i].x = fmaf(x[i + p], z.x, acc[i].x);
+                        acc[i].y = fmaf(x[i + p], z.y, acc[i].y);
+                    }
+                }
             }
         }
+#undef DDC_Z
     }
+    // Rotate, then store through shared memory as whole lines (xs holds at least 2 DDC_M floats).
+    __syncthreads();
+    float2 *ys = reinterpret_cast<float2 *>(&xs[0][0]);
 #pragma unroll
     for (int i = 0; i < DDC_OUTPUTS; i++) {
-        const u32 j = j0 + i;
-        if (j >= samples) break;
-        // exp(-2 pi i phase), the phase taken as signed turns in [-1/2, 1/2).
-        const u32 ph = phase0 + j * phase_step;
-        const float turns = (float)(int)ph * 2.3283064365386963e-10f; // 2^-32
-        out[(u64)pol * samples + j] = cmul(acc[i], expipi(-2.0f * turns));
+        // exp(-2 pi i phase), the phase taken as signed turns in [-1/2, 1/2): the hardware
+        // sine and cosine (absolute error under 5e-7 on [-pi, pi], far below the output's LSB;
+        // sincospif costs a tenth of the kernel here).
+        const u32 ph = phase0 + (jb + j0 + i) * phase_step;
+        const float angle = (float)(int)ph * -1.4629180792671596e-9f; // -2 pi 2^-32
+        float sn, cs;
+        __sincosf(angle, &sn, &cs);
+        ys[j0 + i] = cmul(acc[i], make_float2(cs, sn));
     }
+    __syncthreads();
+    for (u32 m = threadIdx.x; m < DDC_M && jb + m < end; m += DDC_BLOCK)
+        out[(u64)pol * samples + jb + m] = ys[m];
 }
 
 // Complex PFB: point i of spectrum m sums taps t of the window that starts at subsampled sample
-// offsets[m] / D. One thread per point.
+// offsets[m] / D. One thread per point and run of NB_RUN spectra, as `pfb_fir`: the point's T
+// weights and a window of T samples stay in registers, and while the delay holds (each window
+// NB_POINTS after the last) a spectrum loads one new sample, NB_BATCH spectra's together. Reading
+// every window afresh instead costs T reads of the DDC's output, which then dominates the output.
+#define NB_BATCH 8
+
+__device__ __forceinline__ float2 nb_sum(const float2 (&x)[TAPS], const float (&w)[TAPS]) {
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int t = 0; t < TAPS; t++) {
+        acc.x = fmaf(w[t], x[t].x, acc.x);
+        acc.y = fmaf(w[t], x[t].y, acc.y);
+    }
+    return acc;
+}
+
 extern "C" __global__ void __launch_bounds__(256) nb_fir(
     const float2 *__restrict__ ddc_out, // [pol][samples]
     u32 samples,
@@ -78,25 +169,66 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
     u32 spectra)
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    const u32 m = blockIdx.y, pol = blockIdx.z;
+    const u32 pol = blockIdx.z;
     if (i >= NB_POINTS) return;
-    const u32 j0 = __ldg(offsets + (u64)pol * spectra + m) / DECIMATION;
-    const float2 *x = ddc_out + (u64)pol * samples + j0 + i;
-    float2 acc = make_float2(0.0f, 0.0f);
+    const u32 m0 = blockIdx.y * NB_RUN, m1 = min(m0 + NB_RUN, spectra);
+    const float2 *x = ddc_out + (u64)pol * samples + i;
+    offsets += (u64)pol * spectra;
+    out += (u64)pol * spectra * NB_POINTS + i;
+    float w[TAPS];
 #pragma unroll
-    for (int t = 0; t < TAPS; t++) {
-        const float w = __ldg(weights + t * NB_POINTS + i);
-        const float2 v = x[(u64)t * NB_POINTS];
-        acc.x = fmaf(w, v.x, acc.x);
-        acc.y = fmaf(w, v.y, acc.y);
+    for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * NB_POINTS + i);
+    float2 win[TAPS];
+    u32 prev = 0;
+    for (u32 m = m0; m < m1;) {
+        if (m > m0 && m + NB_BATCH <= m1) {
+            u32 j[NB_BATCH];
+#pragma unroll
+            for (int b = 0; b < NB_BATCH; b++) j[b] = __ldg(offsets + m + b) / DECIMATION;
+            bool slide = j[0] == prev + NB_POINTS;
+#pragma unroll
+            for (int b = 1; b < NB_BATCH; b++) slide = slide && j[b] == j[b - 1] + NB_POINTS;
+            if (slide) {
+                float2 fresh[NB_BATCH];
+#pragma unroll
+                for (int b = 0; b < NB_BATCH; b++) fresh[b] = x[(u64)j[b] + (u64)(TAPS - 1) * NB_POINTS];
+#pragma unroll
+                for (int b = 0; b < NB_BATCH; b++) {
+#pragma unroll
+                    for (int t = 0; t < TAPS - 1; t++) win[t] = win[t + 1];
+                    win[TAPS - 1] = fresh[b];
+                    out[(u64)(m + b) * NB_POINTS] = nb_sum(win, w);
+                }
+                prev = j[NB_BATCH - 1];
+                m += NB_BATCH;
+                continue;
+            }
+        }
+        // One spectrum: slide if the delay is unchanged, else load the whole window.
+        const u32 j = __ldg(offsets + m) / DECIMATION;
+        if (m > m0 && j == prev + NB_POINTS) {
+#pragma unroll
+            for (int t = 0; t < TAPS - 1; t++) win[t] = win[t + 1];
+            win[TAPS - 1] = x[(u64)j + (u64)(TAPS - 1) * NB_POINTS];
+        } else {
+#pragma unroll
+            for (int t = 0; t < TAPS; t++) win[t] = x[(u64)j + (u64)t * NB_POINTS];
+        }
+        prev = j;
+        out[(u64)m * NB_POINTS] = nb_sum(win, w);
+        m++;
     }
-    out[((u64)pol * spectra + m) * NB_POINTS + i] = acc;
 }
 
 // Channel c is bin (c - n/2) mod 2n, turned by exp(i (p' - pi k' r' / n)) with k' = c - n/2 its
-// offset from the centre, then gain, dither, quantisation. One thread per channel and spectrum,
-// both polarisations (one output element).
-extern "C" __global__ void __launch_bounds__(256) nb_postproc(
+// offset from the centre, then gain, dither, quantisation. A block is NB_TILE channels x NB_TILE
+// spectra (NB_TILE / NB_ROWS spectra per thread), both polarisations: it reads whole lines of bins
+// and, through shared memory, writes whole lines of the channel-major heaps ([heap][channel]
+// [spectrum]); one thread per element writing its own 4 bytes a heap apart costs ten times more.
+#define NB_TILE 32
+#define NB_ROWS 8
+
+extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
     const float2 *__restrict__ fft,      // [pol][spectra][NB_POINTS]
     const float2 *__restrict__ gains,    // [pol][CHANNELS]: the complex gain
     const float4 *__restrict__ rotation, // [pol][spectra]: (r' subsampled samples, dither key bits, cos p', sin p')
@@ -104,25 +236,57 @@ extern "C" __global__ void __launch_bounds__(256) nb_postproc(
     u64 *__restrict__ saturated,         // [pol], accumulated
     u32 spectra)
 {
-    const u32 c = blockIdx.x * blockDim.x + threadIdx.x;
-    const u32 m = blockIdx.y;
-    if (c >= CHANNELS) return;
-    const int k = (int)c - CHANNELS / 2;
-    const u32 bin = (u32)(k + NB_POINTS) % NB_POINTS;
-    char2 q[2];
+    __shared__ qjones tile[NB_TILE][NB_TILE + 1]; // [channel][spectrum], padded against bank conflicts
+    __shared__ u32 sat[2];
+    const u32 c0 = blockIdx.x * NB_TILE, m0 = blockIdx.y * NB_TILE;
+    const u32 tx = threadIdx.x % NB_TILE, ty = threadIdx.x / NB_TILE;
+    const u32 c = c0 + tx;
+    u32 clamped[2] = {0, 0};
+    if (c < CHANNELS) {
+        const int k = (int)c - CHANNELS / 2;
+        const u32 bin = (u32)(k + NB_POINTS) % NB_POINTS;
+        float2 g[2];
 #pragma unroll
-    for (int pol = 0; pol < 2; pol++) {
-        const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
-        float2 x = fft[((u64)pol * spectra + m) * NB_POINTS + bin];
-        const float2 turn = cmul(make_float2(rot.z, rot.w), expipi(-((float)k / (float)CHANNELS) * rot.x));
-        x = cmul(x, cmul(turn, __ldg(gains + pol * CHANNELS + c)));
+        for (int pol = 0; pol < 2; pol++) g[pol] = __ldg(gains + pol * CHANNELS + c);
+        for (u32 r = ty; r < NB_TILE; r += NB_ROWS) {
+            const u32 m = m0 + r;
+            if (m >= spectra) break;
+            char2 q[2];
+#pragma unroll
+            for (int pol = 0; pol < 2; pol++) {
+                const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
+                float2 x = fft[((u64)pol * spectra + m) * NB_POINTS + bin];
+                const float2 turn = cmul(make_float2(rot.z, rot.w), expipi(-((float)k / (float)CHANNELS) * rot.x));
+                x = cmul(x, cmul(turn, g[pol]));
 #if DITHER
-        x = cadd(x, dither(__float_as_uint(rot.y), c, pol));
+                x = cadd(x, dither(__float_as_uint(rot.y), c, pol));
 #endif
-        u32 clamped = 0;
-        q[pol] = make_char2((signed char)quantise(x.x, clamped), (signed char)quantise(x.y, clamped));
-        if (clamped) atomicAdd(saturated + pol, 1ull);
+                u32 clip = 0;
+                q[pol] = make_char2((signed char)quantise(x.x, clip), (signed char)quantise(x.y, clip));
+                clamped[pol] += clip;
+            }
+            tile[tx][r] = make_qjones(q[0], q[1]);
+        }
     }
+    // Saturation: summed over the warp, then the block, then one global atomic per block and
+    // polarisation (a saturating output would otherwise queue every thread on two addresses).
+#pragma unroll
+    for (int pol = 0; pol < 2; pol++)
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) clamped[pol] += __shfl_xor_sync(0xffffffffu, clamped[pol], o);
+    if (threadIdx.x == 0) sat[0] = sat[1] = 0;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int pol = 0; pol < 2; pol++)
+            if (clamped[pol]) atomicAdd(&sat[pol], clamped[pol]);
+    }
+    __syncthreads();
+    if (threadIdx.x < 2 && sat[threadIdx.x]) atomicAdd(saturated + threadIdx.x, (u64)sat[threadIdx.x]);
+    // Now lanes run along spectra: a channel's spectra within a heap are contiguous.
+    const u32 m = m0 + tx;
+    if (m >= spectra) return;
     const u32 heap = m / SPECTRA_PER_HEAP, sh = m % SPECTRA_PER_HEAP;
-    out[((u64)heap * CHANNELS + c) * SPECTRA_PER_HEAP + sh] = make_qjones(q[0], q[1]);
+    for (u32 cc = ty; cc < NB_TILE && c0 + cc < CHANNELS; cc += NB_ROWS)
+        out[((u64)heap * CHANNELS + c0 + cc) * SPECTRA_PER_HEAP + sh] = tile[cc][tx];
 }

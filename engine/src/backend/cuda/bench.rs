@@ -39,6 +39,9 @@ pub struct BenchOptions {
     /// Narrowband outputs (channels, decimation) computed beside each wideband one in (a), (b)
     /// and (c), from the same input: the figures are then the whole set's.
     pub narrowband: Vec<(usize, usize)>,
+    /// Outputs per `ddc` thread to compare for the set at `variant_channels` (GPU only, needs
+    /// narrowband outputs); empty for none.
+    pub ddc_variants: Vec<usize>,
 }
 
 impl Default for BenchOptions {
@@ -58,6 +61,7 @@ impl Default for BenchOptions {
             variant_channels: 32768,
             e2e_chunks: Vec::new(),
             narrowband: Vec::new(),
+            ddc_variants: Vec::new(),
         }
     }
 }
@@ -68,6 +72,9 @@ pub struct BenchRow {
     pub channels: usize,
     /// Median µs per frame: overlap copy (+ counter reset), FIR, FFT, post-processing, total.
     pub stage_us: [f64; 5],
+    /// Median µs per frame of each output's first stage, FFT and post-processing (wideband: FIR;
+    /// narrowband: DDC and complex FIR).
+    pub output_us: Vec<[f64; 3]>,
     /// Bytes each of the four stages moves per frame.
     pub stage_bytes: [f64; 4],
     /// GPU-only throughput, Gsample/s per polarisation.
@@ -268,6 +275,33 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
             .map_err(io)?;
         }
     }
+    if !opts.ddc_variants.is_empty() && !opts.narrowband.is_empty() {
+        let set = output_set(opts, opts.variant_channels);
+        let chunks: [Vec<u8>; POLS] =
+            std::array::from_fn(|_| random_bytes(&mut rng, set[0].chunk_bytes()));
+        writeln!(
+            out,
+            "\n(f) ddc outputs per thread, wideband {} channels{} (µs per frame)",
+            opts.variant_channels,
+            narrowband_label(opts)
+        )
+        .map_err(io)?;
+        writeln!(out, "{:>8} {:>9} {:>11}", "outputs", "total", "Gsps/pol").map_err(io)?;
+        for &ddc_outputs in &opts.ddc_variants {
+            let t = Tuning {
+                ddc_outputs,
+                ..Tuning::default()
+            };
+            let mut backend = CudaBackend::with_tuning(&set, opts.gpu_index, t)?;
+            let r = gpu_only(&mut backend, [&chunks[0], &chunks[1]], opts.iterations)?;
+            writeln!(
+                out,
+                "{:>8} {:>9.1} {:>11.1}",
+                ddc_outputs, r.stage_us[4], r.gpu_gsps
+            )
+            .map_err(io)?;
+        }
+    }
     if !opts.e2e_chunks.is_empty() {
         writeln!(
             out,
@@ -314,7 +348,7 @@ fn gpu_only(
     let p = &mut backend.pipeline;
     p.load_for_bench(chunks)?;
     let marks: Vec<StageMarks> = (0..iterations.max(1))
-        .map(|_| StageMarks::new(&p.ctx))
+        .map(|_| StageMarks::new(&p.ctx, p.outputs.len()))
         .collect::<Result<_>>()?;
     // Warm-up: first launches load code and fill caches.
     for slot in 0..p.slots() {
@@ -335,11 +369,25 @@ fn gpu_only(
         }
     }
     let stage_us = stage_us.map(median);
+    let mut output_us = Vec::with_capacity(p.outputs.len());
+    for k in 0..p.outputs.len() {
+        let mut times: [Vec<f64>; 3] = Default::default();
+        for m in &marks {
+            let end = m.1.get(k + 1).map_or(&m.0[4], |next| &next[0]);
+            let ev = &m.1[k];
+            for (s, t) in times.iter_mut().enumerate() {
+                let b = if s < 2 { &ev[s + 1] } else { end };
+                t.push(elapsed_ms(&ev[s], b)? * 1e3);
+            }
+        }
+        output_us.push(times.map(median));
+    }
     let stage_bytes = p.stage_bytes();
     let samples = p.chunk_samples() as f64;
     Ok(BenchRow {
         channels: p.outputs[0].geometry.output.channels,
         stage_us,
+        output_us,
         stage_bytes,
         gpu_gsps: samples / stage_us[4] * 1e-3,
         gpu_gbps: stage_bytes.iter().sum::<f64>() / stage_us[4] * 1e-3,
@@ -555,6 +603,26 @@ fn report(
             r.gpu_gbps,
             100.0 * r.gpu_gbps / c.d2d
         )?;
+    }
+    if !opts.narrowband.is_empty() {
+        writeln!(
+            out,
+            "    per output (µs): first stage (wideband FIR; narrowband DDC + FIR) / fft / post:"
+        )?;
+        for r in rows {
+            let names = std::iter::once(format!("wideband {}", r.channels)).chain(
+                opts.narrowband
+                    .iter()
+                    .map(|(n, d)| format!("narrowband {n} D {d}")),
+            );
+            for (name, t) in names.zip(&r.output_us) {
+                writeln!(
+                    out,
+                    "{:>28} {:>9.1} {:>9.1} {:>9.1}",
+                    name, t[0], t[1], t[2]
+                )?;
+            }
+        }
     }
     writeln!(out, "    per-kernel GB/s (fir / fft / post):")?;
     for r in rows {

@@ -32,6 +32,8 @@ struct OutputSlot {
     /// frame's mixer word (the `ddc` kernel's arguments).
     phase0: u32,
     phase_step: u32,
+    /// The subsampled samples the frame's windows read, [first, end): all the DDC makes.
+    ddc_range: (u32, u32),
 }
 
 /// What a narrowband output adds: its DDC filter and the DDC's output.
@@ -44,6 +46,31 @@ struct NarrowbandStage {
     /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
     /// in the span.
     samples: u32,
+    /// Subsampled samples each `ddc` block makes.
+    per_block: u32,
+    /// The taps z_k as the kernel reads them for the mixer word they were made for: made again
+    /// only when the centre moves.
+    taps: (u32, Vec<u8>),
+}
+
+impl NarrowbandStage {
+    /// z_k = h_k exp(-2 pi i phase(k)) for mixer word `word`, computed in float64 then rounded,
+    /// zero past L, as float32 pairs.
+    fn taps_bytes(&mut self, word: u32) -> &[u8] {
+        if self.taps.0 != word || self.taps.1.is_empty() {
+            let padded = kernels::ddc_padded_taps(self.filter.len(), self.decimation);
+            self.taps.1 = (0..padded)
+                .flat_map(|k| {
+                    let h = self.filter.get(k).copied().unwrap_or(0.0);
+                    let z = ddc::mixer(k as u64, word) * h;
+                    [(z.re as f32).to_ne_bytes(), (z.im as f32).to_ne_bytes()]
+                })
+                .flatten()
+                .collect();
+            self.taps.0 = word;
+        }
+        &self.taps.1
+    }
 }
 
 /// One output's kernels, plan, constant tables and per-slot buffers.
@@ -123,6 +150,8 @@ impl OutputStage {
                     samples: u32::try_from(samples).map_err(|_| {
                         BackendError::Unsupported("the span is too long for the DDC".into())
                     })?,
+                    per_block: (kernels::DDC_BLOCK * tuning.ddc_outputs) as u32,
+                    taps: (0, Vec::new()),
                 })
             }
         };
@@ -138,6 +167,7 @@ impl OutputStage {
                     saturated: PinnedAlloc::new(ctx, SAT_BYTES)?,
                     phase0: 0,
                     phase_step: 0,
+                    ddc_range: (0, 0),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -180,21 +210,29 @@ impl OutputStage {
         let (l, g) = (self.layout, self.geometry);
         let m = g.spectra_per_frame();
         let stale = self.slots[slot].gains_version != self.gains_version;
-        let s = &mut self.slots[slot];
-        if let Some(nb) = &self.narrowband {
+        if let Some(nb) = &mut self.narrowband {
+            let s = &mut self.slots[slot];
             let word = frame.mixer;
             s.phase0 = ddc::mixer_phase(span_start, word);
             s.phase_step = ddc::mixer_phase(nb.decimation as u64, word);
-            let padded = kernels::ddc_padded_taps(nb.filter.len(), nb.decimation);
-            let taps = &mut s.staging.as_mut_slice()[l.ddc_taps..l.ddc_taps + 8 * padded];
-            for (k, b) in taps.chunks_exact_mut(8).enumerate() {
-                // z_k = h_k exp(-2 pi i phase(k)), in float64 then rounded; zero past L.
-                let h = nb.filter.get(k).copied().unwrap_or(0.0);
-                let z = ddc::mixer(k as u64, word) * h;
-                b[..4].copy_from_slice(&(z.re as f32).to_ne_bytes());
-                b[4..].copy_from_slice(&(z.im as f32).to_ne_bytes());
-            }
+            let taps = nb.taps_bytes(word);
+            s.staging.as_mut_slice()[l.ddc_taps..l.ddc_taps + taps.len()].copy_from_slice(taps);
+            // Window starts are multiples of D (checked with the frame); each window is T 2n
+            // subsampled samples.
+            let starts = frame
+                .delays
+                .iter()
+                .flatten()
+                .map(|d| d.offset / nb.decimation as u32);
+            let (lo, hi) = starts.fold((u32::MAX, 0), |(lo, hi), j| (lo.min(j), hi.max(j)));
+            let window = (g.output.taps * 2 * g.output.channels) as u32;
+            s.ddc_range = if lo > hi {
+                (0, 0)
+            } else {
+                (lo, hi.saturating_add(window).min(nb.samples))
+            };
         }
+        let s = &mut self.slots[slot];
         // Wideband gains carry the 1/2 of the real-FFT fix-up; narrowband's FFT is complex.
         let scale = if self.narrowband.is_some() { 1.0 } else { 0.5 };
         let st = s.staging.as_mut_slice();
@@ -252,8 +290,9 @@ impl OutputStage {
         Ok(())
     }
 
-    /// The output's compute on `stream` over the slot's span: FIR, FFT, post-processing. `mark(i)`
-    /// is called after the FIR (2) and after the FFT (3), for the benchmark's stage timing.
+    /// The output's compute on `stream` over the slot's span: the first stage (wideband: the
+    /// PFB FIR; narrowband: DDC, then the complex PFB FIR), the FFT, post-processing. `mark(i)` is
+    /// called after the first stage (2) and after the FFT (3), for the benchmark's stage timing.
     pub fn enqueue_compute(
         &self,
         slot: usize,
@@ -262,12 +301,35 @@ impl OutputStage {
         stream: &CudaStream,
         mark: &dyn Fn(usize) -> Result<()>,
     ) -> Result<()> {
-        if self.narrowband.is_some() {
-            return self.enqueue_narrowband(slot, span, span_words, stream, mark);
-        }
-        let g = &self.geometry;
         let s = &self.slots[slot];
-        let m = g.spectra_per_frame() as u32;
+        let m = self.geometry.spectra_per_frame() as u32;
+        match &self.narrowband {
+            None => self.launch_fir(s, m, span, span_words, stream)?,
+            Some(nb) => {
+                if m > 65535 {
+                    return Err(BackendError::Unsupported(format!(
+                        "{m} narrowband spectra per frame is too many for one launch: use smaller frames"
+                    )));
+                }
+                self.launch_ddc(nb, s, span, span_words, stream)?;
+                self.launch_nb_fir(nb, s, m, stream)?;
+            }
+        }
+        mark(2)?;
+        self.plan.forward(self.fft_buf.ptr())?;
+        mark(3)?;
+        self.launch_postproc(s, m, stream)
+    }
+
+    /// Wideband: the real PFB FIR over the span into the FFT's input.
+    fn launch_fir(
+        &self,
+        s: &OutputSlot,
+        m: u32,
+        span: sys::CUdeviceptr,
+        span_words: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let offsets = s.params.at(self.layout.offsets);
         let (weights, fft) = (self.weights.ptr(), self.fft_buf.ptr());
         let per_thread = self.shapes.fir_spectra_per_thread;
@@ -281,79 +343,67 @@ impl OutputStage {
             .arg(&per_thread);
         // SAFETY: argument types and order match pfb_fir; every buffer is sized for the geometry.
         unsafe { fir.launch(self.shapes.fir) }.map_err(driver("launching pfb_fir"))?;
-        mark(2)?;
-
-        self.plan.forward(fft)?;
-        mark(3)?;
-
-        let gains = s.params.at(self.layout.gains);
-        let rotation = s.params.at(self.layout.rotation);
-        let twiddles = self.twiddles.ptr();
-        let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
-        let mut post = stream.launch_builder(&self.kernels.postproc);
-        post.arg(&fft)
-            .arg(&twiddles)
-            .arg(&gains)
-            .arg(&rotation)
-            .arg(&out)
-            .arg(&sat)
-            .arg(&m);
-        // SAFETY: argument types and order match postproc; every buffer is sized for the geometry.
-        unsafe { post.launch(self.shapes.postproc) }.map_err(driver("launching postproc"))?;
         Ok(())
     }
 
-    /// A narrowband output's compute: DDC, complex FIR, 2n-point FFT, post-processing.
-    fn enqueue_narrowband(
+    /// Narrowband: the span mixed, filtered and subsampled into the DDC buffer.
+    fn launch_ddc(
         &self,
-        slot: usize,
+        nb: &NarrowbandStage,
+        s: &OutputSlot,
         span: sys::CUdeviceptr,
         span_words: u64,
         stream: &CudaStream,
-        mark: &dyn Fn(usize) -> Result<()>,
     ) -> Result<()> {
-        let (Some(nb), Some(k)) = (&self.narrowband, &self.kernels.narrowband) else {
-            return Err(BackendError::Misuse("not a narrowband output".into()));
-        };
-        let g = &self.geometry;
-        let s = &self.slots[slot];
-        let m = g.spectra_per_frame() as u32;
-        let block = kernels::NARROWBAND_BLOCK as u32;
-        let shape = |x: u32, y: u32, z: u32| LaunchConfig {
-            grid_dim: (x.div_ceil(block), y, z),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        if m > 65535 {
-            return Err(BackendError::Unsupported(format!(
-                "{m} narrowband spectra per frame is too many for one launch: use smaller frames"
-            )));
+        let k = self.narrowband_kernels()?;
+        if s.ddc_range.0 >= s.ddc_range.1 {
+            return Ok(());
         }
-        let (taps, ddc_out, samples) =
-            (s.params.at(self.layout.ddc_taps), nb.buf.ptr(), nb.samples);
-        let last_pair = (g.span_samples() - 2) as u64;
+        let (taps, ddc_out) = (s.params.at(self.layout.ddc_taps), nb.buf.ptr());
+        let span_samples = self.geometry.span_samples() as u64;
         let mut launch = stream.launch_builder(&k.ddc);
         launch
             .arg(&span)
             .arg(&span_words)
             .arg(&taps)
             .arg(&ddc_out)
-            .arg(&samples)
-            .arg(&last_pair)
+            .arg(&nb.samples)
+            .arg(&s.ddc_range.0)
+            .arg(&s.ddc_range.1)
+            .arg(&span_samples)
             .arg(&s.phase0)
             .arg(&s.phase_step);
-        let threads = samples.div_ceil(kernels::DDC_OUTPUTS as u32);
-        // SAFETY: argument types and order match ddc; the DDC buffer holds `samples` per pol, reads
-        // are clamped to the span.
-        unsafe { launch.launch(shape(threads, POLS as u32, 1)) }
-            .map_err(driver("launching ddc"))?;
+        let shape = LaunchConfig {
+            grid_dim: (
+                (s.ddc_range.1 - s.ddc_range.0).div_ceil(nb.per_block),
+                POLS as u32,
+                1,
+            ),
+            block_dim: (kernels::DDC_BLOCK as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order match ddc; the DDC buffer holds `samples` per pol; the
+        // span (a multiple of 8 samples, padded by 2 words) covers every group read.
+        unsafe { launch.launch(shape) }.map_err(driver("launching ddc"))?;
+        Ok(())
+    }
 
-        let points = 2 * g.output.channels as u32;
+    /// Narrowband: the complex PFB FIR over the DDC's output into the FFT's input.
+    fn launch_nb_fir(
+        &self,
+        nb: &NarrowbandStage,
+        s: &OutputSlot,
+        m: u32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let k = self.narrowband_kernels()?;
+        let points = 2 * self.geometry.output.channels as u32;
         let (offsets, weights, fft) = (
             s.params.at(self.layout.offsets),
             self.weights.ptr(),
             self.fft_buf.ptr(),
         );
+        let (ddc_out, samples) = (nb.buf.ptr(), nb.samples);
         let mut fir = stream.launch_builder(&k.fir);
         fir.arg(&ddc_out)
             .arg(&samples)
@@ -363,28 +413,64 @@ impl OutputStage {
             .arg(&m);
         // SAFETY: argument types and order match nb_fir; offsets are at most max_offset (checked),
         // so every window lies among the DDC's samples.
-        unsafe { fir.launch(shape(points, m, POLS as u32)) }.map_err(driver("launching nb_fir"))?;
-        mark(2)?;
+        let runs = m.div_ceil(kernels::NB_FIR_RUN as u32);
+        unsafe { fir.launch(narrowband_shape(points, runs, POLS as u32)) }
+            .map_err(driver("launching nb_fir"))?;
+        Ok(())
+    }
 
-        self.plan.forward(fft)?;
-        mark(3)?;
-
+    /// Post-processing of the FFT's output into the slot's heaps (the wideband or the
+    /// narrowband kernel).
+    fn launch_postproc(&self, s: &OutputSlot, m: u32, stream: &CudaStream) -> Result<()> {
+        let g = &self.geometry;
+        let fft = self.fft_buf.ptr();
         let (gains, rotation) = (
             s.params.at(self.layout.gains),
             s.params.at(self.layout.rotation),
         );
         let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
-        let mut post = stream.launch_builder(&k.postproc);
-        post.arg(&fft)
-            .arg(&gains)
-            .arg(&rotation)
-            .arg(&out)
-            .arg(&sat)
-            .arg(&m);
-        // SAFETY: argument types and order match nb_postproc; buffers sized for the geometry.
-        unsafe { post.launch(shape(g.output.channels as u32, m, 1)) }
-            .map_err(driver("launching nb_postproc"))?;
+        if self.narrowband.is_some() {
+            let k = self.narrowband_kernels()?;
+            let mut post = stream.launch_builder(&k.postproc);
+            post.arg(&fft)
+                .arg(&gains)
+                .arg(&rotation)
+                .arg(&out)
+                .arg(&sat)
+                .arg(&m);
+            // SAFETY: argument types and order match nb_postproc; buffers sized for the geometry.
+            let tile = kernels::NB_POST_TILE as u32;
+            let shape = LaunchConfig {
+                grid_dim: (
+                    (g.output.channels as u32).div_ceil(tile),
+                    m.div_ceil(tile),
+                    1,
+                ),
+                block_dim: (tile * kernels::NB_POST_ROWS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            unsafe { post.launch(shape) }.map_err(driver("launching nb_postproc"))?;
+        } else {
+            let twiddles = self.twiddles.ptr();
+            let mut post = stream.launch_builder(&self.kernels.postproc);
+            post.arg(&fft)
+                .arg(&twiddles)
+                .arg(&gains)
+                .arg(&rotation)
+                .arg(&out)
+                .arg(&sat)
+                .arg(&m);
+            // SAFETY: argument types and order match postproc; buffers sized for the geometry.
+            unsafe { post.launch(self.shapes.postproc) }.map_err(driver("launching postproc"))?;
+        }
         Ok(())
+    }
+
+    fn narrowband_kernels(&self) -> Result<&super::compile::NarrowbandKernels> {
+        self.kernels
+            .narrowband
+            .as_ref()
+            .ok_or_else(|| BackendError::Misuse("not a narrowband output".into()))
     }
 
     /// Enqueues the copy of the slot's heaps into `heaps` and of its saturation counters, then
@@ -431,7 +517,8 @@ impl OutputStage {
     /// Bytes of device memory the FIR, the FFT and the post-processing read plus write per frame
     /// (nominal: every input read once, every output written once).
     /// For a narrowband output the first stage is the DDC and the complex FIR: the span read
-    /// once, the subsampled stream written once and read T times, the FFT's input written.
+    /// once, the subsampled stream written once and read once (the FIR slides its window), the
+    /// FFT's input written.
     pub fn stage_bytes(&self) -> [f64; 3] {
         let g = &self.geometry;
         let pols = POLS as f64;
@@ -442,7 +529,7 @@ impl OutputStage {
             Some(nb) => {
                 let span = g.span_samples() * g.input.sample_bits as usize / 8;
                 let ddc = nb.samples as f64 * 8.0;
-                pols * (span as f64 + ddc * (1.0 + g.output.taps as f64) + spectra)
+                pols * (span as f64 + 2.0 * ddc + spectra)
             }
         };
         let fft = 2.0 * pols * spectra;
@@ -452,6 +539,16 @@ impl OutputStage {
             Some(_) => pols * spectra / 2.0,
         } + g.output_bytes() as f64;
         [fir, fft, post]
+    }
+}
+
+/// One thread per x (blocks of [`kernels::NARROWBAND_BLOCK`]), grid y by z.
+fn narrowband_shape(x: u32, y: u32, z: u32) -> LaunchConfig {
+    let block = kernels::NARROWBAND_BLOCK as u32;
+    LaunchConfig {
+        grid_dim: (x.div_ceil(block), y, z),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 

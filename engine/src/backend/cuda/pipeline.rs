@@ -73,15 +73,20 @@ pub struct Startup {
 
 /// Events that split one frame's compute into its stages, for timing: start, overlap copied, the
 /// first output's FIR and FFT done, every output done.
-pub(crate) struct StageMarks(pub [CudaEvent; 5]);
+/// Benchmark timing events of one frame: start, after the overlap copy, after the first output's
+/// first stage and FFT, end; and per output, its start, after its first stage and its FFT.
+pub(crate) struct StageMarks(pub [CudaEvent; 5], pub Vec<[CudaEvent; 3]>);
 
 impl StageMarks {
-    pub fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+    pub fn new(ctx: &Arc<CudaContext>, outputs: usize) -> Result<Self> {
         let ev = || {
             ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(driver("creating a timing event"))
         };
-        Ok(Self([ev()?, ev()?, ev()?, ev()?, ev()?]))
+        let per_output = (0..outputs)
+            .map(|_| Ok([ev()?, ev()?, ev()?]))
+            .collect::<Result<_>>()?;
+        Ok(Self([ev()?, ev()?, ev()?, ev()?, ev()?], per_output))
     }
 }
 
@@ -291,7 +296,7 @@ impl Pipeline {
 
     /// The compute stream's part of a frame: every output's FIR, FFT, post-processing; with
     /// `carry` (benchmark only) the overlap copy first, to time it. With `marks`, records an event
-    /// between stages (the FIR and FFT marks are the first output's).
+    /// between stages (the FIR and FFT marks are the first output's) and around each output's.
     pub fn enqueue_compute(
         &self,
         slot: usize,
@@ -320,10 +325,23 @@ impl Pipeline {
         }
         mark(1)?;
         let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
-        let no_mark = |_: usize| Ok(());
         for (k, stage) in self.outputs.iter().enumerate() {
-            let m: &dyn Fn(usize) -> Result<()> = if k == 0 { &mark } else { &no_mark };
-            stage.enqueue_compute(slot, span, span_words, &self.compute, m)?;
+            let record = |i: usize| -> Result<()> {
+                match marks.and_then(|m| m.1.get(k)) {
+                    Some(ev) => ev[i]
+                        .record(&self.compute)
+                        .map_err(driver("recording a timing event")),
+                    None => Ok(()),
+                }
+            };
+            record(0)?;
+            let m = |i: usize| -> Result<()> {
+                if k == 0 {
+                    mark(i)?;
+                }
+                record(i - 1)
+            };
+            stage.enqueue_compute(slot, span, span_words, &self.compute, &m)?;
         }
         mark(4)?;
         s.computed
