@@ -17,9 +17,12 @@ fn achieved_rate_matches_the_request_and_the_wall_clock() {
     let (t_ref, unix_ref) = (Instant::now(), dsim::schedule::unix_now());
     let sync = unix_ref - 100.0;
     cfg.sync_time = Some(sync);
-    cfg.duration = Some(3.0);
+    // Six seconds: dsim's figure is its first and last heaps' send times against their due times,
+    // so one late first send (a few ms on a loaded 2-core host: 0.108% over 3 s in a CI
+    // rehearsal) weighs half as much as over three.
+    cfg.duration = Some(6.0);
     let d = dsim::Dsim::start(cfg).unwrap();
-    assert!(d.wait_timeout(Duration::from_secs(10)));
+    assert!(d.wait_timeout(Duration::from_secs(15)));
     let status = d.wait();
     let got = cap.finish(Duration::from_millis(200));
 
@@ -29,7 +32,7 @@ fn achieved_rate_matches_the_request_and_the_wall_clock() {
         status.rate_error,
         status.rate_window_s
     );
-    assert!(status.rate_window_s > 2.5);
+    assert!(status.rate_window_s > 5.5);
     for arrivals in &got {
         let (heaps, _) = decode(arrivals, 10);
         assert!(heaps.len() > 8000);
