@@ -190,3 +190,41 @@ pub fn value(s: &Setup, h: &OutHeap, channel: usize, spectrum: usize, pol: usize
     let i = ((channel * s.spectra_per_heap + spectrum) * 2 + pol) * 2;
     Complex64::new(h.data[i] as f64, h.data[i + 1] as f64)
 }
+
+/// The tone peaks in channel `k` of both polarisations at `level` counts (within 3%), the rest of
+/// the band (beyond its neighbours, which see its skirt) 30 dB below it.
+pub fn check_tone(name: &str, s: &Setup, heaps: &[OutHeap], k: usize, level: f64) {
+    for pol in 0..2 {
+        let mut power = vec![0.0; s.channels];
+        let (mut amp, mut n) = (0.0, 0.0);
+        for h in heaps {
+            for (ch, p) in power.iter_mut().enumerate() {
+                for sp in 0..s.spectra_per_heap {
+                    *p += value(s, h, ch, sp, pol).norm_sqr();
+                }
+            }
+            for sp in 0..s.spectra_per_heap {
+                amp += value(s, h, k, sp, pol).norm();
+                n += 1.0;
+            }
+        }
+        let peak = (0..s.channels)
+            .max_by(|&a, &b| power[a].total_cmp(&power[b]))
+            .unwrap();
+        assert_eq!(peak, k, "{name} pol {pol}: peak in channel {peak}, not {k}");
+        let mean = amp / n;
+        assert!(
+            (mean - level).abs() < level * 0.03,
+            "{name} pol {pol}: channel {k} amplitude {mean:.2}, predicted {level}"
+        );
+        let far = (0..s.channels)
+            .filter(|c| c.abs_diff(k) > 2)
+            .map(|c| power[c])
+            .fold(0.0, f64::max);
+        assert!(
+            far < power[k] * 1e-3,
+            "{name} pol {pol}: leakage {far} vs {}",
+            power[k]
+        );
+    }
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use harness::band::Band;
 
-use crate::capture::{value, OutHeap};
+use crate::capture::{check_tone, OutHeap};
 use crate::client::output;
 use crate::setup::{serial, Setup};
 use crate::system::{System, WidebandOutput};
@@ -55,7 +55,7 @@ fn two_wideband_outputs_each_carry_the_tone_in_their_own_channels() {
         // The channel the harness predicts for this output's channel count.
         let predicted = Band::Wideband.channel(tone_hz, s.rate, s.channels);
         assert_eq!(predicted.fract(), 0.0, "{name}: a tone at a channel centre");
-        check_tone(name, s, &heaps, predicted as usize);
+        check_tone(name, s, &heaps, predicted as usize, LEVEL);
         check_heaps(name, s, &heaps);
         assert_eq!(rx.repeats(), 0, "{name}: a heap sent twice");
         captured.push(heaps);
@@ -153,43 +153,6 @@ fn two_wideband_outputs_each_carry_the_tone_in_their_own_channels() {
         "two_wideband_outputs_each_carry_the_tone_in_their_own_channels: {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-}
-
-/// The tone peaks in channel `k` of both polarisations at LEVEL, the rest of the band quiet.
-fn check_tone(name: &str, s: &Setup, heaps: &[OutHeap], k: usize) {
-    for pol in 0..2 {
-        let mut power = vec![0.0; s.channels];
-        let (mut amp, mut n) = (0.0, 0.0);
-        for h in heaps {
-            for (ch, p) in power.iter_mut().enumerate() {
-                for sp in 0..s.spectra_per_heap {
-                    *p += value(s, h, ch, sp, pol).norm_sqr();
-                }
-            }
-            for sp in 0..s.spectra_per_heap {
-                amp += value(s, h, k, sp, pol).norm();
-                n += 1.0;
-            }
-        }
-        let peak = (0..s.channels)
-            .max_by(|&a, &b| power[a].total_cmp(&power[b]))
-            .unwrap();
-        assert_eq!(peak, k, "{name} pol {pol}: peak in channel {peak}, not {k}");
-        let mean = amp / n;
-        assert!(
-            (mean - LEVEL).abs() < LEVEL * 0.03,
-            "{name} pol {pol}: channel {k} amplitude {mean:.2}, predicted {LEVEL}"
-        );
-        let far = (0..s.channels)
-            .filter(|c| c.abs_diff(k) > 2)
-            .map(|c| power[c])
-            .fold(0.0, f64::max);
-        assert!(
-            far < power[k] * 1e-3,
-            "{name} pol {pol}: leakage {far} vs {}",
-            power[k]
-        );
-    }
 }
 
 /// Each heap is n channels x S spectra x 2 polarisations of 8-bit complex values, and

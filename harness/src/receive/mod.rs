@@ -427,18 +427,20 @@ mod tests {
         assert!(snap2.heap_counters().is_none());
     }
 
-    #[test]
-    fn count_only_receive_sees_the_same_gaps() {
+    /// Twelve heaps of one 32-channel substream with the fifth left out, stepping `step` ADC
+    /// samples, into a receiver configured by `configure`; its snapshot once it has them all.
+    fn one_heap_left_out(
+        step: u64,
+        configure: impl FnOnce(&mut ReceiveConfig),
+        record: Arc<Record>,
+    ) -> Snapshot {
         let mut cfg = ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)], CH / 2);
-        cfg.payload = false;
         cfg.reorder_window = 2;
         cfg.buffer_bytes = 4 << 20;
-        let record = Arc::new(Record::default());
-        let rx = Receiver::start(&cfg, record.clone()).unwrap();
+        configure(&mut cfg);
+        let rx = Receiver::start(&cfg, record).unwrap();
         let dest = rx.endpoint().addrs[0];
         let tx = StdUdp::bind("127.0.0.1:0").unwrap();
-        // 32 channels in one substream of a 32-channel band: step 8 x 2 x 32.
-        let step = (SPECTRA * 2 * CH / 2) as u64;
         for k in (0..12u64).filter(|&k| k != 4) {
             for p in heap_packets(0, 1000 * step + k * step, 1, 200) {
                 tx.send_to(&p, dest).unwrap();
@@ -446,7 +448,15 @@ mod tests {
             }
         }
         wait_for(&rx, 9);
-        let snap = rx.stop();
+        rx.stop()
+    }
+
+    #[test]
+    fn count_only_receive_sees_the_same_gaps() {
+        let record = Arc::new(Record::default());
+        // 32 channels in one substream of a 32-channel band: step 8 x 2 x 32.
+        let step = (SPECTRA * 2 * CH / 2) as u64;
+        let snap = one_heap_left_out(step, |cfg| cfg.payload = false, record.clone());
         let s = &snap.substreams[0];
         assert_eq!(s.heaps, 11, "{s:?}");
         assert_eq!(s.sequence.gaps, 1);
@@ -458,22 +468,8 @@ mod tests {
     /// that step, sees the one heap left out as the one gap and counts the rate in ADC samples.
     #[test]
     fn a_decimated_outputs_heaps_step_by_2nd() {
-        let mut cfg = ReceiveConfig::new(vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)], CH / 2);
-        cfg.decimation = 8;
-        cfg.reorder_window = 2;
-        cfg.buffer_bytes = 4 << 20;
-        let rx = Receiver::start(&cfg, Arc::new(Record::default())).unwrap();
-        let dest = rx.endpoint().addrs[0];
-        let tx = StdUdp::bind("127.0.0.1:0").unwrap();
         let step = (SPECTRA * 2 * CH / 2 * 8) as u64;
-        for k in (0..12u64).filter(|&k| k != 4) {
-            for p in heap_packets(0, 1000 * step + k * step, 1, 200) {
-                tx.send_to(&p, dest).unwrap();
-                std::thread::sleep(Duration::from_micros(20));
-            }
-        }
-        wait_for(&rx, 9);
-        let snap = rx.stop();
+        let snap = one_heap_left_out(step, |cfg| cfg.decimation = 8, Arc::default());
         let s = &snap.substreams[0];
         assert_eq!((s.heaps, s.step), (11, Some(step)), "{s:?}");
         assert_eq!(s.sequence.gaps, 1);
