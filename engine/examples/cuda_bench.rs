@@ -52,7 +52,8 @@ fn main() {
             t(16, 128, 2),
         ];
     }
-    // FENGINE_BENCH_DDC=5,7,9 also compares outputs per `ddc` thread for the narrowband set.
+    // FENGINE_BENCH_DDC=5,7,9 also compares the DDC on the tensor cores with the FMA one at 5, 7 and
+    // 9 outputs per thread, for the narrowband set.
     if let Ok(list) = std::env::var("FENGINE_BENCH_DDC") {
         opts.ddc_variants = list.split(',').filter_map(|c| c.parse().ok()).collect();
     }

@@ -29,6 +29,7 @@ pub const INPUT_POWER_KERNEL: &str = "input_power";
 pub const DDC_KERNEL: &str = "ddc";
 pub const NB_FIR_KERNEL: &str = "nb_fir";
 pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
+pub const DDC_MMA_KERNEL: &str = "ddc_mma";
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
 pub const NARROWBAND_BLOCK: usize = 256;
 /// Threads per block of `ddc`.
@@ -41,6 +42,10 @@ pub const NB_POST_TILE: usize = 32;
 pub const NB_POST_ROWS: usize = 8;
 /// Taps per phase for which a `ddc` thread holds samples in registers at once.
 pub const DDC_TILE: usize = 16;
+/// Outputs per row of `ddc_mma`'s GEMM (the kernel's `MMA_P`).
+const MMA_P: usize = 4;
+/// Static shared memory a kernel may use.
+const STATIC_SMEM: usize = 48 * 1024;
 
 /// Taps per phase of the DDC as the `ddc` kernel reads them: ceil(L / D), rounded up to a whole
 /// number of tiles when it takes more than one.
@@ -76,6 +81,11 @@ pub struct Tuning {
     /// Consecutive subsampled samples each `ddc` thread computes: odd (so that a warp's
     /// shared-memory reads fall in distinct banks), at most [`MAX_DDC_OUTPUTS`].
     pub ddc_outputs: usize,
+    /// The DDC on the tensor cores (`ddc_mma`) where the samples are exact in TF32 (at most 12
+    /// bits) and the GPU has them (sm_80 on); else `ddc` on the FMA pipe.
+    pub ddc_mma: bool,
+    /// Warps per block of `ddc_mma`: 4 or 8 (a block makes 16384 / D outputs either way).
+    pub ddc_mma_warps: usize,
 }
 
 /// The most outputs per `ddc` thread (its accumulators and samples are registers).
@@ -89,6 +99,8 @@ impl Default for Tuning {
             fir_block: 128,
             postproc_rows: 4,
             ddc_outputs: 7,
+            ddc_mma: true,
+            ddc_mma_warps: 8,
         }
     }
 }
@@ -120,6 +132,121 @@ impl Config {
     /// Points of each cuFFT transform.
     pub fn fft_len(&self) -> usize {
         self.channels / UNZIP
+    }
+
+    /// Whether `ddc_mma` makes this narrowband output's DDC (else `ddc`).
+    pub fn ddc_mma(&self) -> bool {
+        self.decimation > 1
+            && self.tuning.ddc_mma
+            && self.sample_bits <= 12
+            && self.mma_smem_bytes() <= STATIC_SMEM
+    }
+
+    /// Taps per phase of the DDC, ceil(L / D).
+    fn ddc_phase_taps(&self) -> usize {
+        self.ddc_taps.div_ceil(self.decimation.max(1))
+    }
+
+    /// `ddc_mma`'s GEMM depth in steps of 16 (`MMA_K16`).
+    fn mma_k16(&self) -> usize {
+        ((MMA_P - 1 + self.ddc_phase_taps()) * self.decimation).div_ceil(16)
+    }
+
+    /// `ddc_mma`'s shared memory: `(MMA_IDX(MMA_SAMPLES) + 8) / 2` words.
+    fn mma_smem_bytes(&self) -> usize {
+        let d = self.decimation;
+        let samples = (self.mma_outputs_per_block() - MMA_P) * d + 16 * self.mma_k16();
+        (samples + 8 * (samples / (4 * d)) + 8) / 2 * 4
+    }
+
+    /// Threads per block of the DDC kernel.
+    pub fn ddc_block(&self) -> usize {
+        if self.ddc_mma() {
+            32 * self.tuning.ddc_mma_warps
+        } else {
+            DDC_BLOCK
+        }
+    }
+
+    /// `ddc_mma`'s outputs per block (`MMA_OUT`).
+    fn mma_outputs_per_block(&self) -> usize {
+        16384 / self.decimation.max(1)
+    }
+
+    /// Subsampled samples each block of the DDC kernel makes.
+    pub fn ddc_outputs_per_block(&self) -> usize {
+        if self.ddc_mma() {
+            self.mma_outputs_per_block()
+        } else {
+            DDC_BLOCK * self.tuning.ddc_outputs
+        }
+    }
+
+    /// Bytes of [`Self::ddc_taps_table`].
+    pub fn ddc_taps_table_bytes(&self) -> usize {
+        if self.ddc_mma() {
+            self.mma_k16() * 32 * 16
+        } else {
+            8 * ddc_padded_taps(self.ddc_taps, self.decimation)
+        }
+    }
+
+    /// The DDC's taps z_k (k < L, complex as (re, im)) as the DDC kernel reads them, and the
+    /// factor the kernel scales its sums by.
+    ///
+    /// For `ddc`, float32 pairs [phase tap p][phase q], zero-padded (see [`ddc_padded_taps`]);
+    /// scale 1. For `ddc_mma`, each lane's B fragments of the GEMM, [k-step][lane], as float16
+    /// pairs (hi rows 2t, 2t + 1; hi rows 2t + 8, 2t + 9; the same for lo) of column g = lane / 4,
+    /// with G[i][2b + c] = part c of z_{i - bD} times 2^e, hi + lo the tap to 22 bits, and 2^e
+    /// putting the largest tap in [2^14, 2^15) (float16 keeps the smallest taps normal); scale
+    /// 2^-e.
+    pub fn ddc_taps_table(&self, z: &[(f64, f64)]) -> (Vec<u8>, f32) {
+        if !self.ddc_mma() {
+            let bytes = (0..ddc_padded_taps(self.ddc_taps, self.decimation))
+                .flat_map(|k| {
+                    let (re, im) = z.get(k).copied().unwrap_or((0.0, 0.0));
+                    [re as f32, im as f32]
+                })
+                .flat_map(f32::to_ne_bytes)
+                .collect();
+            return (bytes, 1.0);
+        }
+        let largest = z
+            .iter()
+            .map(|&(re, im)| re.abs().max(im.abs()))
+            .fold(0.0, f64::max);
+        let e = if largest > 0.0 {
+            14 - largest.log2().floor() as i32
+        } else {
+            0
+        };
+        let scale = 2f64.powi(e);
+        let d = self.decimation as isize;
+        let g_at = |i: usize, col: usize| -> f64 {
+            let k = i as isize - (col / 2) as isize * d;
+            match usize::try_from(k).ok().and_then(|k| z.get(k)) {
+                Some(&(re, im)) => [re, im][col % 2] * scale,
+                None => 0.0,
+            }
+        };
+        let split = |v: f64| {
+            let hi = half::f16::from_f64(v);
+            (hi, half::f16::from_f64(v - hi.to_f64()))
+        };
+        let pair =
+            |a: half::f16, b: half::f16| u32::from(a.to_bits()) | u32::from(b.to_bits()) << 16;
+        let bytes = (0..self.mma_k16())
+            .flat_map(|k| (0..32).map(move |lane| (k, lane)))
+            .flat_map(|(k, lane)| {
+                let (g, t) = (lane / 4, lane % 4);
+                let rows = [16 * k + 2 * t, 16 * k + 2 * t + 8];
+                let [(h0, l0), (h1, l1), (h2, l2), (h3, l3)] =
+                    [rows[0], rows[0] + 1, rows[1], rows[1] + 1].map(|i| split(g_at(i, g)));
+                [pair(h0, h1), pair(h2, h3), pair(l0, l1), pair(l2, l3)]
+            })
+            .flat_map(u32::to_ne_bytes)
+            .collect();
+        (bytes, (1.0 / scale) as f32)
     }
 
     /// Threads per block of `pfb_fir` (one per column pair; a block never straddles spectra).
@@ -178,6 +305,12 @@ impl Config {
                 t.postproc_rows
             ));
         }
+        if ![4, 8].contains(&t.ddc_mma_warps) {
+            return Err(format!(
+                "ddc_mma takes 4 or 8 warps per block, not {}",
+                t.ddc_mma_warps
+            ));
+        }
         if t.ddc_outputs.is_multiple_of(2) || t.ddc_outputs > MAX_DDC_OUTPUTS {
             return Err(format!(
                 "ddc outputs per thread must be odd and at most {MAX_DDC_OUTPUTS}, not {}",
@@ -206,6 +339,8 @@ pub fn source(cfg: &Config) -> String {
         ("DDC_OUTPUTS", cfg.tuning.ddc_outputs.to_string()),
         ("DDC_BLOCK", DDC_BLOCK.to_string()),
         ("DDC_TILE", DDC_TILE.to_string()),
+        ("DDC_MMA", u32::from(cfg.ddc_mma()).to_string()),
+        ("DDC_MMA_WARPS", cfg.tuning.ddc_mma_warps.to_string()),
         ("NB_RUN", NB_FIR_RUN.to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
@@ -286,6 +421,92 @@ mod tests {
     #[test]
     fn tile_constant_matches_the_source() {
         assert!(POSTPROC.contains(&format!("#define PP_TILE {POSTPROC_TILE}\n")));
+    }
+
+    #[test]
+    fn ddc_mma_table_holds_each_tap_in_its_place_to_22_bits() {
+        let cfg = Config {
+            decimation: 8,
+            ddc_taps: 12 * 8 + 1, // odd: 13 taps per phase, the last phase padded
+            ..cfg()
+        };
+        assert!(cfg.ddc_mma());
+        let z: Vec<(f64, f64)> = (0..cfg.ddc_taps)
+            .map(|k| {
+                (
+                    (k as f64 * 0.37 + 0.5).sin() * 1e-2,
+                    (k as f64 * 0.11).cos() * 3e-6,
+                )
+            })
+            .collect();
+        let (bytes, scale) = cfg.ddc_taps_table(&z);
+        assert_eq!(bytes.len(), cfg.ddc_taps_table_bytes());
+        // The largest tap, 1e-2 or nearly, lands in [2^14, 2^15).
+        assert_eq!(scale, 2f32.powi(-(14 + 7)));
+        let f16s: Vec<f64> = bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_bits(u16::from_ne_bytes([b[0], b[1]])).to_f64())
+            .collect();
+        // k-steps of 16: (4 - 1 + 13) 8 = 128 deep.
+        let k16 = f16s.len() / (32 * 8);
+        assert_eq!(k16, 8);
+        let mut seen = 0;
+        for k in 0..k16 {
+            for lane in 0..32 {
+                let (g, t) = (lane / 4, lane % 4);
+                let f = &f16s[8 * (32 * k + lane)..][..8];
+                let rows = [
+                    16 * k + 2 * t,
+                    16 * k + 2 * t + 1,
+                    16 * k + 2 * t + 8,
+                    16 * k + 2 * t + 9,
+                ];
+                for (r, i) in rows.into_iter().enumerate() {
+                    // Column g: output b = g / 2, part g % 2; row i reads z_{i - 8b}.
+                    let want = (i as isize - 8 * (g / 2) as isize)
+                        .try_into()
+                        .ok()
+                        .and_then(|k: usize| z.get(k))
+                        .map_or(0.0, |&(re, im)| [re, im][g % 2]);
+                    let got = (f[r] + f[4 + r]) * scale as f64;
+                    assert!(
+                        (got - want).abs() <= want.abs() * 2f64.powi(-21),
+                        "{got} {want}"
+                    );
+                    seen += usize::from(want != 0.0);
+                }
+            }
+        }
+        // Every tap appears once per output of the row: 4 outputs x 2 parts.
+        assert_eq!(seen, 4 * 2 * cfg.ddc_taps);
+    }
+
+    #[test]
+    fn ddc_kernel_choice() {
+        let nb = |bits, decimation, ddc_taps, ddc_mma| Config {
+            sample_bits: bits,
+            decimation,
+            ddc_taps,
+            tuning: Tuning {
+                ddc_mma,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        assert!(nb(12, 32, 384, true).ddc_mma());
+        assert!(
+            !nb(16, 8, 96, true).ddc_mma(),
+            "16-bit samples are not exact in TF32"
+        );
+        assert!(!nb(10, 8, 96, false).ddc_mma());
+        assert!(
+            !nb(10, 8, 4096, true).ddc_mma(),
+            "its samples would not fit shared memory"
+        );
+        assert!(!cfg().ddc_mma(), "wideband");
+        assert_eq!(nb(10, 8, 96, true).ddc_outputs_per_block(), 2048);
+        assert_eq!(nb(10, 8, 96, false).ddc_outputs_per_block(), DDC_BLOCK * 7);
+        assert!(source(&nb(10, 16, 192, true)).contains("#define DDC_MMA 1\n"));
     }
 
     #[test]

@@ -281,23 +281,51 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
             std::array::from_fn(|_| random_bytes(&mut rng, set[0].chunk_bytes()));
         writeln!(
             out,
-            "\n(f) ddc outputs per thread, wideband {} channels{} (µs per frame)",
+            "\n(f) the DDC kernel: tensor cores with W warps per block (mma Ww) or FMA with C outputs \
+             per thread (fma C), \
+             wideband {} channels{} (µs per frame; each output's first stage: DDC + complex FIR)",
             opts.variant_channels,
             narrowband_label(opts)
         )
         .map_err(io)?;
-        writeln!(out, "{:>8} {:>9} {:>11}", "outputs", "total", "Gsps/pol").map_err(io)?;
-        for &ddc_outputs in &opts.ddc_variants {
+        writeln!(
+            out,
+            "{:>8} {:>9} {:>11}  first stages",
+            "ddc", "total", "Gsps/pol"
+        )
+        .map_err(io)?;
+        let base = Tuning::default();
+        let mma = [8, 4].map(|ddc_mma_warps| {
             let t = Tuning {
-                ddc_outputs,
-                ..Tuning::default()
+                ddc_mma_warps,
+                ..base
             };
+            (format!("mma {ddc_mma_warps}w"), t)
+        });
+        let fma = opts.ddc_variants.iter().map(|&ddc_outputs| {
+            let t = Tuning {
+                ddc_mma: false,
+                ddc_outputs,
+                ..base
+            };
+            (format!("fma {ddc_outputs}"), t)
+        });
+        for (name, t) in mma.into_iter().chain(fma) {
             let mut backend = CudaBackend::with_tuning(&set, opts.gpu_index, t)?;
             let r = gpu_only(&mut backend, [&chunks[0], &chunks[1]], opts.iterations)?;
+            let firsts: Vec<String> = r
+                .output_us
+                .iter()
+                .skip(1)
+                .map(|t| format!("{:.0}", t[0]))
+                .collect();
             writeln!(
                 out,
-                "{:>8} {:>9.1} {:>11.1}",
-                ddc_outputs, r.stage_us[4], r.gpu_gsps
+                "{:>8} {:>9.1} {:>11.1}  {}",
+                name,
+                r.stage_us[4],
+                r.gpu_gsps,
+                firsts.join(" ")
             )
             .map_err(io)?;
         }

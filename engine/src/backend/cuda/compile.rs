@@ -21,7 +21,7 @@ pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
 }
 
-/// `ddc`, `nb_fir` and `nb_postproc`.
+/// `ddc` (or `ddc_mma`), `nb_fir` and `nb_postproc`.
 pub(crate) struct NarrowbandKernels {
     pub ddc: CudaFunction,
     pub fir: CudaFunction,
@@ -61,9 +61,12 @@ impl Kernels {
             .map_err(driver("finding input_power"))?;
         let narrowband = if cfg.decimation > 1 {
             Some(NarrowbandKernels {
-                ddc: module
-                    .load_function(kernels::DDC_KERNEL)
-                    .map_err(driver("finding ddc"))?,
+                ddc: if cfg.ddc_mma() {
+                    module.load_function(kernels::DDC_MMA_KERNEL)
+                } else {
+                    module.load_function(kernels::DDC_KERNEL)
+                }
+                .map_err(driver("finding the DDC kernel"))?,
                 fir: module
                     .load_function(kernels::NB_FIR_KERNEL)
                     .map_err(driver("finding nb_fir"))?,

@@ -12,8 +12,8 @@ pub(crate) struct ParamLayout {
     pub offsets: usize,
     /// (f32 x 4) [pol][spectrum]: fine delay r (samples), dither key, cos p, sin p (phase p from f64).
     pub rotation: usize,
-    /// (f32, f32) [L rounded up to D]: a narrowband output's DDC taps times the mixer over them,
-    /// for the frame's mixer word, zero past L (empty for wideband).
+    /// A narrowband output's DDC taps times the mixer over them, for the frame's mixer word, in
+    /// the DDC kernel's table (`kernels::Config::ddc_taps_table`; empty for wideband).
     pub ddc_taps: usize,
     /// (f32, f32) [pol][channel]: the complex gain, halved for wideband (the 1/2 of the real-FFT
     /// fix-up).
@@ -24,16 +24,17 @@ pub(crate) struct ParamLayout {
 }
 
 impl ParamLayout {
-    pub fn new(g: &Channelisation) -> Self {
+    pub fn new(g: &Channelisation, cfg: &kernels::Config) -> Self {
         let align = |x: usize| x.div_ceil(256) * 256;
         let m = g.spectra_per_frame();
         let rotation = align(4 * POLS * m);
         let ddc_taps = rotation + align(16 * POLS * m);
-        let padded = g
-            .output
-            .ddc
-            .map_or(0, |d| kernels::ddc_padded_taps(d.taps, d.decimation));
-        let gains = ddc_taps + align(8 * padded);
+        let taps = if g.output.ddc.is_some() {
+            cfg.ddc_taps_table_bytes()
+        } else {
+            0
+        };
+        let gains = ddc_taps + align(taps);
         Self {
             offsets: 0,
             rotation,
@@ -206,7 +207,7 @@ mod tests {
             Shapes::new(&huge, &cfg),
             Err(BackendError::Unsupported(_))
         ));
-        let l = ParamLayout::new(&g);
+        let l = ParamLayout::new(&g, &cfg);
         assert!(l.offsets < l.rotation && l.rotation < l.gains && l.gains < l.total);
         assert_eq!(l.total - l.gains, 8 * POLS * g.output.channels);
         assert_eq!(l.rotation % 256, 0);

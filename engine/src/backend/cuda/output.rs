@@ -46,28 +46,29 @@ struct NarrowbandStage {
     /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
     /// in the span.
     samples: u32,
-    /// Subsampled samples each `ddc` block makes.
+    /// Subsampled samples each DDC block makes, and threads per block.
     per_block: u32,
-    /// The taps z_k as the kernel reads them for the mixer word they were made for: made again
-    /// only when the centre moves.
-    taps: (u32, Vec<u8>),
+    block: u32,
+    /// The module's configuration: which DDC kernel, and how it reads its taps.
+    cfg: kernels::Config,
+    /// The taps z_k as the kernel reads them for the mixer word they were made for, and the
+    /// kernel's scale for them: made again only when the centre moves.
+    taps: (u32, Vec<u8>, f32),
 }
 
 impl NarrowbandStage {
-    /// z_k = h_k exp(-2 pi i phase(k)) for mixer word `word`, computed in float64 then rounded,
-    /// zero past L, as float32 pairs.
+    /// z_k = h_k exp(-2 pi i phase(k)) for mixer word `word`, computed in float64, in the DDC
+    /// kernel's table ([`kernels::Config::ddc_taps_table`]).
     fn taps_bytes(&mut self, word: u32) -> &[u8] {
         if self.taps.0 != word || self.taps.1.is_empty() {
-            let padded = kernels::ddc_padded_taps(self.filter.len(), self.decimation);
-            self.taps.1 = (0..padded)
-                .flat_map(|k| {
-                    let h = self.filter.get(k).copied().unwrap_or(0.0);
+            let z: Vec<(f64, f64)> = (self.filter.iter().enumerate())
+                .map(|(k, &h)| {
                     let z = ddc::mixer(k as u64, word) * h;
-                    [(z.re as f32).to_ne_bytes(), (z.im as f32).to_ne_bytes()]
+                    (z.re, z.im)
                 })
-                .flatten()
                 .collect();
-            self.taps.0 = word;
+            let (table, scale) = self.cfg.ddc_taps_table(&z);
+            self.taps = (word, table, scale);
         }
         &self.taps.1
     }
@@ -103,6 +104,14 @@ impl OutputStage {
         slots: usize,
     ) -> Result<Self> {
         let g = geometry;
+        // mma.sync with TF32 needs sm_80 or later.
+        let (major, _) = ctx
+            .compute_capability()
+            .map_err(driver("reading the compute capability"))?;
+        let tuning = kernels::Tuning {
+            ddc_mma: tuning.ddc_mma && major >= 8,
+            ..tuning
+        };
         let cfg = kernels::Config {
             channels: g.output.channels,
             taps: g.output.taps,
@@ -150,12 +159,14 @@ impl OutputStage {
                     samples: u32::try_from(samples).map_err(|_| {
                         BackendError::Unsupported("the span is too long for the DDC".into())
                     })?,
-                    per_block: (kernels::DDC_BLOCK * tuning.ddc_outputs) as u32,
-                    taps: (0, Vec::new()),
+                    per_block: cfg.ddc_outputs_per_block() as u32,
+                    block: cfg.ddc_block() as u32,
+                    cfg: cfg.clone(),
+                    taps: (0, Vec::new(), 1.0),
                 })
             }
         };
-        let layout = ParamLayout::new(&g);
+        let layout = ParamLayout::new(&g, &cfg);
         let slots = (0..slots)
             .map(|_| {
                 Ok(OutputSlot {
@@ -362,6 +373,7 @@ impl OutputStage {
         let (taps, ddc_out) = (s.params.at(self.layout.ddc_taps), nb.buf.ptr());
         let span_samples = self.geometry.span_samples() as u64;
         let mut launch = stream.launch_builder(&k.ddc);
+        // ddc_mma takes one more: the taps' scale.
         launch
             .arg(&span)
             .arg(&span_words)
@@ -373,13 +385,16 @@ impl OutputStage {
             .arg(&span_samples)
             .arg(&s.phase0)
             .arg(&s.phase_step);
+        if nb.cfg.ddc_mma() {
+            launch.arg(&nb.taps.2);
+        }
         let shape = LaunchConfig {
             grid_dim: (
                 (s.ddc_range.1 - s.ddc_range.0).div_ceil(nb.per_block),
                 POLS as u32,
                 1,
             ),
-            block_dim: (kernels::DDC_BLOCK as u32, 1, 1),
+            block_dim: (nb.block, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: argument types and order match ddc; the DDC buffer holds `samples` per pol; the

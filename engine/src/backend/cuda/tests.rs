@@ -18,7 +18,12 @@ fn skip(why: &str) {
 
 /// A CUDA backend, or None (after saying so) where this host has no CUDA.
 fn cuda(g: &Channelisation) -> Option<CudaBackend> {
-    match CudaBackend::new(g.input, &[g.output], 0) {
+    cuda_tuned(g, Tuning::default())
+}
+
+/// As [`cuda`], with launch choices other than the defaults.
+fn cuda_tuned(g: &Channelisation, tuning: Tuning) -> Option<CudaBackend> {
+    match CudaBackend::with_tuning(&[*g], 0, tuning) {
         Ok(b) => Some(b),
         Err(BackendError::Unavailable(why)) => {
             skip(&why);
@@ -683,7 +688,17 @@ fn narrowband_matches_the_float64_oracle() {
     use crate::signal::quantise::quantise_f64;
     use rand::Rng;
 
-    for (channels, taps, decimation, bits) in [(256, 4, 8, 10), (64, 8, 16, 8), (128, 2, 32, 12)] {
+    // Each case with the DDC on the tensor cores and on the FMA pipe (16-bit samples, not exact
+    // in TF32, always take the FMA one).
+    let cases = [
+        (256, 4, 8, 10),
+        (64, 8, 16, 8),
+        (128, 2, 32, 12),
+        (64, 4, 8, 16),
+    ];
+    for ((channels, taps, decimation, bits), ddc_mma) in
+        cases.into_iter().flat_map(|c| [(c, true), (c, false)])
+    {
         let dec = decimation;
         let ddc = Ddc::new(dec);
         let output = OutputGeometry {
@@ -705,7 +720,13 @@ fn narrowband_matches_the_float64_oracle() {
             overlap_samples: overlap,
         };
         let g = Channelisation::new(input, output);
-        let Some(mut gpu) = cuda(&g) else { return };
+        let tuning = Tuning {
+            ddc_mma,
+            ..Tuning::default()
+        };
+        let Some(mut gpu) = cuda_tuned(&g, tuning) else {
+            return;
+        };
         let word = mixer_word(0.21, 1.0, dec).unwrap();
         let oracle =
             NarrowbandReference::new(Narrowband::new(channels, taps, dec, word).unwrap()).unwrap();
@@ -779,8 +800,9 @@ fn narrowband_matches_the_float64_oracle() {
             }
         }
         println!(
-            "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input: {ones} of {values} \
-             components off by one ({:.4}%), worst {worst}",
+            "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input, DDC on {}: {ones} of \
+             {values} components off by one ({:.4}%), worst {worst}",
+            if ddc_mma && bits <= 12 { "tensor cores" } else { "FMA" },
             100.0 * ones as f64 / values as f64
         );
         assert!(worst <= 1, "a component more than 1 LSB from the oracle");
