@@ -35,7 +35,7 @@ pub const NARROWBAND_BLOCK: usize = 256;
 /// Threads per block of `ddc`.
 pub const DDC_BLOCK: usize = 128;
 /// Spectra each `nb_fir` thread computes (sliding its window while the delay holds).
-pub const NB_FIR_RUN: usize = 32;
+pub const NB_FIR_RUN: usize = 64;
 /// `nb_postproc`'s block: `NB_POST_TILE` channels x `NB_POST_TILE` spectra, run by
 /// `NB_POST_TILE` x `NB_POST_ROWS` threads. Must match `narrowband.cu`.
 pub const NB_POST_TILE: usize = 32;
@@ -86,6 +86,9 @@ pub struct Tuning {
     pub ddc_mma: bool,
     /// Warps per block of `ddc_mma`: 4 or 8 (a block makes 16384 / D outputs either way).
     pub ddc_mma_warps: usize,
+    /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
+    /// cuFFT would take two passes through memory.
+    pub nb_unzip_from: usize,
 }
 
 /// The most outputs per `ddc` thread (its accumulators and samples are registers).
@@ -101,6 +104,7 @@ impl Default for Tuning {
             ddc_outputs: 7,
             ddc_mma: true,
             ddc_mma_warps: 8,
+            nb_unzip_from: 32768,
         }
     }
 }
@@ -132,6 +136,16 @@ impl Config {
     /// Points of each cuFFT transform.
     pub fn fft_len(&self) -> usize {
         self.channels / UNZIP
+    }
+
+    /// A narrowband output's unzip factor: its FFT is `nb_unzip` transforms of 2n / `nb_unzip`
+    /// points per spectrum (1 or 4).
+    pub fn nb_unzip(&self) -> usize {
+        if 2 * self.channels >= self.tuning.nb_unzip_from {
+            UNZIP
+        } else {
+            1
+        }
     }
 
     /// Whether `ddc_mma` makes this narrowband output's DDC (else `ddc`).
@@ -341,6 +355,7 @@ pub fn source(cfg: &Config) -> String {
         ("DDC_TILE", DDC_TILE.to_string()),
         ("DDC_MMA", u32::from(cfg.ddc_mma()).to_string()),
         ("DDC_MMA_WARPS", cfg.tuning.ddc_mma_warps.to_string()),
+        ("NB_UNZIP", cfg.nb_unzip().to_string()),
         ("NB_RUN", NB_FIR_RUN.to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };

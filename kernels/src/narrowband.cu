@@ -1,8 +1,8 @@
 // Narrowband (engine docs/signal-path.md, Narrowband): the span mixed to baseband, low-pass
 // filtered and subsampled by DECIMATION (`ddc`), a complex PFB over 2n subsampled points (`nb_fir`),
-// cuFFT's 2n-point complex transforms (done by the host crate), and `nb_postproc`: the centre half
-// of the bins, fine delay and fringe phase about the centre, gain, dither, quantisation and the
-// heap layout. Appended after postproc.cu (it reuses load_pair, quantise, dither, make_qjones).
+// cuFFT's 2n-point complex transforms, unzipped by 4 (done by the host crate), and `nb_postproc`:
+// the rest of the FFT for the centre half of the bins, fine delay and fringe phase about the
+// centre, gain, dither, quantisation and the heap layout. Appended after postproc.cu (it reuses load_pair, quantise, dither, make_qjones).
 //
 // Extra configuration:
 //   DECIMATION   D: 8, 16 or 32
@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
     u32 samples,
     const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, input samples
     const float *__restrict__ weights,  // [TAPS][NB_POINTS]
-    float2 *__restrict__ out,           // [pol][spectra][NB_POINTS]
+    float2 *__restrict__ out,           // [pol][spectra][NB_UNZIP][NB_POINTS / NB_UNZIP]
     u32 spectra)
 {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -299,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
     const u32 m0 = blockIdx.y * NB_RUN, m1 = min(m0 + NB_RUN, spectra);
     const float2 *x = ddc_out + (u64)pol * samples + i;
     offsets += (u64)pol * spectra;
-    out += (u64)pol * spectra * NB_POINTS + i;
+    out += (u64)pol * spectra * NB_POINTS + (i % NB_UNZIP) * (NB_POINTS / NB_UNZIP) + i / NB_UNZIP;
     float w[TAPS];
 #pragma unroll
     for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * NB_POINTS + i);
@@ -345,52 +345,84 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
     }
 }
 
-// Channel c is bin (c - n/2) mod 2n, turned by exp(i (p' - pi k' r' / n)) with k' = c - n/2 its
-// offset from the centre, then gain, dither, quantisation. A block is NB_TILE channels x NB_TILE
-// spectra (NB_TILE / NB_ROWS spectra per thread), both polarisations: it reads whole lines of bins
-// and, through shared memory, writes whole lines of the channel-major heaps ([heap][channel]
-// [spectrum]); one thread per element writing its own 4 bytes a heap apart costs ten times more.
+// Channel c is bin (c - n/2) mod 2n: with NB_A = n/2, thread k1 makes channel k1 + n/2 (bin
+// k1 + 0 NB_A) and channel k1 (bin k1 + 3 NB_A). Where 2n points would take cuFFT two passes
+// through memory (NB_UNZIP 4), the FFT is unzipped by 4 as the wideband's (paper, section 4.2):
+// `nb_fir` writes sub-sequence j = i mod 4 of each spectrum's points, cuFFT makes their
+// NB_A-point FFTs Y_j, and X[k1 + NB_A k2] = sum_j W_2n^{j k1} W_4^{j k2} Y_j[k1]: both of the
+// thread's channels (k2 = 0 and 3) from the same four loads.
+//
+// Each channel is then turned by exp(i (p' - pi k' r' / n)) with k' = c - n/2 its offset from the
+// centre, then gain, dither, quantisation. A block is NB_TILE values of k1 x NB_TILE spectra
+// (NB_TILE / NB_ROWS spectra per thread), both polarisations: it reads whole lines of the FFT's
+// output and, through shared memory, writes whole lines of the channel-major heaps ([heap]
+// [channel][spectrum]); one thread per element writing its own 4 bytes a heap apart costs ten
+// times more.
 #define NB_TILE 32
 #define NB_ROWS 8
+#define NB_A (NB_POINTS / 4)
+#if NB_UNZIP != 1 && NB_UNZIP != 4
+#error "NB_UNZIP must be 1 or 4"
+#endif
 
 extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
-    const float2 *__restrict__ fft,      // [pol][spectra][NB_POINTS]
+    const float2 *__restrict__ fft,      // [pol][spectra][NB_UNZIP][NB_POINTS / NB_UNZIP]
+    const float2 *__restrict__ twiddles, // [CHANNELS]: exp(-i pi k / n) = W_2n^k
     const float2 *__restrict__ gains,    // [pol][CHANNELS]: the complex gain
     const float4 *__restrict__ rotation, // [pol][spectra]: (r' subsampled samples, dither key bits, cos p', sin p')
     qjones *__restrict__ out,            // [heap][CHANNELS][SPECTRA_PER_HEAP]
     u64 *__restrict__ saturated,         // [pol], accumulated
     u32 spectra)
 {
-    __shared__ qjones tile[NB_TILE][NB_TILE + 1]; // [channel][spectrum], padded against bank conflicts
+    __shared__ qjones tile[2][NB_TILE][NB_TILE + 1]; // [k2 = 3, 0][k1][spectrum], padded against bank conflicts
     __shared__ u32 sat[2];
     const u32 c0 = blockIdx.x * NB_TILE, m0 = blockIdx.y * NB_TILE;
     const u32 tx = threadIdx.x % NB_TILE, ty = threadIdx.x / NB_TILE;
-    const u32 c = c0 + tx;
+    const u32 k1 = c0 + tx;
     u32 clamped[2] = {0, 0};
-    if (c < CHANNELS) {
-        const int k = (int)c - CHANNELS / 2;
-        const u32 bin = (u32)(k + NB_POINTS) % NB_POINTS;
-        float2 g[2];
+    if (k1 < NB_A) {
+#if NB_UNZIP == 4
+        // W_2n^{j k1}, j = 1..3 (3 k1 may pass n: W_2n^n = -1).
+        const float2 w1 = __ldg(twiddles + k1), w2 = __ldg(twiddles + 2 * k1);
+        const float2 w3 = 3 * k1 < CHANNELS ? __ldg(twiddles + 3 * k1) : cmul(make_float2(-1.0f, 0.0f), __ldg(twiddles + 3 * k1 - CHANNELS));
+#endif
+        const u32 ch[2] = {k1, k1 + CHANNELS / 2}; // channels of k2 = 3 and k2 = 0
+        const float kn[2] = {((float)k1 - (float)(CHANNELS / 2)) / (float)CHANNELS, (float)k1 / (float)CHANNELS};
+        float2 g[2][2];
 #pragma unroll
-        for (int pol = 0; pol < 2; pol++) g[pol] = __ldg(gains + pol * CHANNELS + c);
+        for (int pol = 0; pol < 2; pol++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) g[pol][h] = __ldg(gains + pol * CHANNELS + ch[h]);
         for (u32 r = ty; r < NB_TILE; r += NB_ROWS) {
             const u32 m = m0 + r;
             if (m >= spectra) break;
-            char2 q[2];
+            char2 q[2][2];
 #pragma unroll
             for (int pol = 0; pol < 2; pol++) {
                 const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
-                float2 x = fft[((u64)pol * spectra + m) * NB_POINTS + bin];
-                const float2 turn = cmul(make_float2(rot.z, rot.w), expipi(-((float)k / (float)CHANNELS) * rot.x));
-                x = cmul(x, cmul(turn, g[pol]));
-#if DITHER
-                x = cadd(x, dither(__float_as_uint(rot.y), c, pol));
+                const float2 *y = fft + ((u64)pol * spectra + m) * NB_POINTS + k1;
+#if NB_UNZIP == 4
+                const float2 b0 = y[0], b1 = cmul(y[NB_A], w1), b2 = cmul(y[2 * NB_A], w2), b3 = cmul(y[3 * NB_A], w3);
+                const float2 s02 = cadd(b0, b2), d02 = csub(b0, b2), s13 = cadd(b1, b3), d13 = csub(b1, b3);
+                // k2 = 3: sum_j i^j b_j; k2 = 0: sum_j b_j.
+                const float2 x[2] = {make_float2(d02.x - d13.y, d02.y + d13.x), cadd(s02, s13)};
+#else
+                const float2 x[2] = {y[3 * NB_A], y[0]};
 #endif
-                u32 clip = 0;
-                q[pol] = make_char2((signed char)quantise(x.x, clip), (signed char)quantise(x.y, clip));
-                clamped[pol] += clip;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float2 turn = cmul(make_float2(rot.z, rot.w), expipi(-kn[h] * rot.x));
+                    float2 v = cmul(x[h], cmul(turn, g[pol][h]));
+#if DITHER
+                    v = cadd(v, dither(__float_as_uint(rot.y), ch[h], pol));
+#endif
+                    u32 clip = 0;
+                    q[h][pol] = make_char2((signed char)quantise(v.x, clip), (signed char)quantise(v.y, clip));
+                    clamped[pol] += clip;
+                }
             }
-            tile[tx][r] = make_qjones(q[0], q[1]);
+#pragma unroll
+            for (int h = 0; h < 2; h++) tile[h][tx][r] = make_qjones(q[h][0], q[h][1]);
         }
     }
     // Saturation: summed over the warp, then the block, then one global atomic per block and
@@ -412,6 +444,9 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
     const u32 m = m0 + tx;
     if (m >= spectra) return;
     const u32 heap = m / SPECTRA_PER_HEAP, sh = m % SPECTRA_PER_HEAP;
-    for (u32 cc = ty; cc < NB_TILE && c0 + cc < CHANNELS; cc += NB_ROWS)
-        out[((u64)heap * CHANNELS + c0 + cc) * SPECTRA_PER_HEAP + sh] = tile[cc][tx];
+    for (u32 cc = ty; cc < NB_TILE && c0 + cc < NB_A; cc += NB_ROWS) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            out[((u64)heap * CHANNELS + c0 + cc + h * (CHANNELS / 2)) * SPECTRA_PER_HEAP + sh] = tile[h][cc][tx];
+    }
 }

@@ -127,11 +127,14 @@ impl OutputStage {
         let (kernels, compile) = Kernels::build(ctx, &cfg)?;
         let t_plan = Instant::now();
         let m = g.spectra_per_frame();
-        // Wideband: the n-point complex FFT of the real 2n-point one, unzipped; narrowband: a
-        // 2n-point complex FFT.
+        // Wideband: the n-point complex FFT of the real 2n-point one, unzipped by 4; narrowband:
+        // a 2n-point complex FFT, unzipped by 4 where it is large.
         let (fft_len, fft_batch) = match g.output.ddc {
             None => (cfg.fft_len(), POLS * m * kernels::UNZIP),
-            Some(_) => (2 * g.output.channels, POLS * m),
+            Some(_) => (
+                2 * g.output.channels / cfg.nb_unzip(),
+                POLS * m * cfg.nb_unzip(),
+            ),
         };
         let plan = FftPlan::new(ctx, fft_len, fft_batch, compute)?;
         let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
@@ -446,8 +449,10 @@ impl OutputStage {
         let (out, sat) = (s.output.ptr(), s.output.at(g.output_bytes()));
         if self.narrowband.is_some() {
             let k = self.narrowband_kernels()?;
+            let twiddles = self.twiddles.ptr();
             let mut post = stream.launch_builder(&k.postproc);
             post.arg(&fft)
+                .arg(&twiddles)
                 .arg(&gains)
                 .arg(&rotation)
                 .arg(&out)
@@ -457,7 +462,7 @@ impl OutputStage {
             let tile = kernels::NB_POST_TILE as u32;
             let shape = LaunchConfig {
                 grid_dim: (
-                    (g.output.channels as u32).div_ceil(tile),
+                    (g.output.channels as u32 / 2).div_ceil(tile),
                     m.div_ceil(tile),
                     1,
                 ),
