@@ -89,6 +89,10 @@ pub struct Tuning {
     /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
     /// cuFFT would take two passes through memory.
     pub nb_unzip_from: usize,
+    /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its
+    /// own, so that one output's kernels fill what another's leave idle (bandwidth against
+    /// arithmetic); else all run in turn on one stream.
+    pub concurrent_outputs: bool,
 }
 
 /// The most outputs per `ddc` thread (its accumulators and samples are registers).
@@ -105,6 +109,7 @@ impl Default for Tuning {
             ddc_mma: true,
             ddc_mma_warps: 8,
             nb_unzip_from: 32768,
+            concurrent_outputs: true,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One output's device work: its compiled kernels, FFT plan, weights and twiddles, and per slot its
 //! parameters (delays, dither keys, gains) and its heaps. The pipeline ([`super::pipeline`]) runs
-//! every output's stages in turn on the one compute stream, over the slot's one copy of the input.
+//! every output's stages on its lane (the compute stream, or one of its own), over the slot's one
+//! copy of the input.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -71,11 +71,10 @@ pub struct Startup {
     pub postproc_registers: Option<i32>,
 }
 
-/// Events that split one frame's compute into its stages, for timing: start, overlap copied, the
-/// first output's FIR and FFT done, every output done.
 /// Benchmark timing events of one frame: start, after the overlap copy, after the first output's
-/// first stage and FFT, end; and per output, its start, after its first stage and its FFT.
-pub(crate) struct StageMarks(pub [CudaEvent; 5], pub Vec<[CudaEvent; 3]>);
+/// first stage and FFT, end; and per output (on its lane), its start, after its first stage, after
+/// its FFT, its end.
+pub(crate) struct StageMarks(pub [CudaEvent; 5], pub Vec<[CudaEvent; 4]>);
 
 impl StageMarks {
     pub fn new(ctx: &Arc<CudaContext>, outputs: usize) -> Result<Self> {
@@ -84,7 +83,7 @@ impl StageMarks {
                 .map_err(driver("creating a timing event"))
         };
         let per_output = (0..outputs)
-            .map(|_| Ok([ev()?, ev()?, ev()?]))
+            .map(|_| Ok([ev()?, ev()?, ev()?, ev()?]))
             .collect::<Result<_>>()?;
         Ok(Self([ev()?, ev()?, ev()?, ev()?, ev()?], per_output))
     }
@@ -100,6 +99,12 @@ pub(crate) struct Pipeline {
     pub sensors: Arc<CudaStream>,
     /// In the engine's output order.
     pub outputs: Vec<OutputStage>,
+    /// Each output's stream: the compute stream for the first (and for all unless
+    /// [`kernels::Tuning::concurrent_outputs`]), else one of its own, forked from the compute
+    /// stream after the frame's overlap and joined back before the frame counts as computed.
+    lanes: Vec<Arc<CudaStream>>,
+    forked: CudaEvent,
+    joined: Vec<CudaEvent>,
     slots: Vec<Slot>,
     /// Bytes per polarisation in a slot's span buffer (a multiple of 256, with room for the
     /// FIR's two-word reads past the last sample).
@@ -128,9 +133,22 @@ impl Pipeline {
         let d2h = stream("creating the device-to-host stream")?;
         let sensors = stream("creating the input sensors' stream")?;
 
+        let lanes = (0..outputs.len())
+            .map(|k| match k > 0 && tuning.concurrent_outputs {
+                true => stream("creating an output's stream"),
+                false => Ok(compute.clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sync_event = || {
+            ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(driver("creating an event"))
+        };
+        let forked = sync_event()?;
+        let joined = lanes.iter().map(|_| sync_event()).collect::<Result<_>>()?;
         let stages = outputs
             .iter()
-            .map(|g| OutputStage::new(&ctx, &compute, *g, tuning, SLOTS))
+            .zip(&lanes)
+            .map(|(g, lane)| OutputStage::new(&ctx, lane, *g, tuning, SLOTS))
             .collect::<Result<Vec<_>>>()?;
 
         let t_alloc = Instant::now();
@@ -182,6 +200,9 @@ impl Pipeline {
             d2h,
             sensors,
             outputs: stages,
+            lanes,
+            forked,
+            joined,
             slots,
             span_stride,
             seq: 0,
@@ -294,9 +315,10 @@ impl Pipeline {
             .map_err(driver("recording the copy in"))
     }
 
-    /// The compute stream's part of a frame: every output's FIR, FFT, post-processing; with
-    /// `carry` (benchmark only) the overlap copy first, to time it. With `marks`, records an event
-    /// between stages (the FIR and FFT marks are the first output's) and around each output's.
+    /// The compute stream's part of a frame: every output's FIR, FFT, post-processing (each on
+    /// its lane); with `carry` (benchmark only) the overlap copy first, to time it. With `marks`,
+    /// records an event between stages (the FIR and FFT marks are the first output's) and around
+    /// each output's, on its lane.
     pub fn enqueue_compute(
         &self,
         slot: usize,
@@ -325,11 +347,22 @@ impl Pipeline {
         }
         mark(1)?;
         let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
+        let own_lane = |k: usize| !Arc::ptr_eq(&self.lanes[k], &self.compute);
+        if (0..self.lanes.len()).any(own_lane) {
+            self.forked
+                .record(&self.compute)
+                .map_err(driver("forking the outputs' streams"))?;
+        }
         for (k, stage) in self.outputs.iter().enumerate() {
+            let lane = &self.lanes[k];
+            if own_lane(k) {
+                lane.wait(&self.forked)
+                    .map_err(driver("ordering an output after the overlap"))?;
+            }
             let record = |i: usize| -> Result<()> {
                 match marks.and_then(|m| m.1.get(k)) {
                     Some(ev) => ev[i]
-                        .record(&self.compute)
+                        .record(lane)
                         .map_err(driver("recording a timing event")),
                     None => Ok(()),
                 }
@@ -341,7 +374,16 @@ impl Pipeline {
                 }
                 record(i - 1)
             };
-            stage.enqueue_compute(slot, span, span_words, &self.compute, &m)?;
+            stage.enqueue_compute(slot, span, span_words, lane, &m)?;
+            record(3)?;
+            if own_lane(k) {
+                self.joined[k]
+                    .record(lane)
+                    .map_err(driver("recording an output's compute"))?;
+                self.compute
+                    .wait(&self.joined[k])
+                    .map_err(driver("joining the outputs' streams"))?;
+            }
         }
         mark(4)?;
         s.computed
