@@ -33,8 +33,21 @@ struct OutputSlot {
     /// frame's mixer word (the `ddc` kernel's arguments).
     phase0: u32,
     phase_step: u32,
-    /// The subsampled samples the frame's windows read, [first, end): all the DDC makes.
+    /// The subsampled samples the DDC makes, [first, end): those the frame's windows read, but
+    /// the ones the last frame made (first a multiple of 4, so that each sum is grouped alike
+    /// whichever block makes it).
     ddc_range: (u32, u32),
+    /// Those the last frame made: copied within the DDC buffer, (from, to, count).
+    ddc_carry: Option<(u32, u32, u32)>,
+}
+
+/// What a narrowband output's DDC buffer holds after the frames enqueued so far: the subsampled
+/// samples [range) of the span that starts at ADC time `span_start`, for mixer word `word`.
+#[derive(Clone, Copy, Debug)]
+struct Made {
+    span_start: u64,
+    word: u32,
+    range: (u32, u32),
 }
 
 /// What a narrowband output adds: its DDC filter and the DDC's output.
@@ -55,6 +68,11 @@ struct NarrowbandStage {
     /// The taps z_k as the kernel reads them for the mixer word they were made for, and the
     /// kernel's scale for them: made again only when the centre moves.
     taps: (u32, Vec<u8>, f32),
+    /// What `buf` holds once the enqueued frames are computed (they run in order on the
+    /// output's stream).
+    made: Option<Made>,
+    /// Frames that copied DDC outputs from the last (for the tests).
+    carries: u64,
 }
 
 impl NarrowbandStage {
@@ -167,6 +185,8 @@ impl OutputStage {
                     block: cfg.ddc_block() as u32,
                     cfg: cfg.clone(),
                     taps: (0, Vec::new(), 1.0),
+                    made: None,
+                    carries: 0,
                 })
             }
         };
@@ -183,6 +203,7 @@ impl OutputStage {
                     phase0: 0,
                     phase_step: 0,
                     ddc_range: (0, 0),
+                    ddc_carry: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -205,6 +226,12 @@ impl OutputStage {
             slots,
             narrowband,
         })
+    }
+
+    /// Frames whose DDC copied outputs the last frame made (0 for wideband).
+    #[cfg(test)]
+    pub fn ddc_carries(&self) -> u64 {
+        self.narrowband.as_ref().map_or(0, |nb| nb.carries)
     }
 
     pub fn fft_work_bytes(&self) -> usize {
@@ -241,11 +268,36 @@ impl OutputStage {
                 .map(|d| d.offset / nb.decimation as u32);
             let (lo, hi) = starts.fold((u32::MAX, 0), |(lo, hi), j| (lo.min(j), hi.max(j)));
             let window = (g.output.taps * 2 * g.output.channels) as u32;
-            s.ddc_range = if lo > hi {
-                (0, 0)
-            } else {
-                (lo, hi.saturating_add(window).min(nb.samples))
+            let (lo, hi) = match lo > hi {
+                true => (0, 0),
+                false => (lo & !3, hi.saturating_add(window).min(nb.samples)),
             };
+            // The span moves on by a chunk each frame; where this one follows the last with the
+            // same mixer word, the DDC outputs they share are copied, not made again.
+            let shift = (g.input.chunk_samples / nb.decimation) as u32;
+            let follows = |p: &Made| {
+                p.word == word
+                    && p.span_start.wrapping_add(g.input.chunk_samples as u64) == span_start
+            };
+            s.ddc_carry = None;
+            s.ddc_range = (lo, hi);
+            if let Some(p) = nb.made.filter(|p| lo < hi && follows(p)) {
+                // The last frame made [p.lo, p.hi) of its span: [p.lo - shift, p.hi - shift) here.
+                let end = p.range.1.saturating_sub(shift).min(hi);
+                let whole = p.range.0 <= lo.saturating_add(shift);
+                // The copy's ranges must not overlap (they do not unless a chunk is shorter
+                // than a window).
+                if whole && end > lo && end - lo <= shift {
+                    s.ddc_carry = Some((lo + shift, lo, end - lo));
+                    s.ddc_range = (end & !3, hi);
+                    nb.carries += 1;
+                }
+            }
+            nb.made = (lo < hi).then_some(Made {
+                span_start,
+                word,
+                range: (lo, hi),
+            });
         }
         let s = &mut self.slots[slot];
         // Wideband gains carry the 1/2 of the real-FFT fix-up; narrowband's FFT is complex.
@@ -371,6 +423,24 @@ impl OutputStage {
         stream: &CudaStream,
     ) -> Result<()> {
         let k = self.narrowband_kernels()?;
+        if let Some((from, to, count)) = s.ddc_carry {
+            for pol in 0..POLS {
+                let at = |j: u32| nb.buf.at(8 * (pol * nb.samples as usize + j as usize));
+                // SAFETY: both ranges lie inside this pol's samples (from + count is at most the
+                // last frame's end) and do not overlap (count <= from - to).
+                check(
+                    unsafe {
+                        sys::cuMemcpyDtoDAsync_v2(
+                            at(to),
+                            at(from),
+                            8 * count as usize,
+                            stream.cu_stream(),
+                        )
+                    },
+                    "copying the DDC outputs two frames share",
+                )?;
+            }
+        }
         if s.ddc_range.0 >= s.ddc_range.1 {
             return Ok(());
         }

@@ -537,9 +537,13 @@ impl Pipeline {
         for (out, stage) in frame.outputs.iter_mut().zip(&self.outputs) {
             nominal_delays(&stage.geometry, out);
         }
-        for slot in 0..SLOTS {
+        // Consecutive frames, as the engine sends them (a narrowband output's DDC then makes only
+        // what the last frame did not), slot 0 twice so that it too follows another.
+        for f in 0..=SLOTS {
+            let slot = f % SLOTS;
+            let span_start = (f * self.input.chunk_samples) as u64;
             for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
-                stage.stage_params(slot, out, 0);
+                stage.stage_params(slot, out, span_start);
             }
             self.copy_in(slot, &frame)?;
         }

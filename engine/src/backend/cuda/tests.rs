@@ -801,6 +801,8 @@ fn narrowband_matches_the_float64_oracle() {
                 }
             }
         }
+        // Frames 2 and 3 follow on: their DDCs copy what the one before made.
+        assert_eq!(gpu.pipeline.outputs[0].ddc_carries(), 2);
         println!(
             "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input, DDC on {}, FFT \
              unzipped by {}: {ones} of {values} components off by one ({:.4}%), worst {worst}",
