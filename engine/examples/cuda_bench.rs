@@ -57,6 +57,10 @@ fn main() {
     if let Ok(list) = std::env::var("FENGINE_BENCH_DDC") {
         opts.ddc_variants = list.split(',').filter_map(|c| c.parse().ok()).collect();
     }
+    // FENGINE_BENCH_SERIAL=1 runs every output on the one compute stream in (a) to (c).
+    if std::env::var_os("FENGINE_BENCH_SERIAL").is_some() {
+        opts.tuning.concurrent_outputs = false;
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

@@ -42,6 +42,8 @@ pub struct BenchOptions {
     /// Outputs per `ddc` thread to compare for the set at `variant_channels` (GPU only, needs
     /// narrowband outputs); empty for none.
     pub ddc_variants: Vec<usize>,
+    /// The launch choices of tables (a) to (c).
+    pub tuning: Tuning,
 }
 
 impl Default for BenchOptions {
@@ -62,6 +64,7 @@ impl Default for BenchOptions {
             e2e_chunks: Vec::new(),
             narrowband: Vec::new(),
             ddc_variants: Vec::new(),
+            tuning: Tuning::default(),
         }
     }
 }
@@ -211,7 +214,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         let set = output_set(opts, channels);
         let g = set[0];
         let t0 = Instant::now();
-        let mut backend = CudaBackend::with_tuning(&set, opts.gpu_index, Tuning::default())?;
+        let mut backend = CudaBackend::with_tuning(&set, opts.gpu_index, opts.tuning)?;
         let startup_ms = t0.elapsed().as_secs_f64() * 1e3;
         if i == 0 {
             writeln!(

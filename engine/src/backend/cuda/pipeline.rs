@@ -128,7 +128,13 @@ impl Pipeline {
             .input;
         let (free_before, _) = memory_info(&ctx)?;
         let stream = |what| ctx.new_stream().map_err(driver(what));
-        let h2d = stream("creating the host-to-device stream")?;
+        // The copy in runs first among equals: its overlap copy is a kernel, which the outputs'
+        // kernels on several streams would otherwise crowd out, holding back the next frame.
+        let (_, first) = cudarc::driver::result::stream::get_priority_range()
+            .map_err(driver("reading the stream priorities"))?;
+        let h2d = ctx
+            .new_stream_with_priority(first)
+            .map_err(driver("creating the host-to-device stream"))?;
         let compute = stream("creating the compute stream")?;
         let d2h = stream("creating the device-to-host stream")?;
         let sensors = stream("creating the input sensors' stream")?;
