@@ -1,20 +1,23 @@
-//! The device side of the backend: a ring of per-frame slots, four streams, and one frame's work.
+//! The device side of the backend: a ring of per-frame slots, the streams, and one frame's work.
 //!
 //! Frame `seq` uses slot `seq % SLOTS` for everything that must outlive the compute stream's turn
 //! (the span, each output's delays, gains and heaps). The input is copied in once per frame
 //! whatever the number of outputs; each output ([`OutputStage`]) computes from the slot's span.
-//! Four streams overlap:
-//! - host-to-device: the previous span's tail copied in as this span's overlap (device to device),
-//!   the chunk after it, each output's delays and gains;
-//! - compute: every output's `pfb_fir`, cuFFT, `postproc` in turn (kernels only, so that it never
-//!   queues behind a large PCIe copy on a copy engine);
+//! The streams overlap:
+//! - host-to-device, at the highest priority: the previous span's tail copied in as this span's
+//!   overlap (device to device: a kernel, which the outputs' kernels must not crowd out), the
+//!   chunk after it, each output's delays and gains;
+//! - compute: the first output's `pfb_fir` (or DDC and complex FIR), cuFFT, post-processing
+//!   (kernels only, so that it never queues behind a large PCIe copy on a copy engine); each
+//!   further output on a lane of its own, forked from compute and joined back, so that outputs
+//!   bound by different things (bandwidth, shared memory, arithmetic) run side by side;
 //! - device-to-host: each output's heaps and counters (then cleared for the slot's next use);
 //! - sensors: `input_power` over the new chunk, beside the FIR (it only reads the span).
 //!
 //! Events order them: the copy in waits until the slot's span and parameters are no longer read
 //! (compute of frame seq - SLOTS + 1; the overlap copy that reads the slot's tail is earlier on the
 //! copy-in stream itself); compute waits for the copy in and for the slot's previous output to
-//! have left; the copy out waits for compute.
+//! have left; the copy out waits for compute (which has joined the lanes).
 
 use std::sync::Arc;
 use std::time::Instant;
