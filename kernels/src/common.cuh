@@ -41,3 +41,33 @@ __device__ __forceinline__ float2 expipi(float x) {
     sincospif(x, &s, &c);
     return make_float2(c, s);
 }
+
+#define GROUP_WORDS ((8 * SAMPLE_BITS + 31) / 32) // words that hold 8 samples from a byte boundary
+
+// The 8 samples from sample index s (a multiple of 8: the group starts on a byte boundary), in two
+// steps so that a thread can have several groups' loads in flight: the words (byte-swapped), then
+// the samples.
+__device__ __forceinline__ void load8(const u32 *__restrict__ span, u64 s, u32 (&raw)[GROUP_WORDS + 1]) {
+    const u64 w = (s * SAMPLE_BITS) >> 5;
+#pragma unroll
+    for (int i = 0; i <= GROUP_WORDS; i++) raw[i] = bswap32(__ldg(span + w + i));
+}
+__device__ __forceinline__ void unpack8_words(const u32 (&raw)[GROUP_WORDS + 1], u64 s, float (&v)[8]) {
+    const u32 sh = (u32)(s * SAMPLE_BITS) & 31u; // a multiple of 8
+    u32 a[GROUP_WORDS + 1];
+    // a: the group's bits from its first, most significant first.
+#pragma unroll
+    for (int i = 0; i < GROUP_WORDS; i++) a[i] = __funnelshift_l(raw[i + 1], raw[i], sh);
+    a[GROUP_WORDS] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
+        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
+        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
+    }
+}
+__device__ __forceinline__ void unpack8(const u32 *__restrict__ span, u64 s, float (&v)[8]) {
+    u32 raw[GROUP_WORDS + 1];
+    load8(span, s, raw);
+    unpack8_words(raw, s, v);
+}

@@ -21,6 +21,7 @@ const PFB_FIR: &str = include_str!("pfb_fir.cu");
 const POSTPROC: &str = include_str!("postproc.cu");
 const INPUT_POWER: &str = include_str!("input_power.cu");
 const NARROWBAND: &str = include_str!("narrowband.cu");
+const DDC_SET: &str = include_str!("ddc_set.cu");
 
 /// Kernel names, as `extern "C"` in the sources.
 pub const PFB_FIR_KERNEL: &str = "pfb_fir";
@@ -29,7 +30,11 @@ pub const INPUT_POWER_KERNEL: &str = "input_power";
 pub const DDC_KERNEL: &str = "ddc";
 pub const NB_FIR_KERNEL: &str = "nb_fir";
 pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
-pub const DDC_MMA_KERNEL: &str = "ddc_mma";
+pub const DDC_SET_KERNEL: &str = "ddc_set";
+/// Input samples each `ddc_set` block covers, whatever the output.
+pub const DDC_SET_SPAN: usize = 16384;
+/// The most outputs one `ddc_set` launch serves.
+pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
 pub const NARROWBAND_BLOCK: usize = 256;
 /// Threads per block of `ddc`.
@@ -42,7 +47,7 @@ pub const NB_POST_TILE: usize = 32;
 pub const NB_POST_ROWS: usize = 8;
 /// Taps per phase for which a `ddc` thread holds samples in registers at once.
 pub const DDC_TILE: usize = 16;
-/// Outputs per row of `ddc_mma`'s GEMM (the kernel's `MMA_P`).
+/// Outputs per row of `ddc_set`'s GEMM (the kernel's `MMA_P`).
 const MMA_P: usize = 4;
 /// Static shared memory a kernel may use.
 const STATIC_SMEM: usize = 48 * 1024;
@@ -81,10 +86,10 @@ pub struct Tuning {
     /// Consecutive subsampled samples each `ddc` thread computes: odd (so that a warp's
     /// shared-memory reads fall in distinct banks), at most [`MAX_DDC_OUTPUTS`].
     pub ddc_outputs: usize,
-    /// The DDC on the tensor cores (`ddc_mma`) where the samples are exact in TF32 (at most 12
+    /// The DDC on the tensor cores (`ddc_set`) where the samples are exact in float16 (at most 12
     /// bits) and the GPU has them (sm_80 on); else `ddc` on the FMA pipe.
     pub ddc_mma: bool,
-    /// Warps per block of `ddc_mma`: 4 or 8 (a block makes 16384 / D outputs either way).
+    /// Warps per block of `ddc_set`: 4 or 8 (a block makes 16384 / D outputs either way).
     pub ddc_mma_warps: usize,
     /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
     /// cuFFT would take two passes through memory.
@@ -153,7 +158,8 @@ impl Config {
         }
     }
 
-    /// Whether `ddc_mma` makes this narrowband output's DDC (else `ddc`).
+    /// Whether `ddc_set` makes this narrowband output's DDC, on the tensor cores (else `ddc`, in
+    /// the output's own module).
     pub fn ddc_mma(&self) -> bool {
         self.decimation > 1
             && self.tuning.ddc_mma
@@ -166,30 +172,21 @@ impl Config {
         self.ddc_taps.div_ceil(self.decimation.max(1))
     }
 
-    /// `ddc_mma`'s GEMM depth in steps of 16 (`MMA_K16`).
+    /// `ddc_set`'s GEMM depth in steps of 16 (`MmaShape::K16`).
     fn mma_k16(&self) -> usize {
         ((MMA_P - 1 + self.ddc_phase_taps()) * self.decimation).div_ceil(16)
     }
 
-    /// `ddc_mma`'s shared memory: `(MMA_IDX(MMA_SAMPLES) + 8) / 2` words.
-    fn mma_smem_bytes(&self) -> usize {
+    /// `ddc_set`'s shared memory for this output: `MmaShape::WORDS` words.
+    pub fn mma_smem_bytes(&self) -> usize {
         let d = self.decimation;
         let samples = (self.mma_outputs_per_block() - MMA_P) * d + 16 * self.mma_k16();
         (samples + 8 * (samples / (4 * d)) + 8) / 2 * 4
     }
 
-    /// Threads per block of the DDC kernel.
-    pub fn ddc_block(&self) -> usize {
-        if self.ddc_mma() {
-            32 * self.tuning.ddc_mma_warps
-        } else {
-            DDC_BLOCK
-        }
-    }
-
-    /// `ddc_mma`'s outputs per block (`MMA_OUT`).
+    /// `ddc_set`'s outputs per block (`MmaShape::OUT`).
     fn mma_outputs_per_block(&self) -> usize {
-        16384 / self.decimation.max(1)
+        DDC_SET_SPAN / self.decimation.max(1)
     }
 
     /// Subsampled samples each block of the DDC kernel makes.
@@ -214,7 +211,7 @@ impl Config {
     /// factor the kernel scales its sums by.
     ///
     /// For `ddc`, float32 pairs [phase tap p][phase q], zero-padded (see [`ddc_padded_taps`]);
-    /// scale 1. For `ddc_mma`, each lane's B fragments of the GEMM, [k-step][lane], as float16
+    /// scale 1. For `ddc_set`, each lane's B fragments of the GEMM, [k-step][lane], as float16
     /// pairs (hi rows 2t, 2t + 1; hi rows 2t + 8, 2t + 9; the same for lo) of column g = lane / 4,
     /// with G[i][2b + c] = part c of z_{i - bD} times 2^e, hi + lo the tap to 22 bits, and 2^e
     /// putting the largest tap in [2^14, 2^15) (float16 keeps the smallest taps normal); scale
@@ -326,7 +323,7 @@ impl Config {
         }
         if ![4, 8].contains(&t.ddc_mma_warps) {
             return Err(format!(
-                "ddc_mma takes 4 or 8 warps per block, not {}",
+                "ddc_set takes 4 or 8 warps per block, not {}",
                 t.ddc_mma_warps
             ));
         }
@@ -358,8 +355,6 @@ pub fn source(cfg: &Config) -> String {
         ("DDC_OUTPUTS", cfg.tuning.ddc_outputs.to_string()),
         ("DDC_BLOCK", DDC_BLOCK.to_string()),
         ("DDC_TILE", DDC_TILE.to_string()),
-        ("DDC_MMA", u32::from(cfg.ddc_mma()).to_string()),
-        ("DDC_MMA_WARPS", cfg.tuning.ddc_mma_warps.to_string()),
         ("NB_UNZIP", cfg.nb_unzip().to_string()),
         ("NB_RUN", NB_FIR_RUN.to_string()),
     ];
@@ -375,6 +370,46 @@ pub fn source(cfg: &Config) -> String {
         src.push('\n');
     }
     src
+}
+
+/// The CUDA C source of `ddc_set` for the narrowband outputs `outputs` (each with
+/// [`Config::ddc_mma`]; all of one input, so of one sample width, and one tuning).
+pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
+    let Some(first) = outputs.first() else {
+        return Err(ConfigError("a DDC set needs an output".into()));
+    };
+    if outputs.len() > DDC_SET_MAX || outputs.iter().any(|c| !c.ddc_mma()) {
+        return Err(ConfigError(format!(
+            "a DDC set takes 1 to {DDC_SET_MAX} narrowband outputs of samples exact in float16"
+        )));
+    }
+    let cases: String = outputs
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            format!(
+                "case {k}: ddc_block<{}, {}>(xs, span, span_samples, stretch, pol, set.o[{k}]); break; ",
+                c.decimation,
+                c.ddc_phase_taps()
+            )
+        })
+        .collect();
+    let defines = [
+        ("SAMPLE_BITS", first.sample_bits.to_string()),
+        ("UNZIP", UNZIP.to_string()),
+        ("DDC_SET_N", outputs.len().to_string()),
+        ("DDC_MMA_WARPS", first.tuning.ddc_mma_warps.to_string()),
+        ("DDC_SET_CASES", cases),
+    ];
+    let mut src = String::with_capacity(COMMON.len() + DDC_SET.len() + 1024);
+    for (name, value) in defines {
+        src.push_str(&format!("#define {name} {value}\n"));
+    }
+    for part in [COMMON, DDC_SET] {
+        src.push_str(part);
+        src.push('\n');
+    }
+    Ok(src)
 }
 
 #[cfg(test)]
@@ -526,7 +561,18 @@ mod tests {
         assert!(!cfg().ddc_mma(), "wideband");
         assert_eq!(nb(10, 8, 96, true).ddc_outputs_per_block(), 2048);
         assert_eq!(nb(10, 8, 96, false).ddc_outputs_per_block(), DDC_BLOCK * 7);
-        assert!(source(&nb(10, 16, 192, true)).contains("#define DDC_MMA 1\n"));
+        let (a, b) = (nb(10, 16, 192, true), nb(10, 8, 97, true));
+        let set = ddc_set_source(&[&a, &b]).unwrap();
+        assert!(set.contains("#define DDC_SET_N 2\n"));
+        assert!(
+            set.contains("case 0: ddc_block<16, 12>(") && set.contains("case 1: ddc_block<8, 13>(")
+        );
+        assert!(
+            !source(&a).contains(" ddc_set("),
+            "the set has a module of its own"
+        );
+        assert!(ddc_set_source(&[&nb(16, 8, 96, true)]).is_err());
+        assert!(ddc_set_source(&[]).is_err());
     }
 
     #[test]

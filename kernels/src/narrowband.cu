@@ -33,39 +33,10 @@
 #define DDC_M (DDC_BLOCK * DDC_OUTPUTS)                            // outputs per block
 #define DDC_ROWS (DDC_M + DDC_WP - 1)                              // samples per phase per block
 #define DDC_SMEM_TAPS ((8 * DDC_ROWS * 4 + DDC_WP * 8 * 8) <= 48 * 1024)
-#define GROUP_WORDS ((8 * SAMPLE_BITS + 31) / 32)                   // words of 8 samples, aligned
 
 #if DDC_OUTPUTS % 2 == 0
 #error "DDC_OUTPUTS must be odd: the lanes' shared-memory reads would collide in banks"
 #endif
-
-// The 8 samples from sample index s (a multiple of 8: the group starts on a byte boundary), in two
-// steps so that a thread can have several groups' loads in flight: the words (byte-swapped), then
-// the samples.
-__device__ __forceinline__ void load8(const u32 *__restrict__ span, u64 s, u32 (&raw)[GROUP_WORDS + 1]) {
-    const u64 w = (s * SAMPLE_BITS) >> 5;
-#pragma unroll
-    for (int i = 0; i <= GROUP_WORDS; i++) raw[i] = bswap32(__ldg(span + w + i));
-}
-__device__ __forceinline__ void unpack8_words(const u32 (&raw)[GROUP_WORDS + 1], u64 s, float (&v)[8]) {
-    const u32 sh = (u32)(s * SAMPLE_BITS) & 31u; // a multiple of 8
-    u32 a[GROUP_WORDS + 1];
-    // a: the group's bits from its first, most significant first.
-#pragma unroll
-    for (int i = 0; i < GROUP_WORDS; i++) a[i] = __funnelshift_l(raw[i + 1], raw[i], sh);
-    a[GROUP_WORDS] = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
-        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
-        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
-    }
-}
-__device__ __forceinline__ void unpack8(const u32 *__restrict__ span, u64 s, float (&v)[8]) {
-    u32 raw[GROUP_WORDS + 1];
-    load8(span, s, raw);
-    unpack8_words(raw, s, v);
-}
 
 extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
     const u32 *__restrict__ span,    // [pol][span_words] packed samples (padded by 2 words)
@@ -151,122 +122,6 @@ extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
         out[(u64)pol * samples + jb + m] = ys[m];
 }
 
-#if DDC_MMA
-// The same filter on the tensor cores (samples of at most 12 bits, exact in float16). Outputs go
-// in rows of P = 4: row a (outputs j = jb + 4a + b, b < 4) reads the samples from (jb + 4a) D, so
-// that Y[a][b] = sum_i x[(jb + 4a) D + i] G[i][b] with G[i][b] = z_{i - bD} (zero outside
-// 0..DDC_W D): a GEMM of depth (P - 1 + DDC_W) D, rounded up to 16, and width 2P = 8 (real and
-// imaginary parts), the shape of mma.m16n8k16. G comes from the host as float16 pairs scaled by a
-// power of two (`scale` undoes it), hi + lo (the rest, rounded again): two products with the
-// exact samples carry 22 bits of each tap, accumulated in float32, so the result is as accurate
-// as the FMA kernel's. Of the GEMM's products P DDC_W / (P - 1 + DDC_W) are taps (80% for the
-// default 12 per phase).
-//
-// The kernel is bound by shared-memory and L1 traffic (wavefronts), so samples are staged as
-// float16 (half the bytes of float32), and each row start is padded by 8 halves every 4D samples:
-// the 32 lanes' A-fragment loads (rows 4D apart, 2 samples per lane) then fall in 32 banks.
-#define MMA_P 4
-#define MMA_K16 (((MMA_P - 1 + DDC_W) * DECIMATION + 15) / 16)    // k-steps of 16
-#define MMA_OUT (16384 / DECIMATION)                             // outputs per block
-#define MMA_TILES (MMA_OUT / (DDC_MMA_WARPS * 16 * MMA_P))        // 16-row tiles per warp
-#define MMA_BATCH 4                                               // groups staged at once
-#define MMA_SAMPLES ((MMA_OUT - MMA_P) * DECIMATION + 16 * MMA_K16) // samples per block
-#define MMA_ROW (4 * DECIMATION + 8)                              // padded halves per row start
-#define MMA_IDX(s) ((s) + 8 * ((s) / (4 * DECIMATION)))          // padded half index
-
-__device__ __forceinline__ u32 half2_bits(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_mma(
-    const u32 *__restrict__ span,   // [pol][span_words] packed samples (padded by 2 words)
-    u64 span_words,                 // words per polarisation
-    const uint4 *__restrict__ taps, // [MMA_K16][lane]: G (hi rows 2t.., hi rows 2t+8.., lo, lo), col g
-    float2 *__restrict__ out,       // [pol][samples]
-    u32 samples,                    // subsampled samples per polarisation
-    u32 first,                      // the first subsampled sample made: the frame's windows
-    u32 end,                        // need [first, end) only
-    u64 span_samples,               // samples in the span (a multiple of 8); zeros past it
-    u32 phase0,                     // mixer phase of the span's first sample (2^-32 turns)
-    u32 phase_step,                 // mixer phase over DECIMATION samples
-    float scale)                    // 1 / the taps' scale
-{
-    __shared__ __align__(16) u32 xs[(MMA_IDX(MMA_SAMPLES) + 8) / 2]; // half pairs
-    const u32 jb = first + blockIdx.x * MMA_OUT, pol = blockIdx.y;
-    span += pol * span_words;
-    const u64 s0 = (u64)jb * DECIMATION;
-    // Staging is latency-bound: each thread loads MMA_BATCH groups' words before unpacking any.
-    for (u32 e0 = threadIdx.x; e0 < MMA_SAMPLES / 8; e0 += MMA_BATCH * DDC_MMA_WARPS * 32) {
-        u32 raw[MMA_BATCH][GROUP_WORDS + 1];
-#pragma unroll
-        for (int u = 0; u < MMA_BATCH; u++) {
-            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
-            if (e < MMA_SAMPLES / 8 && s0 + 8 * e < span_samples) load8(span, s0 + 8 * e, raw[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < MMA_BATCH; u++) {
-            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
-            if (e >= MMA_SAMPLES / 8) break;
-            float v[8];
-            if (s0 + 8 * e < span_samples) {
-                unpack8_words(raw[u], s0 + 8 * e, v);
-            } else {
-#pragma unroll
-                for (int q = 0; q < 8; q++) v[q] = 0.0f; // past the span: outputs not stored
-            }
-            // A group of 8 never straddles a row start (4D is a multiple of 8).
-            *reinterpret_cast<uint4 *>(xs + MMA_IDX(8 * e) / 2) =
-                make_uint4(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]), half2_bits(v[4], v[5]), half2_bits(v[6], v[7]));
-        }
-    }
-    __syncthreads();
-
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const u32 row0 = warp * MMA_TILES * 16; // the warp's first row
-    const u32 *xa = xs + ((row0 + g) * MMA_ROW) / 2 + t;
-    float acc[MMA_TILES][4];
-#pragma unroll
-    for (int i = 0; i < MMA_TILES; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-#pragma unroll 2
-    for (u32 kk = 0; kk < MMA_K16; kk++) {
-        const uint4 b = __ldg(taps + kk * 32 + lane);
-        // Column 16kk in padded halves (16 columns never straddle a row start), in words.
-        const u32 col = 8 * kk + 4 * ((16 * kk) / (4 * DECIMATION));
-#pragma unroll
-        for (int i = 0; i < MMA_TILES; i++) {
-            const u32 *p = xa + i * 8 * MMA_ROW + col; // 16 rows of MMA_ROW halves
-            const u32 a[4] = {p[0], p[4 * MMA_ROW], p[4], p[4 * MMA_ROW + 4]};
-            mma_f16(acc[i], a, b.z, b.w); // the small parts first
-            mma_f16(acc[i], a, b.x, b.y);
-        }
-    }
-    // Lane (g, t) holds outputs 4 row + t of rows g and g + 8: 32 consecutive outputs per warp.
-#pragma unroll
-    for (int i = 0; i < MMA_TILES; i++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const u32 j = jb + 4 * (row0 + i * 16 + g + 8 * h) + t;
-            if (j < end) {
-                const u32 ph = phase0 + j * phase_step;
-                const float angle = (float)(int)ph * -1.4629180792671596e-9f; // -2 pi 2^-32
-                float sn, cs;
-                __sincosf(angle, &sn, &cs);
-                const float2 y = make_float2(acc[i][2 * h] * scale, acc[i][2 * h + 1] * scale);
-                out[(u64)pol * samples + j] = cmul(y, make_float2(cs, sn));
-            }
-        }
-    }
-}
-#endif
 
 // Complex PFB: point i of spectrum m sums taps t of the window that starts at subsampled sample
 // offsets[m] / D. One thread per point and run of NB_RUN spectra, as `pfb_fir`: the point's T

@@ -21,9 +21,9 @@ pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
 }
 
-/// `ddc` (or `ddc_mma`), `nb_fir` and `nb_postproc`.
+/// `ddc` (unless the output's DDC is in the frame's `ddc_set`), `nb_fir` and `nb_postproc`.
 pub(crate) struct NarrowbandKernels {
-    pub ddc: CudaFunction,
+    pub ddc: Option<CudaFunction>,
     pub fir: CudaFunction,
     pub postproc: CudaFunction,
 }
@@ -61,12 +61,14 @@ impl Kernels {
             .map_err(driver("finding input_power"))?;
         let narrowband = if cfg.decimation > 1 {
             Some(NarrowbandKernels {
-                ddc: if cfg.ddc_mma() {
-                    module.load_function(kernels::DDC_MMA_KERNEL)
-                } else {
-                    module.load_function(kernels::DDC_KERNEL)
-                }
-                .map_err(driver("finding the DDC kernel"))?,
+                ddc: match cfg.ddc_mma() {
+                    true => None,
+                    false => Some(
+                        module
+                            .load_function(kernels::DDC_KERNEL)
+                            .map_err(driver("finding ddc"))?,
+                    ),
+                },
                 fir: module
                     .load_function(kernels::NB_FIR_KERNEL)
                     .map_err(driver("finding nb_fir"))?,
@@ -92,6 +94,31 @@ impl Kernels {
             times,
         ))
     }
+}
+
+/// Compiles `src` for the context's GPU, loads it and finds kernel `name`.
+pub(crate) fn build_one(
+    ctx: &Arc<CudaContext>,
+    src: &str,
+    name: &str,
+) -> Result<(Arc<CudaModule>, CudaFunction, CompileTimes)> {
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(driver("reading the compute capability"))?;
+    let t0 = Instant::now();
+    let cubin = compile_cubin(src, &format!("sm_{major}{minor}"))?;
+    let t1 = Instant::now();
+    let module = ctx
+        .load_module(Ptx::from_binary(cubin))
+        .map_err(driver("loading the compiled kernels"))?;
+    let f = module
+        .load_function(name)
+        .map_err(driver("finding a kernel"))?;
+    let times = CompileTimes {
+        nvrtc_ms: (t1 - t0).as_secs_f64() * 1e3,
+        load_ms: t1.elapsed().as_secs_f64() * 1e3,
+    };
+    Ok((module, f, times))
 }
 
 /// Registers per thread of a compiled kernel (for reports).

@@ -7,15 +7,17 @@
 //! FFTs; `postproc` finishes the FFT (twiddles, 4-point FFTs, real-FFT fix-up), applies fine delay,
 //! fringe phase and gain, quantises (ties to even, saturation counted per complex value) and
 //! transposes into heap layout. A narrowband output mixes, filters and subsamples on the tensor
-//! cores (`ddc_mma`), then runs a complex PFB, cuFFT and `nb_postproc`. Copies in, compute and
-//! copies out run on streams of their own so that consecutive frames overlap, and outputs beyond
-//! the first on lanes of their own so that they overlap each other ([`pipeline`]).
+//! cores (`ddc_set`, one launch for all of a frame's narrowband outputs), then runs a complex PFB,
+//! cuFFT and `nb_postproc`. Copies in, compute and copies out run on streams of their own so that
+//! consecutive frames overlap, and outputs beyond the first on lanes of their own so that they
+//! overlap each other ([`pipeline`]).
 //!
 //! On a host without CUDA, [`CudaBackend::new`] returns [`BackendError::Unavailable`]; nothing here
 //! panics for want of a library.
 
 pub mod bench;
 mod compile;
+mod ddc_set;
 mod device;
 mod fft;
 mod layout;

@@ -10,6 +10,7 @@ use cudarc::driver::{sys, CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex32;
 
 use super::compile::{CompileTimes, Kernels};
+use super::ddc_set::DdcOut;
 use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
@@ -60,9 +61,8 @@ struct NarrowbandStage {
     /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
     /// in the span.
     samples: u32,
-    /// Subsampled samples each DDC block makes, and threads per block.
+    /// Subsampled samples each `ddc` block makes (when the output has that kernel).
     per_block: u32,
-    block: u32,
     /// The module's configuration: which DDC kernel, and how it reads its taps.
     cfg: kernels::Config,
     /// The taps z_k as the kernel reads them for the mixer word they were made for, and the
@@ -91,6 +91,25 @@ impl NarrowbandStage {
         }
         &self.taps.1
     }
+}
+
+/// Copies the DDC outputs the slot's frame shares with the last (see `stage_params`), on `stream`.
+fn copy_carry(nb: &NarrowbandStage, s: &OutputSlot, stream: &CudaStream) -> Result<()> {
+    let Some((from, to, count)) = s.ddc_carry else {
+        return Ok(());
+    };
+    for pol in 0..POLS {
+        let at = |j: u32| nb.buf.at(8 * (pol * nb.samples as usize + j as usize));
+        // SAFETY: both ranges lie inside this pol's samples (from + count is at most the last
+        // frame's end) and do not overlap (count <= from - to).
+        check(
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(at(to), at(from), 8 * count as usize, stream.cu_stream())
+            },
+            "copying the DDC outputs two frames share",
+        )?;
+    }
+    Ok(())
 }
 
 /// One output's kernels, plan, constant tables and per-slot buffers.
@@ -182,7 +201,6 @@ impl OutputStage {
                         BackendError::Unsupported("the span is too long for the DDC".into())
                     })?,
                     per_block: cfg.ddc_outputs_per_block() as u32,
-                    block: cfg.ddc_block() as u32,
                     cfg: cfg.clone(),
                     taps: (0, Vec::new(), 1.0),
                     made: None,
@@ -422,32 +440,17 @@ impl OutputStage {
         span_words: u64,
         stream: &CudaStream,
     ) -> Result<()> {
-        let k = self.narrowband_kernels()?;
-        if let Some((from, to, count)) = s.ddc_carry {
-            for pol in 0..POLS {
-                let at = |j: u32| nb.buf.at(8 * (pol * nb.samples as usize + j as usize));
-                // SAFETY: both ranges lie inside this pol's samples (from + count is at most the
-                // last frame's end) and do not overlap (count <= from - to).
-                check(
-                    unsafe {
-                        sys::cuMemcpyDtoDAsync_v2(
-                            at(to),
-                            at(from),
-                            8 * count as usize,
-                            stream.cu_stream(),
-                        )
-                    },
-                    "copying the DDC outputs two frames share",
-                )?;
-            }
-        }
+        // On the tensor cores the frame's `ddc_set` makes it (with the carry before it).
+        let Some(ddc) = &self.narrowband_kernels()?.ddc else {
+            return Ok(());
+        };
+        copy_carry(nb, s, stream)?;
         if s.ddc_range.0 >= s.ddc_range.1 {
             return Ok(());
         }
         let (taps, ddc_out) = (s.params.at(self.layout.ddc_taps), nb.buf.ptr());
         let span_samples = self.geometry.span_samples() as u64;
-        let mut launch = stream.launch_builder(&k.ddc);
-        // ddc_mma takes one more: the taps' scale.
+        let mut launch = stream.launch_builder(ddc);
         launch
             .arg(&span)
             .arg(&span_words)
@@ -459,22 +462,47 @@ impl OutputStage {
             .arg(&span_samples)
             .arg(&s.phase0)
             .arg(&s.phase_step);
-        if nb.cfg.ddc_mma() {
-            launch.arg(&nb.taps.2);
-        }
         let shape = LaunchConfig {
             grid_dim: (
                 (s.ddc_range.1 - s.ddc_range.0).div_ceil(nb.per_block),
                 POLS as u32,
                 1,
             ),
-            block_dim: (nb.block, 1, 1),
+            block_dim: (kernels::DDC_BLOCK as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: argument types and order match ddc; the DDC buffer holds `samples` per pol; the
         // span (a multiple of 8 samples, padded by 2 words) covers every group read.
         unsafe { launch.launch(shape) }.map_err(driver("launching ddc"))?;
         Ok(())
+    }
+
+    /// This output's part of the frame's `ddc_set` (its carry copy enqueued on `stream`, the
+    /// set's), or None where its DDC is not in a set or makes nothing this frame.
+    pub fn enqueue_ddc_set_part(&self, slot: usize, stream: &CudaStream) -> Result<Option<DdcOut>> {
+        let Some(nb) = self.narrowband.as_ref().filter(|nb| nb.cfg.ddc_mma()) else {
+            return Ok(None);
+        };
+        let s = &self.slots[slot];
+        copy_carry(nb, s, stream)?;
+        if s.ddc_range.0 >= s.ddc_range.1 {
+            return Ok(None);
+        }
+        Ok(Some(DdcOut {
+            taps: s.params.at(self.layout.ddc_taps),
+            out: nb.buf.ptr(),
+            samples: nb.samples,
+            first: s.ddc_range.0,
+            end: s.ddc_range.1,
+            phase0: s.phase0,
+            phase_step: s.phase_step,
+            scale: nb.taps.2,
+        }))
+    }
+
+    /// A narrowband output's configuration (the `ddc_set` builds from it).
+    pub fn narrowband_config(&self) -> Option<&kernels::Config> {
+        self.narrowband.as_ref().map(|nb| &nb.cfg)
     }
 
     /// Narrowband: the complex PFB FIR over the DDC's output into the FFT's input.

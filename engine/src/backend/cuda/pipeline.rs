@@ -26,6 +26,7 @@ use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, LaunchConfig, Push
 use num_complex::Complex32;
 
 use super::compile::CompileTimes;
+use super::ddc_set::DdcSet;
 use super::device::{check, driver, memory_info, DeviceBuffer, PinnedAlloc};
 use super::output::OutputStage;
 use crate::backend::{Channelisation, Frame, InputGeometry, Result, POLS};
@@ -108,6 +109,9 @@ pub(crate) struct Pipeline {
     lanes: Vec<Arc<CudaStream>>,
     forked: CudaEvent,
     joined: Vec<CudaEvent>,
+    /// The narrowband outputs' DDCs in one launch (on the tensor cores), on a lane of its own
+    /// (the compute stream unless outputs run concurrently); its members' lanes wait for it.
+    ddc_set: Option<(DdcSet, Arc<CudaStream>, CudaEvent)>,
     slots: Vec<Slot>,
     /// Bytes per polarisation in a slot's span buffer (a multiple of 256, with room for the
     /// FIR's two-word reads past the last sample).
@@ -160,6 +164,17 @@ impl Pipeline {
             .map(|(g, lane)| OutputStage::new(&ctx, lane, *g, tuning, SLOTS))
             .collect::<Result<Vec<_>>>()?;
 
+        let ddc_set = match DdcSet::new(&ctx, &stages)? {
+            None => None,
+            Some(set) => {
+                let lane = match tuning.concurrent_outputs {
+                    true => stream("creating the DDC set's stream")?,
+                    false => compute.clone(),
+                };
+                Some((set, lane, sync_event()?))
+            }
+        };
+
         let t_alloc = Instant::now();
         let span_stride =
             (input.span_samples() * input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
@@ -189,9 +204,13 @@ impl Pipeline {
 
         let first = &stages[0].kernels;
         let startup = Startup {
-            compile: CompileTimes {
-                nvrtc_ms: stages.iter().map(|o| o.compile.nvrtc_ms).sum(),
-                load_ms: stages.iter().map(|o| o.compile.load_ms).sum(),
+            compile: {
+                let set = ddc_set.iter().map(|(s, ..)| s.compile);
+                let all: Vec<CompileTimes> = stages.iter().map(|o| o.compile).chain(set).collect();
+                CompileTimes {
+                    nvrtc_ms: all.iter().map(|c| c.nvrtc_ms).sum(),
+                    load_ms: all.iter().map(|c| c.load_ms).sum(),
+                }
             },
             fft_plan_ms: stages.iter().map(|o| o.fft_plan_ms).sum(),
             alloc_ms,
@@ -212,6 +231,7 @@ impl Pipeline {
             lanes,
             forked,
             joined,
+            ddc_set,
             slots,
             span_stride,
             seq: 0,
@@ -356,11 +376,22 @@ impl Pipeline {
         }
         mark(1)?;
         let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
-        let own_lane = |k: usize| !Arc::ptr_eq(&self.lanes[k], &self.compute);
-        if (0..self.lanes.len()).any(own_lane) {
+        let own = |lane: &Arc<CudaStream>| !Arc::ptr_eq(lane, &self.compute);
+        let own_lane = |k: usize| own(&self.lanes[k]);
+        let set_lane = self.ddc_set.as_ref().map(|(_, lane, _)| lane);
+        if self.lanes.iter().chain(set_lane).any(own) {
             self.forked
                 .record(&self.compute)
                 .map_err(driver("forking the outputs' streams"))?;
+        }
+        if let Some((set, lane, done)) = &self.ddc_set {
+            if own(lane) {
+                lane.wait(&self.forked)
+                    .map_err(driver("ordering the DDCs after the overlap"))?;
+            }
+            let span_samples = self.input.span_samples() as u64;
+            set.enqueue(&self.outputs, slot, span, span_words, span_samples, lane)?;
+            done.record(lane).map_err(driver("recording the DDCs"))?;
         }
         for (k, stage) in self.outputs.iter().enumerate() {
             let lane = &self.lanes[k];
@@ -377,6 +408,12 @@ impl Pipeline {
                 }
             };
             record(0)?;
+            if let Some((set, set_lane, done)) = &self.ddc_set {
+                if set.members.contains(&k) && !Arc::ptr_eq(set_lane, lane) {
+                    lane.wait(done)
+                        .map_err(driver("ordering an output after its DDC"))?;
+                }
+            }
             let m = |i: usize| -> Result<()> {
                 if k == 0 {
                     mark(i)?;

@@ -303,6 +303,26 @@ fn kernels_compile_for_sm90() {
             .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         assert!(cubin.len() > 1000);
     });
+    // The narrowband DDCs in one launch, each decimation and an odd length, at every width the
+    // tensor cores take.
+    [8, 10, 12].par_iter().for_each(|&bits| {
+        let set: Vec<kernels::Config> = [(8, 96), (16, 192), (32, 384), (8, 97)]
+            .map(|(decimation, ddc_taps)| kernels::Config {
+                channels: 1024,
+                taps: 16,
+                sample_bits: bits,
+                spectra_per_heap: 256,
+                output_bits: 8,
+                dither: true,
+                decimation,
+                ddc_taps,
+                tuning: Tuning::default(),
+            })
+            .into();
+        let src = kernels::ddc_set_source(&set.iter().collect::<Vec<_>>()).unwrap();
+        let cubin = compile_cubin(&src, "sm_90").unwrap_or_else(|e| panic!("{bits}-bit set: {e}"));
+        assert!(cubin.len() > 1000);
+    });
 }
 
 /// The acceptance matrix: every channel count, tap count and sample width, with and without delays.

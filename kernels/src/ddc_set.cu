@@ -1,0 +1,153 @@
+// The DDC of every narrowband output of a frame in one launch, on the tensor cores (engine
+// docs/signal-path.md, Narrowband). Appended after common.cuh.
+//
+// Extra configuration:
+//   DDC_SET_N      the outputs
+//   DDC_SET_CASES  one `case k: ddc_block<D, W>(...)` per output: its decimation D and taps per
+//                  phase W = ceil(L / D)
+//   DDC_MMA_WARPS  warps per block
+//
+// Output k's filter y[j] = sum_i x[jD + i] z_i (L = W D taps, the mixer folded into the complex
+// taps z on the host; the rotation by the absolute phase follows) is a GEMM: outputs go in rows
+// of P = 4, row a (outputs j = jb + 4a + b, b < 4) reads the samples from (jb + 4a) D, so that
+// Y[a][b] = sum_i x[(jb + 4a) D + i] G[i][b] with G[i][b] = z_{i - bD} (zero outside 0..WD): depth
+// (P - 1 + W) D rounded up to 16, width 2P = 8 (real and imaginary parts), the shape of
+// mma.m16n8k16. The samples (at most 12 bits) are exact in float16; G comes from the host as
+// float16 pairs scaled by a power of two (`scale` undoes it), hi + lo (the rest, rounded again):
+// two products with each sample carry 22 bits of each tap, accumulated in float32, as accurate as
+// the FMA kernel `ddc`. P W / (P - 1 + W) of the GEMM's products are taps (80% for W = 12).
+//
+// Every block covers 16384 input samples (16384 / D outputs) whatever the output, and the blocks
+// of all outputs for one stretch of input are consecutive in the grid (blockIdx.x = stretch N +
+// output): they run at about the same time and all but the first find the packed samples in L2,
+// so the input is read from device memory about once for all the outputs.
+//
+// A block stages its samples as float16 in shared memory (the kernel is bound by shared-memory
+// and L1 wavefronts), each row start padded by 8 halves every 4D samples so that the 32 lanes'
+// A-fragment loads (rows 4D apart, 2 samples per lane) fall in 32 banks.
+
+#define MMA_P 4
+#define MMA_SPAN 16384 // input samples per block
+#define MMA_BATCH 4    // groups of 8 samples whose loads a thread has in flight at once
+
+struct DdcOut {
+    const uint4 *taps; // [k-step][lane]: G (hi rows 2t.., hi rows 2t+8.., lo, lo), column g
+    float2 *out;       // [pol][samples]
+    u32 samples;       // subsampled samples per polarisation
+    u32 first, end;    // make [first, end) only
+    u32 phase0;        // mixer phase of the span's first sample (2^-32 turns)
+    u32 phase_step;    // mixer phase over D samples
+    float scale;       // 1 / the taps' scale
+};
+
+struct DdcSet {
+    DdcOut o[DDC_SET_N];
+};
+
+__device__ __forceinline__ u32 half2_bits(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared memory one block of decimation D and W taps per phase needs, in 32-bit words.
+template <int D, int W> struct MmaShape {
+    static constexpr int K16 = ((MMA_P - 1 + W) * D + 15) / 16;   // k-steps of 16
+    static constexpr int OUT = MMA_SPAN / D;                      // outputs per block
+    static constexpr int TILES = OUT / (DDC_MMA_WARPS * 16 * MMA_P); // 16-row tiles per warp
+    static constexpr int SAMPLES = (OUT - MMA_P) * D + 16 * K16;  // samples per block
+    static constexpr int ROW = 4 * D + 8;                         // padded halves per row start
+    __host__ __device__ static constexpr int idx(int s) { return s + 8 * (s / (4 * D)); } // padded half index
+    static constexpr int WORDS = (idx(SAMPLES) + 8) / 2;
+};
+
+template <int D, int W>
+__device__ __forceinline__ void ddc_block(u32 *xs, const u32 *__restrict__ span, u64 span_samples, u32 stretch,
+                                          u32 pol, const DdcOut &p) {
+    typedef MmaShape<D, W> S;
+    const u32 jb = stretch * S::OUT;
+    if (jb >= p.end || jb + S::OUT <= p.first) return; // nothing of this output here
+    const u64 s0 = (u64)stretch * MMA_SPAN;
+    for (u32 e0 = threadIdx.x; e0 < S::SAMPLES / 8; e0 += MMA_BATCH * DDC_MMA_WARPS * 32) {
+        u32 raw[MMA_BATCH][GROUP_WORDS + 1];
+#pragma unroll
+        for (int u = 0; u < MMA_BATCH; u++) {
+            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
+            if (e < S::SAMPLES / 8 && s0 + 8 * e < span_samples) load8(span, s0 + 8 * e, raw[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < MMA_BATCH; u++) {
+            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
+            if (e >= S::SAMPLES / 8) break;
+            float v[8];
+            if (s0 + 8 * e < span_samples) {
+                unpack8_words(raw[u], s0 + 8 * e, v);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 8; q++) v[q] = 0.0f; // past the span: outputs not stored
+            }
+            // A group of 8 never straddles a row start (4D is a multiple of 8).
+            *reinterpret_cast<uint4 *>(xs + S::idx(8 * e) / 2) =
+                make_uint4(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]), half2_bits(v[4], v[5]), half2_bits(v[6], v[7]));
+        }
+    }
+    __syncthreads();
+
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const u32 row0 = warp * S::TILES * 16; // the warp's first row
+    const u32 *xa = xs + ((row0 + g) * S::ROW) / 2 + t;
+    float acc[S::TILES][4];
+#pragma unroll
+    for (int i = 0; i < S::TILES; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll 2
+    for (u32 kk = 0; kk < S::K16; kk++) {
+        const uint4 b = __ldg(p.taps + kk * 32 + lane);
+        // Column 16kk in padded halves (16 columns never straddle a row start), in words.
+        const u32 col = 8 * kk + 4 * ((16 * kk) / (4 * D));
+#pragma unroll
+        for (int i = 0; i < S::TILES; i++) {
+            const u32 *q = xa + i * 8 * S::ROW + col; // 16 rows of ROW halves
+            const u32 a[4] = {q[0], q[4 * S::ROW], q[4], q[4 * S::ROW + 4]};
+            mma_f16(acc[i], a, b.z, b.w); // the small parts first
+            mma_f16(acc[i], a, b.x, b.y);
+        }
+    }
+    // Lane (g, t) holds outputs 4 row + t of rows g and g + 8: 32 consecutive outputs per warp.
+#pragma unroll
+    for (int i = 0; i < S::TILES; i++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const u32 j = jb + 4 * (row0 + i * 16 + g + 8 * h) + t;
+            if (j >= p.first && j < p.end) {
+                const u32 ph = p.phase0 + j * p.phase_step;
+                const float angle = (float)(int)ph * -1.4629180792671596e-9f; // -2 pi 2^-32
+                float sn, cs;
+                __sincosf(angle, &sn, &cs);
+                const float2 y = make_float2(acc[i][2 * h] * p.scale, acc[i][2 * h + 1] * p.scale);
+                p.out[(u64)pol * p.samples + j] = cmul(y, make_float2(cs, sn));
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
+    const u32 *__restrict__ span, // [pol][span_words] packed samples (padded by 2 words)
+    u64 span_words,               // words per polarisation
+    u64 span_samples,             // samples in the span (a multiple of 8); zeros past it
+    u32 stretch0,                 // the first stretch of MMA_SPAN samples made
+    DdcSet set)
+{
+    extern __shared__ __align__(16) u32 xs[]; // the largest output's MmaShape::WORDS
+    const u32 k = blockIdx.x % DDC_SET_N, stretch = stretch0 + blockIdx.x / DDC_SET_N, pol = blockIdx.y;
+    span += pol * span_words;
+    switch (k) {
+        DDC_SET_CASES
+    }
+}
