@@ -17,18 +17,19 @@
 // two products with each sample carry 22 bits of each tap, accumulated in float32, as accurate as
 // the FMA kernel `ddc`. P W / (P - 1 + W) of the GEMM's products are taps (80% for W = 12).
 //
-// Every block covers 16384 input samples (16384 / D outputs) whatever the output, and the blocks
-// of all outputs for one stretch of input are consecutive in the grid (blockIdx.x = stretch N +
-// output): they run at about the same time and all but the first find the packed samples in L2,
-// so the input is read from device memory about once for all the outputs.
-//
-// A block stages its samples as float16 in shared memory (the kernel is bound by shared-memory
-// and L1 wavefronts), each row start padded by 8 halves every 4D samples so that the 32 lanes'
+// A block covers one stretch of 16384 input samples (16384 / D outputs of each output) and makes
+// every output's part of it in turn, so the input is read from device memory once for all the
+// outputs. The kernel is bound by shared-memory and L1 wavefronts: the block loads the stretch's
+// packed words once with coalesced loads into shared memory; each output then unpacks them, 16
+// samples a thread (whole words, so a warp's reads fall in distinct banks for 10-bit samples),
+// into float16, each row start padded by 8 halves every 4D samples so that the 32 lanes'
 // A-fragment loads (rows 4D apart, 2 samples per lane) fall in 32 banks.
+//
+// More configuration: DDC_SET_RAW, the packed words a block stages (the largest output's).
 
 #define MMA_P 4
 #define MMA_SPAN 16384 // input samples per block
-#define MMA_BATCH 4    // groups of 8 samples whose loads a thread has in flight at once
+#define RAW16 (SAMPLE_BITS / 2) // words of 16 samples
 
 struct DdcOut {
     const uint4 *taps; // [k-step][lane]: G (hi rows 2t.., hi rows 2t+8.., lo, lo), column g
@@ -68,35 +69,33 @@ template <int D, int W> struct MmaShape {
     static constexpr int WORDS = (idx(SAMPLES) + 8) / 2;
 };
 
+// 16 samples from RAW16 words (byte-swapped, most significant bit first).
+__device__ __forceinline__ void unpack16(const u32 *w, float (&v)[16]) {
+    u32 a[RAW16 + 1];
+#pragma unroll
+    for (int i = 0; i < RAW16; i++) a[i] = w[i];
+    a[RAW16] = 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
+        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
+        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
+    }
+}
+
 template <int D, int W>
-__device__ __forceinline__ void ddc_block(u32 *xs, const u32 *__restrict__ span, u64 span_samples, u32 stretch,
-                                          u32 pol, const DdcOut &p) {
+__device__ __forceinline__ void ddc_block(const u32 *raw, u32 *xs, u32 stretch, u32 pol, const DdcOut &p) {
     typedef MmaShape<D, W> S;
     const u32 jb = stretch * S::OUT;
     if (jb >= p.end || jb + S::OUT <= p.first) return; // nothing of this output here
-    const u64 s0 = (u64)stretch * MMA_SPAN;
-    for (u32 e0 = threadIdx.x; e0 < S::SAMPLES / 8; e0 += MMA_BATCH * DDC_MMA_WARPS * 32) {
-        u32 raw[MMA_BATCH][GROUP_WORDS + 1];
-#pragma unroll
-        for (int u = 0; u < MMA_BATCH; u++) {
-            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
-            if (e < S::SAMPLES / 8 && s0 + 8 * e < span_samples) load8(span, s0 + 8 * e, raw[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < MMA_BATCH; u++) {
-            const u32 e = e0 + u * DDC_MMA_WARPS * 32;
-            if (e >= S::SAMPLES / 8) break;
-            float v[8];
-            if (s0 + 8 * e < span_samples) {
-                unpack8_words(raw[u], s0 + 8 * e, v);
-            } else {
-#pragma unroll
-                for (int q = 0; q < 8; q++) v[q] = 0.0f; // past the span: outputs not stored
-            }
-            // A group of 8 never straddles a row start (4D is a multiple of 8).
-            *reinterpret_cast<uint4 *>(xs + S::idx(8 * e) / 2) =
-                make_uint4(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]), half2_bits(v[4], v[5]), half2_bits(v[6], v[7]));
-        }
+    __syncthreads(); // the last output's samples are read
+    for (u32 e = threadIdx.x; e < S::SAMPLES / 16; e += DDC_MMA_WARPS * 32) {
+        float v[16];
+        unpack16(raw + e * RAW16, v);
+        // A group of 16 never straddles a row start (4D is a multiple of 16).
+        uint4 *d = reinterpret_cast<uint4 *>(xs + S::idx(16 * e) / 2);
+        d[0] = make_uint4(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]), half2_bits(v[4], v[5]), half2_bits(v[6], v[7]));
+        d[1] = make_uint4(half2_bits(v[8], v[9]), half2_bits(v[10], v[11]), half2_bits(v[12], v[13]), half2_bits(v[14], v[15]));
     }
     __syncthreads();
 
@@ -140,14 +139,24 @@ __device__ __forceinline__ void ddc_block(u32 *xs, const u32 *__restrict__ span,
 extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
     const u32 *__restrict__ span, // [pol][span_words] packed samples (padded by 2 words)
     u64 span_words,               // words per polarisation
-    u64 span_samples,             // samples in the span (a multiple of 8); zeros past it
     u32 stretch0,                 // the first stretch of MMA_SPAN samples made
     DdcSet set)
 {
-    extern __shared__ __align__(16) u32 xs[]; // the largest output's MmaShape::WORDS
-    const u32 k = blockIdx.x % DDC_SET_N, stretch = stretch0 + blockIdx.x / DDC_SET_N, pol = blockIdx.y;
+    // DDC_SET_RAW packed words (rounded up to 16 bytes), then the largest output's MmaShape::WORDS.
+    extern __shared__ __align__(16) u32 smem[];
+    u32 *raw = smem, *xs = smem + (DDC_SET_RAW + 3) / 4 * 4;
+    const u32 stretch = stretch0 + blockIdx.x, pol = blockIdx.y;
     span += pol * span_words;
-    switch (k) {
-        DDC_SET_CASES
+    // The stretch starts on a word (16384 samples of 8, 10 or 12 bits). Words past the span are
+    // its zeroed padding or, past the buffer, zeros: they feed only outputs that are not stored.
+    const u64 w0 = (u64)stretch * MMA_SPAN * SAMPLE_BITS / 32;
+    for (u32 i = threadIdx.x; i < DDC_SET_RAW; i += DDC_MMA_WARPS * 32)
+        raw[i] = w0 + i < span_words ? bswap32(__ldg(span + w0 + i)) : 0u;
+    __syncthreads();
+#pragma unroll
+    for (u32 k = 0; k < DDC_SET_N; k++) {
+        switch (k) {
+            DDC_SET_CASES
+        }
     }
 }

@@ -49,8 +49,9 @@ pub const NB_POST_ROWS: usize = 8;
 pub const DDC_TILE: usize = 16;
 /// Outputs per row of `ddc_set`'s GEMM (the kernel's `MMA_P`).
 const MMA_P: usize = 4;
-/// Static shared memory a kernel may use.
-const STATIC_SMEM: usize = 48 * 1024;
+/// The most shared memory a `ddc_set` block may take (of the H100's 227 KB a block may have):
+/// enough for L = 4096 taps at D = 32 with 12-bit samples.
+const DDC_SET_SMEM: usize = 160 * 1024;
 
 /// Taps per phase of the DDC as the `ddc` kernel reads them: ceil(L / D), rounded up to a whole
 /// number of tiles when it takes more than one.
@@ -164,7 +165,7 @@ impl Config {
         self.decimation > 1
             && self.tuning.ddc_mma
             && self.sample_bits <= 12
-            && self.mma_smem_bytes() <= STATIC_SMEM
+            && self.mma_smem_bytes() + 4 * self.mma_raw_words() <= DDC_SET_SMEM
     }
 
     /// Taps per phase of the DDC, ceil(L / D).
@@ -177,11 +178,20 @@ impl Config {
         ((MMA_P - 1 + self.ddc_phase_taps()) * self.decimation).div_ceil(16)
     }
 
-    /// `ddc_set`'s shared memory for this output: `MmaShape::WORDS` words.
+    /// Samples a `ddc_set` block reads for this output (`MmaShape::SAMPLES`).
+    fn mma_samples(&self) -> usize {
+        (self.mma_outputs_per_block() - MMA_P) * self.decimation + 16 * self.mma_k16()
+    }
+
+    /// `ddc_set`'s shared memory for this output's float16 samples: `MmaShape::WORDS` words.
     pub fn mma_smem_bytes(&self) -> usize {
-        let d = self.decimation;
-        let samples = (self.mma_outputs_per_block() - MMA_P) * d + 16 * self.mma_k16();
+        let (d, samples) = (self.decimation, self.mma_samples());
         (samples + 8 * (samples / (4 * d)) + 8) / 2 * 4
+    }
+
+    /// The packed words a `ddc_set` block stages for this output.
+    pub fn mma_raw_words(&self) -> usize {
+        self.mma_samples() * self.sample_bits as usize / 32
     }
 
     /// `ddc_set`'s outputs per block (`MmaShape::OUT`).
@@ -388,7 +398,7 @@ pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
         .enumerate()
         .map(|(k, c)| {
             format!(
-                "case {k}: ddc_block<{}, {}>(xs, span, span_samples, stretch, pol, set.o[{k}]); break; ",
+                "case {k}: ddc_block<{}, {}>(raw, xs, stretch, pol, set.o[{k}]); break; ",
                 c.decimation,
                 c.ddc_phase_taps()
             )
@@ -400,6 +410,15 @@ pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
         ("DDC_SET_N", outputs.len().to_string()),
         ("DDC_MMA_WARPS", first.tuning.ddc_mma_warps.to_string()),
         ("DDC_SET_CASES", cases),
+        (
+            "DDC_SET_RAW",
+            outputs
+                .iter()
+                .map(|c| c.mma_raw_words())
+                .max()
+                .unwrap_or(0)
+                .to_string(),
+        ),
     ];
     let mut src = String::with_capacity(COMMON.len() + DDC_SET.len() + 1024);
     for (name, value) in defines {
@@ -551,13 +570,15 @@ mod tests {
         assert!(nb(12, 32, 384, true).ddc_mma());
         assert!(
             !nb(16, 8, 96, true).ddc_mma(),
-            "16-bit samples are not exact in TF32"
+            "16-bit samples are not exact in float16"
         );
         assert!(!nb(10, 8, 96, false).ddc_mma());
-        assert!(
-            !nb(10, 8, 4096, true).ddc_mma(),
-            "its samples would not fit shared memory"
-        );
+        // The longest DDC fits a block's shared memory at every decimation.
+        for d in [8, 16, 32] {
+            let c = nb(12, d, 4096, true);
+            assert!(c.ddc_mma(), "D {d}");
+            assert!(c.mma_smem_bytes() + 4 * c.mma_raw_words() <= 160 * 1024);
+        }
         assert!(!cfg().ddc_mma(), "wideband");
         assert_eq!(nb(10, 8, 96, true).ddc_outputs_per_block(), 2048);
         assert_eq!(nb(10, 8, 96, false).ddc_outputs_per_block(), DDC_BLOCK * 7);

@@ -1,6 +1,6 @@
 //! The DDC of every narrowband output of a frame in one launch (`ddc_set`, on the tensor cores):
-//! the blocks of all outputs for one stretch of input run side by side, so the packed input is
-//! read from device memory about once for them all rather than once per output.
+//! each block stages a stretch of packed input once and makes every output's part of it, so the
+//! input is read from device memory once for them all rather than once per output.
 
 use std::sync::Arc;
 
@@ -78,7 +78,15 @@ impl DdcSet {
         }
         let src = kernels::ddc_set_source(&cfgs).map_err(|e| BackendError::Unsupported(e.0))?;
         let (module, f, compile) = build_one(ctx, &src, kernels::DDC_SET_KERNEL)?;
-        let shared_bytes = cfgs.iter().map(|c| c.mma_smem_bytes()).max().unwrap_or(0) as u32;
+        let raw = cfgs.iter().map(|c| c.mma_raw_words()).max().unwrap_or(0);
+        let samples = cfgs.iter().map(|c| c.mma_smem_bytes()).max().unwrap_or(0);
+        // The float16 samples start on 16 bytes after the packed words (ddc_set.cu).
+        let shared_bytes = (4 * raw.next_multiple_of(4) + samples) as u32;
+        f.set_attribute(
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes as i32,
+        )
+        .map_err(driver("giving ddc_set its shared memory"))?;
         Ok(Some(Self {
             f,
             _module: module,
@@ -101,11 +109,10 @@ impl DdcSet {
         slot: usize,
         span: sys::CUdeviceptr,
         span_words: u64,
-        span_samples: u64,
         stream: &CudaStream,
     ) -> Result<()> {
         let mut arg = DdcSetArg::default();
-        // Stretches of DDC_SET_SPAN input samples: block (stretch, k) makes output k's
+        // Stretches of DDC_SET_SPAN input samples: block `stretch` makes each output k's
         // outputs [stretch n_k, (stretch + 1) n_k).
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         for (k, &o) in self.members.iter().enumerate() {
@@ -120,17 +127,12 @@ impl DdcSet {
             return Ok(());
         }
         let shape = LaunchConfig {
-            grid_dim: ((hi - lo) * self.members.len() as u32, POLS as u32, 1),
+            grid_dim: (hi - lo, POLS as u32, 1),
             block_dim: (32 * self.warps, 1, 1),
             shared_mem_bytes: self.shared_bytes,
         };
         let mut launch = stream.launch_builder(&self.f);
-        launch
-            .arg(&span)
-            .arg(&span_words)
-            .arg(&span_samples)
-            .arg(&lo)
-            .arg(&arg);
+        launch.arg(&span).arg(&span_words).arg(&lo).arg(&arg);
         // SAFETY: argument types and order match ddc_set (DdcSetArg holds at least DDC_SET_N
         // outputs); each member's buffer holds `samples` per pol and its part stores only
         // [first, end) of them; an output with nothing to make has end 0 and stores nothing.

@@ -389,8 +389,7 @@ impl Pipeline {
                 lane.wait(&self.forked)
                     .map_err(driver("ordering the DDCs after the overlap"))?;
             }
-            let span_samples = self.input.span_samples() as u64;
-            set.enqueue(&self.outputs, slot, span, span_words, span_samples, lane)?;
+            set.enqueue(&self.outputs, slot, span, span_words, lane)?;
             done.record(lane).map_err(driver("recording the DDCs"))?;
         }
         for (k, stage) in self.outputs.iter().enumerate() {
