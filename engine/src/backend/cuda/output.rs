@@ -142,7 +142,7 @@ impl OutputStage {
         slots: usize,
     ) -> Result<Self> {
         let g = geometry;
-        // mma.sync with TF32 needs sm_80 or later.
+        // The DDC on the tensor cores (mma.sync, float16) needs sm_80 or later.
         let (major, _) = ctx
             .compute_capability()
             .map_err(driver("reading the compute capability"))?;

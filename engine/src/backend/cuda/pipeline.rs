@@ -10,7 +10,9 @@
 //! - compute: the first output's `pfb_fir` (or DDC and complex FIR), cuFFT, post-processing
 //!   (kernels only, so that it never queues behind a large PCIe copy on a copy engine); each
 //!   further output on a lane of its own, forked from compute and joined back, so that outputs
-//!   bound by different things (bandwidth, shared memory, arithmetic) run side by side;
+//!   bound by different things (bandwidth, shared memory, arithmetic) run side by side; the
+//!   narrowband outputs' DDCs in one launch (`ddc_set`) on a lane of their own, which those
+//!   outputs' lanes wait for;
 //! - device-to-host: each output's heaps and counters (then cleared for the slot's next use);
 //! - sensors: `input_power` over the new chunk, beside the FIR (it only reads the span).
 //!
