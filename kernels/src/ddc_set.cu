@@ -6,6 +6,7 @@
 //   DDC_SET_CASES  one `case k: ddc_block<D, W>(...)` per output: its decimation D and taps per
 //                  phase W = ceil(L / D)
 //   DDC_MMA_WARPS  warps per block
+//   DDC_SET_SPAN   input samples per block: 8192 or 16384
 //
 // Output k's filter y[j] = sum_i x[jD + i] z_i (L = W D taps, the mixer folded into the complex
 // taps z on the host; the rotation by the absolute phase follows) is a GEMM: outputs go in rows
@@ -17,7 +18,7 @@
 // two products with each sample carry 22 bits of each tap, accumulated in float32, as accurate as
 // the FMA kernel `ddc`. P W / (P - 1 + W) of the GEMM's products are taps (80% for W = 12).
 //
-// A block covers one stretch of 16384 input samples (16384 / D outputs of each output) and makes
+// A block covers one stretch of MMA_SPAN input samples (MMA_SPAN / D outputs of each output), and makes
 // every output's part of it in turn, so the input is read from device memory once for all the
 // outputs. The kernel is bound by shared-memory and L1 wavefronts: the block loads the stretch's
 // packed words once with coalesced loads into shared memory; each output then unpacks them, 16
@@ -28,7 +29,7 @@
 // More configuration: DDC_SET_RAW, the packed words a block stages (the largest output's).
 
 #define MMA_P 4
-#define MMA_SPAN 16384 // input samples per block
+#define MMA_SPAN DDC_SET_SPAN // input samples per block
 #define RAW16 (SAMPLE_BITS / 2) // words of 16 samples
 
 struct DdcOut {
@@ -147,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
     u32 *raw = smem, *xs = smem + (DDC_SET_RAW + 3) / 4 * 4;
     const u32 stretch = stretch0 + blockIdx.x, pol = blockIdx.y;
     span += pol * span_words;
-    // The stretch starts on a word (16384 samples of 8, 10 or 12 bits). Words past the span are
+    // The stretch starts on a word (8192 or 16384 samples of 8, 10 or 12 bits). Words past the span are
     // its zeroed padding or, past the buffer, zeros: they feed only outputs that are not stored.
     const u64 w0 = (u64)stretch * MMA_SPAN * SAMPLE_BITS / 32;
     for (u32 i = threadIdx.x; i < DDC_SET_RAW; i += DDC_MMA_WARPS * 32)

@@ -31,8 +31,6 @@ pub const DDC_KERNEL: &str = "ddc";
 pub const NB_FIR_KERNEL: &str = "nb_fir";
 pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
 pub const DDC_SET_KERNEL: &str = "ddc_set";
-/// Input samples each `ddc_set` block covers, whatever the output.
-pub const DDC_SET_SPAN: usize = 16384;
 /// The most outputs one `ddc_set` launch serves.
 pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
@@ -90,8 +88,12 @@ pub struct Tuning {
     /// The DDC on the tensor cores (`ddc_set`) where the samples are exact in float16 (at most 12
     /// bits) and the GPU has them (sm_80 on); else `ddc` on the FMA pipe.
     pub ddc_mma: bool,
-    /// Warps per block of `ddc_set`: 4 or 8 (a block makes 16384 / D outputs either way).
+    /// Warps per block of `ddc_set`: 4 or 8, each with at least one 16-row tile of every
+    /// output (64 outputs).
     pub ddc_mma_warps: usize,
+    /// Input samples each `ddc_set` block covers, whatever the output (8192 or 16384): it makes
+    /// `ddc_set_span / D` outputs of each.
+    pub ddc_set_span: usize,
     /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
     /// cuFFT would take two passes through memory.
     pub nb_unzip_from: usize,
@@ -113,7 +115,8 @@ impl Default for Tuning {
             postproc_rows: 4,
             ddc_outputs: 7,
             ddc_mma: true,
-            ddc_mma_warps: 8,
+            ddc_mma_warps: 4,
+            ddc_set_span: 8192,
             nb_unzip_from: 32768,
             concurrent_outputs: true,
         }
@@ -196,7 +199,7 @@ impl Config {
 
     /// `ddc_set`'s outputs per block (`MmaShape::OUT`).
     fn mma_outputs_per_block(&self) -> usize {
-        DDC_SET_SPAN / self.decimation.max(1)
+        self.tuning.ddc_set_span / self.decimation.max(1)
     }
 
     /// Subsampled samples each block of the DDC kernel makes.
@@ -331,10 +334,23 @@ impl Config {
                 t.postproc_rows
             ));
         }
-        if ![4, 8].contains(&t.ddc_mma_warps) {
+        if ![4, 8].contains(&t.ddc_mma_warps) || ![8192, 16384].contains(&t.ddc_set_span) {
             return Err(format!(
-                "ddc_set takes 4 or 8 warps per block, not {}",
-                t.ddc_mma_warps
+                "ddc_set takes 4 or 8 warps and spans of 8192 or 16384 samples, not {} and {}",
+                t.ddc_mma_warps, t.ddc_set_span
+            ));
+        }
+        if self.decimation > 1
+            && !(t.ddc_set_span / self.decimation).is_multiple_of(64 * t.ddc_mma_warps)
+        {
+            return Err(format!(
+                "ddc_set's {} warps need at least {} outputs a block at D {}: a span of {} samples \
+                 gives {}",
+                t.ddc_mma_warps,
+                64 * t.ddc_mma_warps,
+                self.decimation,
+                t.ddc_set_span,
+                t.ddc_set_span / self.decimation
             ));
         }
         if t.ddc_outputs.is_multiple_of(2) || t.ddc_outputs > MAX_DDC_OUTPUTS {
@@ -409,6 +425,7 @@ pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
         ("UNZIP", UNZIP.to_string()),
         ("DDC_SET_N", outputs.len().to_string()),
         ("DDC_MMA_WARPS", first.tuning.ddc_mma_warps.to_string()),
+        ("DDC_SET_SPAN", first.tuning.ddc_set_span.to_string()),
         ("DDC_SET_CASES", cases),
         (
             "DDC_SET_RAW",
@@ -580,8 +597,23 @@ mod tests {
             assert!(c.mma_smem_bytes() + 4 * c.mma_raw_words() <= 160 * 1024);
         }
         assert!(!cfg().ddc_mma(), "wideband");
-        assert_eq!(nb(10, 8, 96, true).ddc_outputs_per_block(), 2048);
+        assert_eq!(nb(10, 8, 96, true).ddc_outputs_per_block(), 8192 / 8);
         assert_eq!(nb(10, 8, 96, false).ddc_outputs_per_block(), DDC_BLOCK * 7);
+        // Every warp needs a whole tile (64 outputs) of every output.
+        let wide = |decimation| Config {
+            tuning: Tuning {
+                ddc_mma_warps: 8,
+                ddc_set_span: 8192,
+                ..Tuning::default()
+            },
+            ..nb(10, decimation, 12 * decimation, true)
+        };
+        assert!(wide(16).validate().is_ok());
+        assert!(wide(32)
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("at least 512 outputs"));
         let (a, b) = (nb(10, 16, 192, true), nb(10, 8, 97, true));
         let set = ddc_set_source(&[&a, &b]).unwrap();
         assert!(set.contains("#define DDC_SET_N 2\n"));

@@ -284,10 +284,11 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
             std::array::from_fn(|_| random_bytes(&mut rng, set[0].chunk_bytes()));
         writeln!(
             out,
-            "\n(f) variants: the defaults (DDC on the tensor cores, 8 warps a block; outputs on \
-             streams of their own), all outputs on one stream (serial), DDC blocks of 4 warps \
-             (mma 4w), DDC on the FMA pipe with C outputs per thread (fma C); wideband {} \
-             channels{} (µs per frame; each output's first stage: DDC + complex FIR)",
+            "\n(f) variants: the defaults (DDC on the tensor cores, blocks of 4 warps over 8192 \
+             samples; outputs on streams of their own), all outputs on one stream (serial), DDC \
+             blocks of 8 warps over 16384 samples (16k 8w), DDC on the FMA pipe with C outputs per \
+             thread (fma C); wideband {} channels{} (µs per frame; each output's first stage: \
+             DDC + complex FIR)",
             opts.variant_channels,
             narrowband_label(opts)
         )
@@ -309,9 +310,10 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
                 },
             ),
             (
-                "mma 4w".to_string(),
+                "16k 8w".to_string(),
                 Tuning {
-                    ddc_mma_warps: 4,
+                    ddc_mma_warps: 8,
+                    ddc_set_span: 16384,
                     ..base
                 },
             ),

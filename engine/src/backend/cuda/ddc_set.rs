@@ -112,7 +112,7 @@ impl DdcSet {
         stream: &CudaStream,
     ) -> Result<()> {
         let mut arg = DdcSetArg::default();
-        // Stretches of DDC_SET_SPAN input samples: block `stretch` makes each output k's
+        // Stretches of `ddc_set_span` input samples: block `stretch` makes each output k's
         // outputs [stretch n_k, (stretch + 1) n_k).
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         for (k, &o) in self.members.iter().enumerate() {
