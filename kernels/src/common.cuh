@@ -52,6 +52,17 @@ __device__ __forceinline__ void load8(const u32 *__restrict__ span, u64 s, u32 (
 #pragma unroll
     for (int i = 0; i <= GROUP_WORDS; i++) raw[i] = bswap32(__ldg(span + w + i));
 }
+// N samples from words that start with the first's most significant bit (the last word a zero
+// pad, so that a sample may always read the word after its own).
+template <int N, int WORDS>
+__device__ __forceinline__ void unpack_words(const u32 (&a)[WORDS], float (&v)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
+        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
+        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
+    }
+}
 __device__ __forceinline__ void unpack8_words(const u32 (&raw)[GROUP_WORDS + 1], u64 s, float (&v)[8]) {
     const u32 sh = (u32)(s * SAMPLE_BITS) & 31u; // a multiple of 8
     u32 a[GROUP_WORDS + 1];
@@ -59,12 +70,7 @@ __device__ __forceinline__ void unpack8_words(const u32 (&raw)[GROUP_WORDS + 1],
 #pragma unroll
     for (int i = 0; i < GROUP_WORDS; i++) a[i] = __funnelshift_l(raw[i + 1], raw[i], sh);
     a[GROUP_WORDS] = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
-        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
-        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
-    }
+    unpack_words(a, v);
 }
 __device__ __forceinline__ void unpack8(const u32 *__restrict__ span, u64 s, float (&v)[8]) {
     u32 raw[GROUP_WORDS + 1];

@@ -18,8 +18,8 @@
 // two products with each sample carry 22 bits of each tap, accumulated in float32, as accurate as
 // the FMA kernel `ddc`. P W / (P - 1 + W) of the GEMM's products are taps (80% for W = 12).
 //
-// A block covers one stretch of MMA_SPAN input samples (MMA_SPAN / D outputs of each output), and makes
-// every output's part of it in turn, so the input is read from device memory once for all the
+// A block covers one stretch of MMA_SPAN input samples (MMA_SPAN / D outputs of each output) and
+// makes every output's part of it in turn, so the input is read from device memory once for all the
 // outputs. The kernel is bound by shared-memory and L1 wavefronts: the block loads the stretch's
 // packed words once with coalesced loads into shared memory; each output then unpacks them, 16
 // samples a thread (whole words, so a warp's reads fall in distinct banks for 10-bit samples),
@@ -76,12 +76,7 @@ __device__ __forceinline__ void unpack16(const u32 *w, float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < RAW16; i++) a[i] = w[i];
     a[RAW16] = 0;
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        const int b = i * SAMPLE_BITS, k = b >> 5, o = b & 31;
-        const u32 top = o + SAMPLE_BITS <= 32 ? a[k] << o : __funnelshift_l(a[k + 1], a[k], o);
-        v[i] = (float)((int)top >> (32 - SAMPLE_BITS));
-    }
+    unpack_words(a, v);
 }
 
 template <int D, int W>
@@ -148,8 +143,8 @@ extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
     u32 *raw = smem, *xs = smem + (DDC_SET_RAW + 3) / 4 * 4;
     const u32 stretch = stretch0 + blockIdx.x, pol = blockIdx.y;
     span += pol * span_words;
-    // The stretch starts on a word (8192 or 16384 samples of 8, 10 or 12 bits). Words past the span are
-    // its zeroed padding or, past the buffer, zeros: they feed only outputs that are not stored.
+    // The stretch starts on a word (8192 or 16384 samples of 8, 10 or 12 bits). Words past the
+    // span are its zeroed padding or, past the buffer, zeros: they feed only outputs not stored.
     const u64 w0 = (u64)stretch * MMA_SPAN * SAMPLE_BITS / 32;
     for (u32 i = threadIdx.x; i < DDC_SET_RAW; i += DDC_MMA_WARPS * 32)
         raw[i] = w0 + i < span_words ? bswap32(__ldg(span + w0 + i)) : 0u;

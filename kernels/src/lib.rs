@@ -172,13 +172,13 @@ impl Config {
     }
 
     /// Taps per phase of the DDC, ceil(L / D).
-    fn ddc_phase_taps(&self) -> usize {
+    fn taps_per_phase(&self) -> usize {
         self.ddc_taps.div_ceil(self.decimation.max(1))
     }
 
     /// `ddc_set`'s GEMM depth in steps of 16 (`MmaShape::K16`).
     fn mma_k16(&self) -> usize {
-        ((MMA_P - 1 + self.ddc_phase_taps()) * self.decimation).div_ceil(16)
+        ((MMA_P - 1 + self.taps_per_phase()) * self.decimation).div_ceil(16)
     }
 
     /// Samples a `ddc_set` block reads for this output (`MmaShape::SAMPLES`).
@@ -416,7 +416,7 @@ pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
             format!(
                 "case {k}: ddc_block<{}, {}>(raw, xs, stretch, pol, set.o[{k}]); break; ",
                 c.decimation,
-                c.ddc_phase_taps()
+                c.taps_per_phase()
             )
         })
         .collect();

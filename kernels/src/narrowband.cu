@@ -1,8 +1,10 @@
 // Narrowband (engine docs/signal-path.md, Narrowband): the span mixed to baseband, low-pass
 // filtered and subsampled by DECIMATION (`ddc`), a complex PFB over 2n subsampled points (`nb_fir`),
-// cuFFT's 2n-point complex transforms, unzipped by 4 (done by the host crate), and `nb_postproc`:
-// the rest of the FFT for the centre half of the bins, fine delay and fringe phase about the
-// centre, gain, dither, quantisation and the heap layout. Appended after postproc.cu (it reuses load_pair, quantise, dither, make_qjones).
+// cuFFT's 2n-point complex transforms, unzipped by 4 where large (done by the host crate), and
+// `nb_postproc`: the rest of the FFT for the centre half of the bins, fine delay and fringe phase
+// about the centre, gain, dither, quantisation and the heap layout. Appended after postproc.cu (it
+// reuses load_pair, quantise, dither, make_qjones). Where the samples are exact in float16 the DDC
+// runs instead in the frame's `ddc_set` (ddc_set.cu).
 //
 // Extra configuration:
 //   DECIMATION   D: 8, 16 or 32
@@ -121,7 +123,6 @@ extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
     for (u32 m = threadIdx.x; m < DDC_M && jb + m < end; m += DDC_BLOCK)
         out[(u64)pol * samples + jb + m] = ys[m];
 }
-
 
 // Complex PFB: point i of spectrum m sums taps t of the window that starts at subsampled sample
 // offsets[m] / D. One thread per point and run of NB_RUN spectra, as `pfb_fir`: the point's T

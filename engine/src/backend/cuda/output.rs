@@ -53,7 +53,6 @@ struct Made {
 
 /// What a narrowband output adds: its DDC filter and the DDC's output.
 struct NarrowbandStage {
-    decimation: usize,
     /// The DDC filter h, float64: the per-frame taps are h times the mixer over them.
     filter: Vec<f64>,
     /// [pol][samples] complex: the span mixed, filtered and subsampled.
@@ -61,9 +60,7 @@ struct NarrowbandStage {
     /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
     /// in the span.
     samples: u32,
-    /// Subsampled samples each `ddc` block makes (when the output has that kernel).
-    per_block: u32,
-    /// The module's configuration: which DDC kernel, and how it reads its taps.
+    /// The module's configuration: the decimation, which DDC kernel, how it reads its taps.
     cfg: kernels::Config,
     /// The taps z_k as the kernel reads them for the mixer word they were made for, and the
     /// kernel's scale for them: made again only when the centre moves.
@@ -193,14 +190,12 @@ impl OutputStage {
             Some(d) => {
                 let samples = (g.span_samples() - d.taps) / d.decimation + 1;
                 Some(NarrowbandStage {
-                    decimation: d.decimation,
                     filter: ddc::ddc_filter(d.decimation, d.taps)
                         .map_err(|e| BackendError::Unsupported(e.to_string()))?,
                     buf: DeviceBuffer::new(ctx, POLS * samples * 8)?,
                     samples: u32::try_from(samples).map_err(|_| {
                         BackendError::Unsupported("the span is too long for the DDC".into())
                     })?,
-                    per_block: cfg.ddc_outputs_per_block() as u32,
                     cfg: cfg.clone(),
                     taps: (0, Vec::new(), 1.0),
                     made: None,
@@ -274,7 +269,7 @@ impl OutputStage {
             let s = &mut self.slots[slot];
             let word = frame.mixer;
             s.phase0 = ddc::mixer_phase(span_start, word);
-            s.phase_step = ddc::mixer_phase(nb.decimation as u64, word);
+            s.phase_step = ddc::mixer_phase(nb.cfg.decimation as u64, word);
             let taps = nb.taps_bytes(word);
             s.staging.as_mut_slice()[l.ddc_taps..l.ddc_taps + taps.len()].copy_from_slice(taps);
             // Window starts are multiples of D (checked with the frame); each window is T 2n
@@ -283,7 +278,7 @@ impl OutputStage {
                 .delays
                 .iter()
                 .flatten()
-                .map(|d| d.offset / nb.decimation as u32);
+                .map(|d| d.offset / nb.cfg.decimation as u32);
             let (lo, hi) = starts.fold((u32::MAX, 0), |(lo, hi), j| (lo.min(j), hi.max(j)));
             let window = (g.output.taps * 2 * g.output.channels) as u32;
             let (lo, hi) = match lo > hi {
@@ -292,7 +287,7 @@ impl OutputStage {
             };
             // The span moves on by a chunk each frame; where this one follows the last with the
             // same mixer word, the DDC outputs they share are copied, not made again.
-            let shift = (g.input.chunk_samples / nb.decimation) as u32;
+            let shift = (g.input.chunk_samples / nb.cfg.decimation) as u32;
             let follows = |p: &Made| {
                 p.word == word
                     && p.span_start.wrapping_add(g.input.chunk_samples as u64) == span_start
@@ -464,7 +459,7 @@ impl OutputStage {
             .arg(&s.phase_step);
         let shape = LaunchConfig {
             grid_dim: (
-                (s.ddc_range.1 - s.ddc_range.0).div_ceil(nb.per_block),
+                (s.ddc_range.1 - s.ddc_range.0).div_ceil(nb.cfg.ddc_outputs_per_block() as u32),
                 POLS as u32,
                 1,
             ),
