@@ -133,8 +133,9 @@ __device__ __forceinline__ void ddc_block(const u32 *raw, u32 *xs, u32 stretch, 
 }
 
 extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
-    const u32 *__restrict__ span, // [pol][span_words] packed samples (padded by 2 words)
-    u64 span_words,               // words per polarisation
+    const u32 *__restrict__ span, // [pol][stride] packed samples
+    u64 stride,                   // words from one polarisation's row to the next
+    u64 span_words,               // words of the span (where the reads stop)
     u32 stretch0,                 // the first stretch of MMA_SPAN samples made
     DdcSet set)
 {
@@ -142,9 +143,9 @@ extern "C" __global__ void __launch_bounds__(DDC_MMA_WARPS * 32) ddc_set(
     extern __shared__ __align__(16) u32 smem[];
     u32 *raw = smem, *xs = smem + (DDC_SET_RAW + 3) / 4 * 4;
     const u32 stretch = stretch0 + blockIdx.x, pol = blockIdx.y;
-    span += pol * span_words;
+    span += pol * stride;
     // The stretch starts on a word (8192 or 16384 samples of 8, 10 or 12 bits). Words past the
-    // span are its zeroed padding or, past the buffer, zeros: they feed only outputs not stored.
+    // span read as zeros: they feed only outputs not stored.
     const u64 w0 = (u64)stretch * MMA_SPAN * SAMPLE_BITS / 32;
     for (u32 i = threadIdx.x; i < DDC_SET_RAW; i += DDC_MMA_WARPS * 32)
         raw[i] = w0 + i < span_words ? bswap32(__ldg(span + w0 + i)) : 0u;

@@ -7,14 +7,14 @@
 #define SAMPLE_MIN (-(1 << (SAMPLE_BITS - 1)))
 
 extern "C" __global__ void __launch_bounds__(256) input_power(
-    const u32 *__restrict__ span, // [pol][span_words] packed samples (padded by 2 words)
-    u64 span_words,               // words per polarisation
+    const u32 *__restrict__ span, // [pol][stride] packed samples, readable 2 words on
+    u64 stride,                   // words from one polarisation's row to the next
     u64 first_pair,               // the chunk's first sample / 2 (the overlap comes before it)
     u64 pairs,                    // the chunk's samples / 2
     u64 *__restrict__ sums)       // [pol]: sum of squares, [2 + pol]: full-scale samples; accumulated
 {
     const u32 pol = blockIdx.y;
-    span += pol * span_words;
+    span += pol * stride;
     u64 squares = 0;
     u32 full = 0;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += (u64)gridDim.x * blockDim.x) {

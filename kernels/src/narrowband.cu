@@ -41,8 +41,8 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
-    const u32 *__restrict__ span,    // [pol][span_words] packed samples (padded by 2 words)
-    u64 span_words,                  // words per polarisation
+    const u32 *__restrict__ span,    // [pol][stride] packed samples, readable 2 words on
+    u64 stride,                      // words from one polarisation's row to the next
     const float2 *__restrict__ taps, // [DDC_WP][DECIMATION]: z_{pD+q}, zero past DDC_TAPS
     float2 *__restrict__ out,        // [pol][samples]
     u32 samples,                     // subsampled samples per polarisation
@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
     __shared__ float2 zs[DDC_WP][8];  // the group's taps
 #endif
     const u32 jb = first + blockIdx.x * DDC_M, pol = blockIdx.y, j0 = threadIdx.x * DDC_OUTPUTS;
-    span += pol * span_words;
+    span += pol * stride;
     float2 acc[DDC_OUTPUTS];
 #pragma unroll
     for (int i = 0; i < DDC_OUTPUTS; i++) acc[i] = make_float2(0.0f, 0.0f);

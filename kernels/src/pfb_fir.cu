@@ -32,8 +32,8 @@ __device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 
 }
 
 extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
-    const u32 *__restrict__ span,       // [pol][span_words] packed samples (padded by 2 words)
-    u64 span_words,                     // words per polarisation
+    const u32 *__restrict__ span,       // [pol][stride] packed samples, readable 2 words on
+    u64 stride,                         // words from one polarisation's row to the next
     const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, in samples
     const float2 *__restrict__ weights, // [TAPS][CHANNELS]: (w[2u + 2nj], w[2u + 1 + 2nj])
     float2 *__restrict__ out,           // [pol][spectra][UNZIP][FFT_LEN]
@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
     if (m0 >= spectra) return;
     const u32 m1 = min(m0 + spectra_per_thread, spectra);
 
-    span += pol * span_words;
+    span += pol * stride;
     offsets += (u64)pol * spectra;
     float2 *dst = out + ((u64)pol * spectra * UNZIP + (u & 3)) * FFT_LEN + (u >> 2);
 

@@ -73,7 +73,8 @@ impl Default for BenchOptions {
 #[derive(Clone, Debug, Default)]
 pub struct BenchRow {
     pub channels: usize,
-    /// Median µs per frame: overlap copy (+ counter reset), FIR, FFT, post-processing, total.
+    /// µs per frame: the overlap copy (the span ring's, amortised over its frames), then the
+    /// median FIR, FFT, post-processing, and total (the median frame plus the amortised copy).
     pub stage_us: [f64; 5],
     /// Median µs per frame of each output's first stage, FFT and post-processing (wideband: FIR;
     /// narrowband: DDC and complex FIR), timed on the output's stream.
@@ -395,24 +396,32 @@ fn gpu_only(
         .map(|_| StageMarks::new(&p.ctx, p.outputs.len()))
         .collect::<Result<_>>()?;
     // Warm-up: first launches load code and fill caches.
-    for slot in 0..p.slots() {
-        p.enqueue_compute(slot, true, None)?;
+    for i in 0..p.slots() {
+        p.enqueue_bench_frame(i, None)?;
     }
+    // Consecutive frames from the ring's start: one in ring_frames copies its overlap.
     for (i, m) in marks.iter().enumerate() {
-        p.enqueue_compute(i % p.slots(), true, Some(m))?;
+        p.enqueue_bench_frame(i, Some(m))?;
     }
     p.compute
         .synchronize()
         .map_err(driver("running the GPU-only pass"))?;
-    let mut stage_us: [Vec<f64>; 5] = Default::default();
-    for m in &marks {
-        for (s, times) in stage_us.iter_mut().enumerate() {
-            // Stages 0..3 between consecutive marks; 4 is the whole pass.
-            let (a, b) = if s < 4 { (s, s + 1) } else { (0, 4) };
-            times.push(elapsed_ms(&m.0[a], &m.0[b])? * 1e3);
+    let (mut copies, mut frames) = (Vec::new(), Vec::new());
+    // FIR, FFT, post-processing: between consecutive marks.
+    let mut stages: [Vec<f64>; 3] = Default::default();
+    for (i, m) in marks.iter().enumerate() {
+        if p.bench_frame_copies(i) {
+            copies.push(elapsed_ms(&m.0[0], &m.0[1])? * 1e3);
         }
+        for (s, times) in stages.iter_mut().enumerate() {
+            times.push(elapsed_ms(&m.0[s + 1], &m.0[s + 2])? * 1e3);
+        }
+        frames.push(elapsed_ms(&m.0[1], &m.0[4])? * 1e3);
     }
-    let stage_us = stage_us.map(median);
+    // The overlap copy is amortised over the ring's frames; the rest is the median frame.
+    let overlap = median(copies) / p.ring_frames() as f64;
+    let [fir, fft, post] = stages.map(median);
+    let stage_us = [overlap, fir, fft, post, overlap + median(frames)];
     let mut output_us = Vec::with_capacity(p.outputs.len());
     for k in 0..p.outputs.len() {
         let mut times: [Vec<f64>; 3] = Default::default();

@@ -11,6 +11,7 @@ use cudarc::driver::{
 use super::compile::{build_one, CompileTimes};
 use super::device::driver;
 use super::output::OutputStage;
+use super::pipeline::SpanView;
 use crate::backend::{BackendError, Result, POLS};
 
 /// One output's part of a launch: `DdcOut` in ddc_set.cu, field for field.
@@ -107,8 +108,7 @@ impl DdcSet {
         &self,
         outputs: &[OutputStage],
         slot: usize,
-        span: sys::CUdeviceptr,
-        span_words: u64,
+        span: SpanView,
         stream: &CudaStream,
     ) -> Result<()> {
         let mut arg = DdcSetArg::default();
@@ -132,7 +132,12 @@ impl DdcSet {
             shared_mem_bytes: self.shared_bytes,
         };
         let mut launch = stream.launch_builder(&self.f);
-        launch.arg(&span).arg(&span_words).arg(&lo).arg(&arg);
+        launch
+            .arg(&span.ptr)
+            .arg(&span.stride_words)
+            .arg(&span.words)
+            .arg(&lo)
+            .arg(&arg);
         // SAFETY: argument types and order match ddc_set (DdcSetArg holds at least DDC_SET_N
         // outputs); each member's buffer holds `samples` per pol and its part stores only
         // [first, end) of them; an output with nothing to make has end 0 and stores nothing.

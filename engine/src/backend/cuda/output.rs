@@ -14,6 +14,7 @@ use super::ddc_set::DdcOut;
 use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
 use super::layout::{twiddle_table, ParamLayout, Shapes};
+use super::pipeline::SpanView;
 use crate::backend::{BackendError, Channelisation, OutputFrame, Result, POLS};
 use crate::signal::{ddc, gain};
 
@@ -376,22 +377,21 @@ impl OutputStage {
     pub fn enqueue_compute(
         &self,
         slot: usize,
-        span: sys::CUdeviceptr,
-        span_words: u64,
+        span: SpanView,
         stream: &CudaStream,
         mark: &dyn Fn(usize) -> Result<()>,
     ) -> Result<()> {
         let s = &self.slots[slot];
         let m = self.geometry.spectra_per_frame() as u32;
         match &self.narrowband {
-            None => self.launch_fir(s, m, span, span_words, stream)?,
+            None => self.launch_fir(s, m, span, stream)?,
             Some(nb) => {
                 if m > 65535 {
                     return Err(BackendError::Unsupported(format!(
                         "{m} narrowband spectra per frame is too many for one launch: use smaller frames"
                     )));
                 }
-                self.launch_ddc(nb, s, span, span_words, stream)?;
+                self.launch_ddc(nb, s, span, stream)?;
                 self.launch_nb_fir(nb, s, m, stream)?;
             }
         }
@@ -406,16 +406,15 @@ impl OutputStage {
         &self,
         s: &OutputSlot,
         m: u32,
-        span: sys::CUdeviceptr,
-        span_words: u64,
+        span: SpanView,
         stream: &CudaStream,
     ) -> Result<()> {
         let offsets = s.params.at(self.layout.offsets);
         let (weights, fft) = (self.weights.ptr(), self.fft_buf.ptr());
         let per_thread = self.shapes.fir_spectra_per_thread;
         let mut fir = stream.launch_builder(&self.kernels.fir);
-        fir.arg(&span)
-            .arg(&span_words)
+        fir.arg(&span.ptr)
+            .arg(&span.stride_words)
             .arg(&offsets)
             .arg(&weights)
             .arg(&fft)
@@ -431,8 +430,7 @@ impl OutputStage {
         &self,
         nb: &NarrowbandStage,
         s: &OutputSlot,
-        span: sys::CUdeviceptr,
-        span_words: u64,
+        span: SpanView,
         stream: &CudaStream,
     ) -> Result<()> {
         // On the tensor cores the frame's `ddc_set` makes it (with the carry before it).
@@ -447,8 +445,8 @@ impl OutputStage {
         let span_samples = self.geometry.span_samples() as u64;
         let mut launch = stream.launch_builder(ddc);
         launch
-            .arg(&span)
-            .arg(&span_words)
+            .arg(&span.ptr)
+            .arg(&span.stride_words)
             .arg(&taps)
             .arg(&ddc_out)
             .arg(&nb.samples)

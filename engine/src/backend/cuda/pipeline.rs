@@ -4,9 +4,10 @@
 //! (the span, each output's delays, gains and heaps). The input is copied in once per frame
 //! whatever the number of outputs; each output ([`OutputStage`]) computes from the slot's span.
 //! The streams overlap:
-//! - host-to-device, at the highest priority: the previous span's tail copied in as this span's
-//!   overlap (device to device: a kernel, which the outputs' kernels must not crowd out), the
-//!   chunk after it, each output's delays and gains;
+//! - host-to-device, at the highest priority: the chunk, after the last frame's chunk in the span
+//!   ring ([`SpanRing`]: where the ring wraps, the last span's tail first copied in as this span's
+//!   overlap, device to device: a kernel, which the outputs' kernels must not crowd out), each
+//!   output's delays and gains;
 //! - compute: the first output's `pfb_fir` (or DDC and complex FIR), cuFFT, post-processing
 //!   (kernels only, so that it never queues behind a large PCIe copy on a copy engine); each
 //!   further output on a lane of its own, forked from compute and joined back, so that outputs
@@ -16,10 +17,11 @@
 //! - device-to-host: each output's heaps and counters (then cleared for the slot's next use);
 //! - sensors: `input_power` over the new chunk, beside the FIR (it only reads the span).
 //!
-//! Events order them: the copy in waits until the slot's span and parameters are no longer read
-//! (compute of frame seq - SLOTS + 1; the overlap copy that reads the slot's tail is earlier on the
-//! copy-in stream itself); compute waits for the copy in and for the slot's previous output to
-//! have left; the copy out waits for compute (which has joined the lanes).
+//! Events order them: the copy in waits until the ring's stretch it writes and the slot's
+//! parameters are no longer read (compute of frame seq - SLOTS + 1, see [`SpanRing`]; the overlap
+//! copy that reads the last span's tail is earlier on the copy-in stream itself); compute waits
+//! for the copy in and for the slot's previous output to have left; the copy out waits for compute
+//! (which has joined the lanes).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +41,8 @@ use crate::signal::power::InputPower;
 pub(crate) const IN_FLIGHT: usize = 4;
 /// One more slot than frames in flight: frame seq + 1 reads frame seq's span for its overlap.
 const SLOTS: usize = IN_FLIGHT + 1;
+/// Frames a span ring holds at least: its wrap copy costs 1/8 of a frame's overlap copy.
+const RING_FRAMES: usize = 8;
 /// Bytes of the input sensors' counters, u64 per polarisation: the sum of squares, then the
 /// full-scale samples.
 const SENSOR_BYTES: usize = 2 * 8 * POLS;
@@ -49,8 +53,8 @@ const POWER_BLOCKS: u32 = 512;
 /// Everything frame `seq` owns on the device, apart from its outputs' buffers, until it is waited
 /// for.
 struct Slot {
-    /// [pol][span_stride] packed samples: overlap, then chunk, then padding.
-    span: DeviceBuffer,
+    /// The frame's chunk position in the span ring.
+    at: usize,
     /// The input sensors' counters, and their host copy.
     sensors: DeviceBuffer,
     sensors_host: PinnedAlloc,
@@ -75,6 +79,103 @@ pub struct Startup {
     /// The first output's kernels.
     pub fir_registers: Option<i32>,
     pub postproc_registers: Option<i32>,
+}
+
+/// A frame's span on the device, as the kernels take it: its first word, the words from one
+/// polarisation's row to the next, and the words of the span (reads past it are padding or
+/// another frame's samples, which feed nothing stored).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpanView {
+    pub ptr: sys::CUdeviceptr,
+    pub stride_words: u64,
+    pub words: u64,
+}
+
+/// The spans of consecutive frames without a copy per frame. One buffer holds, per polarisation,
+/// the overlap and then `frames` chunks: frame f's chunk follows frame f - 1's, so the samples
+/// before it are already its overlap. Only a frame at the ring's start has its overlap copied in,
+/// from the tail of the last span (device to device), so the copy costs 1/`frames` of a frame on
+/// average. Every span starts on a word: a chunk is a whole number of heaps, at least 32 samples.
+///
+/// The ring holds at least SLOTS + ceil(overlap / chunk) chunks, so a write touches only samples
+/// that frame seq - SLOTS + 1 or earlier read (the chunks within an overlap's reach of the written
+/// stretch, one turn of the ring back), which the copy in already waits for.
+struct SpanRing {
+    /// [pol][row] packed samples: overlap, `frames` chunks, padding.
+    buffer: DeviceBuffer,
+    frames: usize,
+    /// Bytes per polarisation (a multiple of 256, with room for the kernels' two-word reads past
+    /// the last sample).
+    row: usize,
+    overlap: usize,
+    chunk: usize,
+}
+
+impl SpanRing {
+    fn new(ctx: &Arc<CudaContext>, input: &InputGeometry) -> Result<Self> {
+        let bytes = |samples: usize| samples * input.sample_bits as usize / 8;
+        let (overlap, chunk) = (bytes(input.overlap_samples), input.chunk_bytes());
+        if !chunk.is_multiple_of(4) {
+            return Err(crate::backend::BackendError::Misuse(format!(
+                "a chunk of {chunk} bytes is not a whole number of 32-bit words"
+            )));
+        }
+        let frames = RING_FRAMES.max(SLOTS + input.overlap_samples.div_ceil(input.chunk_samples));
+        let row = (overlap + frames * chunk + 8).div_ceil(256) * 256;
+        Ok(Self {
+            // Zeroed: the first frame's overlap is silence, as in the reference backend.
+            buffer: DeviceBuffer::zeroed(ctx, POLS * row)?,
+            frames,
+            row,
+            overlap,
+            chunk,
+        })
+    }
+
+    /// Frame `seq`'s chunk position in the ring.
+    fn place(&self, seq: u64) -> usize {
+        (seq % self.frames as u64) as usize
+    }
+
+    /// The span whose chunk is at `at`.
+    fn view(&self, at: usize) -> SpanView {
+        SpanView {
+            ptr: self.buffer.at(at * self.chunk),
+            stride_words: (self.row / 4) as u64,
+            words: (self.overlap + self.chunk).div_ceil(4) as u64,
+        }
+    }
+
+    /// Where pol `pol`'s chunk at `at` goes.
+    fn chunk_ptr(&self, at: usize, pol: usize) -> sys::CUdeviceptr {
+        self.buffer
+            .at(pol * self.row + self.overlap + at * self.chunk)
+    }
+
+    /// Where `at` is the ring's start, copies the tail of the last span (at the ring's end) to
+    /// the ring's head, on `stream`.
+    fn copy_overlap(&self, at: usize, stream: &CudaStream) -> Result<()> {
+        if at != 0 || self.overlap == 0 {
+            return Ok(());
+        }
+        for pol in 0..POLS {
+            let row = pol * self.row;
+            // SAFETY: both ranges lie inside the row and do not overlap (the tail starts
+            // frames * chunk >= overlap bytes in).
+            check(
+                unsafe {
+                    sys::cuMemcpyDtoDAsync_v2(
+                        self.buffer.at(row),
+                        self.buffer.at(row + self.frames * self.chunk),
+                        self.overlap,
+                        stream.cu_stream(),
+                    )
+                },
+                "copying the overlap",
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Benchmark timing events of one frame: start, after the overlap copy, after the first output's
@@ -115,9 +216,7 @@ pub(crate) struct Pipeline {
     /// (the compute stream unless outputs run concurrently); its members' lanes wait for it.
     ddc_set: Option<(DdcSet, Arc<CudaStream>, CudaEvent)>,
     slots: Vec<Slot>,
-    /// Bytes per polarisation in a slot's span buffer (a multiple of 256, with room for the
-    /// FIR's two-word reads past the last sample).
-    span_stride: usize,
+    ring: SpanRing,
     /// Sequence number of the next frame.
     seq: u64,
     pub startup: Startup,
@@ -178,8 +277,7 @@ impl Pipeline {
         };
 
         let t_alloc = Instant::now();
-        let span_stride =
-            (input.span_samples() * input.sample_bits as usize / 8 + 8).div_ceil(256) * 256;
+        let ring = SpanRing::new(&ctx, &input)?;
         let mut slots = Vec::with_capacity(SLOTS);
         for _ in 0..SLOTS {
             let event = |flags| {
@@ -187,8 +285,7 @@ impl Pipeline {
                     .map_err(driver("creating an event"))
             };
             slots.push(Slot {
-                // Zeroed: the first frame's overlap is silence, as in the reference backend.
-                span: DeviceBuffer::zeroed(&ctx, POLS * span_stride)?,
+                at: 0,
                 // Zeroed; after each frame the copy out clears them.
                 sensors: DeviceBuffer::zeroed(&ctx, SENSOR_BYTES)?,
                 sensors_host: PinnedAlloc::new(&ctx, SENSOR_BYTES)?,
@@ -235,7 +332,7 @@ impl Pipeline {
             joined,
             ddc_set,
             slots,
-            span_stride,
+            ring,
             seq: 0,
             startup,
         })
@@ -252,14 +349,6 @@ impl Pipeline {
         self.outputs[output].set_gains(pol, gains);
     }
 
-    fn span_bytes(&self) -> usize {
-        self.input.span_samples() * self.input.sample_bits as usize / 8
-    }
-
-    fn overlap_bytes(&self) -> usize {
-        self.input.overlap_samples * self.input.sample_bits as usize / 8
-    }
-
     /// Enqueues all of `frame`'s work (copy in, compute, copy out) as the next frame of the
     /// stream; returns its slot. The caller must not have more than [`IN_FLIGHT`] frames
     /// unfinished, must keep `frame`'s buffers alive and untouched until [`Self::finish`], and must
@@ -274,7 +363,7 @@ impl Pipeline {
         for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
             stage.stage_params(slot, out, span_start);
         }
-        self.copy_in(slot, frame)?;
+        self.copy_in(slot, self.seq, frame)?;
         self.enqueue_sensors(slot)?;
         self.enqueue_compute(slot, false, None)?;
         self.copy_out(slot, frame)?;
@@ -302,14 +391,14 @@ impl Pipeline {
         Ok(())
     }
 
-    fn copy_in(&mut self, slot: usize, frame: &Frame) -> Result<()> {
-        let (overlap, chunk, stride) = (
-            self.overlap_bytes(),
-            self.input.chunk_bytes(),
-            self.span_stride,
-        );
+    /// Copies frame `seq`'s chunk (and, at the ring's start, its overlap) into the ring,
+    /// and its outputs' parameters into `slot`.
+    fn copy_in(&mut self, slot: usize, seq: u64, frame: &Frame) -> Result<()> {
+        let at = self.ring.place(seq);
+        self.slots[slot].at = at;
         let next = &self.slots[(slot + 1) % SLOTS];
-        // The span's previous frame (seq - SLOTS) and its reader (seq - SLOTS + 1) are done with it.
+        // The ring's stretch this frame writes was last read by frame seq - SLOTS + 1 or earlier
+        // (see SpanRing), as were the slot's parameters (frame seq - SLOTS).
         self.h2d
             .wait(&next.computed)
             .map_err(driver("ordering the copy in"))?;
@@ -318,19 +407,18 @@ impl Pipeline {
             .wait(&self.slots[slot].measured)
             .map_err(driver("ordering the copy in after the input measure"))?;
         // The span starts with the previous span's tail (written earlier on this same stream).
-        if self.seq > 0 {
-            self.copy_overlap(slot, &self.h2d)?;
+        if seq > 0 {
+            self.ring.copy_overlap(at, &self.h2d)?;
         }
-        let s = &self.slots[slot];
         for pol in 0..POLS {
-            // SAFETY: `chunk` bytes fit after the overlap in this pol's span; the host buffer is the
+            // SAFETY: the chunk fits at its place in this pol's row; the host buffer is the
             // frame's chunk, kept alive by the caller until the frame is finished.
             check(
                 unsafe {
                     sys::cuMemcpyHtoDAsync_v2(
-                        s.span.at(pol * stride + overlap),
+                        self.ring.chunk_ptr(at, pol),
                         frame.input.chunk[pol].as_ptr() as *const _,
-                        chunk,
+                        self.input.chunk_bytes(),
                         self.h2d.cu_stream(),
                     )
                 },
@@ -347,7 +435,8 @@ impl Pipeline {
     }
 
     /// The compute stream's part of a frame: every output's FIR, FFT, post-processing (each on
-    /// its lane); with `carry` (benchmark only) the overlap copy first, to time it. With `marks`,
+    /// its lane); with `carry` (benchmark only) the ring's overlap copy first where the frame
+    /// starts a buffer, to time it. With `marks`,
     /// records an event between stages (the FIR and FFT marks are the first output's) and around
     /// each output's, on its lane.
     pub fn enqueue_compute(
@@ -374,10 +463,10 @@ impl Pipeline {
             .map_err(driver("ordering compute after the copy out"))?;
         mark(0)?;
         if carry {
-            self.copy_overlap(slot, &self.compute)?;
+            self.ring.copy_overlap(s.at, &self.compute)?;
         }
         mark(1)?;
-        let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
+        let span = self.ring.view(s.at);
         let own = |lane: &Arc<CudaStream>| !Arc::ptr_eq(lane, &self.compute);
         let own_lane = |k: usize| own(&self.lanes[k]);
         let set_lane = self.ddc_set.as_ref().map(|(_, lane, _)| lane);
@@ -391,7 +480,7 @@ impl Pipeline {
                 lane.wait(&self.forked)
                     .map_err(driver("ordering the DDCs after the overlap"))?;
             }
-            set.enqueue(&self.outputs, slot, span, span_words, lane)?;
+            set.enqueue(&self.outputs, slot, span, lane)?;
             done.record(lane).map_err(driver("recording the DDCs"))?;
         }
         for (k, stage) in self.outputs.iter().enumerate() {
@@ -421,7 +510,7 @@ impl Pipeline {
                 }
                 record(i - 1)
             };
-            stage.enqueue_compute(slot, span, span_words, lane, &m)?;
+            stage.enqueue_compute(slot, span, lane, &m)?;
             record(3)?;
             if own_lane(k) {
                 self.joined[k]
@@ -438,32 +527,6 @@ impl Pipeline {
             .map_err(driver("recording compute"))
     }
 
-    /// Copies the previous slot's span tail to the head of `slot`'s span, on `stream`.
-    fn copy_overlap(&self, slot: usize, stream: &CudaStream) -> Result<()> {
-        let overlap = self.overlap_bytes();
-        if overlap == 0 {
-            return Ok(());
-        }
-        let (s, prev) = (&self.slots[slot], &self.slots[(slot + SLOTS - 1) % SLOTS]);
-        let tail = self.span_bytes() - overlap;
-        for pol in 0..POLS {
-            let off = pol * self.span_stride;
-            // SAFETY: both ranges lie inside their spans; different buffers.
-            check(
-                unsafe {
-                    sys::cuMemcpyDtoDAsync_v2(
-                        s.span.at(off),
-                        prev.span.at(off + tail),
-                        overlap,
-                        stream.cu_stream(),
-                    )
-                },
-                "copying the overlap",
-            )?;
-        }
-        Ok(())
-    }
-
     /// The input sensors' kernel, on a stream of its own: it only reads the new chunk, so it runs
     /// beside the FIR (which leaves DRAM bandwidth idle) instead of after it. It waits for the
     /// copy in and for the slot's counters to have been read out and cleared.
@@ -475,7 +538,7 @@ impl Pipeline {
         ] {
             self.sensors.wait(event).map_err(driver(what))?;
         }
-        let (span, span_words) = (s.span.ptr(), (self.span_stride / 4) as u64);
+        let span = self.ring.view(s.at);
         // The input sensors read the new chunk, which follows the overlap in the span.
         let (first_pair, pairs) = (
             (self.input.overlap_samples / 2) as u64,
@@ -490,8 +553,8 @@ impl Pipeline {
             .sensors
             .launch_builder(&self.outputs[0].kernels.input_power);
         power
-            .arg(&span)
-            .arg(&span_words)
+            .arg(&span.ptr)
+            .arg(&span.stride_words)
             .arg(&first_pair)
             .arg(&pairs)
             .arg(&sums);
@@ -559,10 +622,10 @@ impl Pipeline {
     }
 
     /// Bytes of device memory each compute stage reads plus writes, per frame (nominal: every
-    /// input read once, every output written once): the overlap copy, then the FIR, FFT and
-    /// post-processing summed over the outputs.
+    /// input read once, every output written once): the ring's overlap copy (one frame in
+    /// [`Self::ring_frames`]), then the FIR, FFT and post-processing summed over the outputs.
     pub fn stage_bytes(&self) -> [f64; 4] {
-        let overlap = 2.0 * POLS as f64 * self.overlap_bytes() as f64;
+        let overlap = (2 * POLS * self.ring.overlap) as f64 / self.ring.frames as f64;
         let mut b = [overlap, 0.0, 0.0, 0.0];
         for stage in &self.outputs {
             for (total, x) in b[1..].iter_mut().zip(stage.stage_bytes()) {
@@ -572,8 +635,9 @@ impl Pipeline {
         b
     }
 
-    /// Copies `chunks` (packed, one per pol) into every slot's span and sets nominal delays
-    /// (offset overlap - (T-1) 2n + m 2n, no fine delay) in every slot, for compute-only timing.
+    /// Copies `chunks` (packed, one per pol) into every place of the span ring and sets nominal
+    /// delays (offset overlap - (T-1) 2n + m 2n, no fine delay) in every slot, for compute-only
+    /// timing ([`Self::enqueue_bench_frame`]).
     pub fn load_for_bench(&mut self, chunks: [&[u8]; POLS]) -> Result<()> {
         self.bind()?;
         let geometries: Vec<_> = self.outputs.iter().map(|o| o.geometry.output).collect();
@@ -585,16 +649,37 @@ impl Pipeline {
             nominal_delays(&stage.geometry, out);
         }
         // Consecutive frames, as the engine sends them (a narrowband output's DDC then makes only
-        // what the last frame did not), slot 0 twice so that it too follows another.
-        for f in 0..=SLOTS {
+        // what the last frame did not), at least one more than slots so that each slot follows
+        // another, and through the whole ring.
+        let frames = (SLOTS + 1).max(self.ring.frames);
+        for f in 0..frames {
             let slot = f % SLOTS;
             let span_start = (f * self.input.chunk_samples) as u64;
             for (stage, out) in self.outputs.iter_mut().zip(&frame.outputs) {
                 stage.stage_params(slot, out, span_start);
             }
-            self.copy_in(slot, &frame)?;
+            self.copy_in(slot, f as u64, &frame)?;
         }
         self.synchronize()
+    }
+
+    /// The compute of bench frame `i` (after [`Self::load_for_bench`]): slot i mod SLOTS, at
+    /// frame i's place in the ring, with the overlap copy on the compute stream where frame i is
+    /// at the ring's start, as the copy in would make it.
+    pub fn enqueue_bench_frame(&mut self, i: usize, marks: Option<&StageMarks>) -> Result<()> {
+        let slot = i % SLOTS;
+        self.slots[slot].at = self.ring.place(i as u64);
+        self.enqueue_compute(slot, true, marks)
+    }
+
+    /// Whether bench frame `i` is at the span ring's start (copies its overlap).
+    pub fn bench_frame_copies(&self, i: usize) -> bool {
+        self.ring.place(i as u64) == 0
+    }
+
+    /// Chunks in the span ring: one frame in this many copies its overlap.
+    pub fn ring_frames(&self) -> usize {
+        self.ring.frames
     }
 
     pub fn slots(&self) -> usize {

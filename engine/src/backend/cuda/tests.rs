@@ -454,9 +454,6 @@ fn dither_recovers_a_weak_tone() {
     check_dither_unbiased(&|g| Box::new(cuda(g).expect("CUDA was present")));
 }
 
-/// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
-/// overlap: each frame's span starts with the previous span's tail. Also a chunk shorter than the
-/// overlap, where the tail includes the previous frame's own overlap.
 /// One input, several outputs of different shapes (channels, taps, window, 4- and 8-bit,
 /// dithered or not): each output's bytes are exactly those of a CUDA backend built for it alone,
 /// and within 1 LSB of the float64 reference (under 0.1% of values); the input is measured once.
@@ -515,6 +512,10 @@ fn output_counts_are_checked() {
     check_output_counts(&|i, o| CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
+/// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
+/// overlap: each frame's span starts with the previous span's tail, through
+/// two wraps of the span ring (where the overlap is copied). Also a chunk shorter than the
+/// overlap, where the tail includes the previous frame's own overlap.
 #[test]
 fn frames_carry_the_overlap() {
     for (channels, taps, s, h) in [(1024, 16, 8, 3), (4096, 16, 1, 1)] {
@@ -529,7 +530,7 @@ fn frames_carry_the_overlap() {
             gpu.set_gains(0, pol, gain).unwrap();
             reference.set_gains(0, pol, gain).unwrap();
         }
-        let frames = 9;
+        let frames = 2 * gpu.pipeline.ring_frames() + 2;
         let mut expected = std::collections::VecDeque::new();
         let (mut waited, mut ones, mut values) = (0, 0, 0);
         for f in 0..frames {
