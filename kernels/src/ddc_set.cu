@@ -3,8 +3,9 @@
 //
 // Extra configuration:
 //   DDC_SET_N      the outputs
-//   DDC_SET_CASES  one `case k: ddc_block<D, W>(...)` per output: its decimation D and taps per
-//                  phase W = ceil(L / D)
+//   DDC_SET_CASES  one `case k: ddc_block<D, W, k, k2>(...)` per output or pair of outputs of one
+//                  decimation D and taps per phase W = ceil(L / D) (k2 -1 for none; `case k2`
+//                  then does nothing)
 //   DDC_MMA_WARPS  warps per block
 //   DDC_SET_SPAN   input samples per block: 8192 or 16384
 //
@@ -79,11 +80,21 @@ __device__ __forceinline__ void unpack16(const u32 *w, float (&v)[16]) {
     unpack_words(a, v);
 }
 
-template <int D, int W>
-__device__ __forceinline__ void ddc_block(const u32 *raw, u32 *xs, u32 stretch, u32 pol, const DdcOut &p) {
+// Whether output p has anything to make in the block's outputs [jb, jb + n).
+__device__ __forceinline__ bool makes(const DdcOut &p, u32 jb, u32 n) {
+    return jb < p.end && jb + n > p.first;
+}
+
+// Outputs K0 and, where K1 >= 0, K1 (both of decimation D and W taps per phase: the same rows)
+// from the block's stretch. A pair shares the unpacked samples and every A fragment, which are
+// what the kernel is bound by; only the taps differ.
+template <int D, int W, int K0, int K1>
+__device__ __forceinline__ void ddc_block(const u32 *raw, u32 *xs, u32 stretch, u32 pol, const DdcSet &set) {
     typedef MmaShape<D, W> S;
+    constexpr int N = K1 < 0 ? 1 : 2;
+    const DdcOut &p0 = set.o[K0], &p1 = set.o[K1 < 0 ? K0 : K1];
     const u32 jb = stretch * S::OUT;
-    if (jb >= p.end || jb + S::OUT <= p.first) return; // nothing of this output here
+    if (!makes(p0, jb, S::OUT) && (N == 1 || !makes(p1, jb, S::OUT))) return;
     __syncthreads(); // the last output's samples are read
     for (u32 e = threadIdx.x; e < S::SAMPLES / 16; e += DDC_MMA_WARPS * 32) {
         float v[16];
@@ -98,35 +109,46 @@ __device__ __forceinline__ void ddc_block(const u32 *raw, u32 *xs, u32 stretch, 
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const u32 row0 = warp * S::TILES * 16; // the warp's first row
     const u32 *xa = xs + ((row0 + g) * S::ROW) / 2 + t;
-    float acc[S::TILES][4];
+    float acc[N][S::TILES][4];
 #pragma unroll
-    for (int i = 0; i < S::TILES; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int i = 0; i < S::TILES; i++) acc[n][i][0] = acc[n][i][1] = acc[n][i][2] = acc[n][i][3] = 0.0f;
 #pragma unroll 2
     for (u32 kk = 0; kk < S::K16; kk++) {
-        const uint4 b = __ldg(p.taps + kk * 32 + lane);
+        uint4 b[N];
+#pragma unroll
+        for (int n = 0; n < N; n++) b[n] = __ldg((n ? p1 : p0).taps + kk * 32 + lane);
         // Column 16kk in padded halves (16 columns never straddle a row start), in words.
         const u32 col = 8 * kk + 4 * ((16 * kk) / (4 * D));
 #pragma unroll
         for (int i = 0; i < S::TILES; i++) {
             const u32 *q = xa + i * 8 * S::ROW + col; // 16 rows of ROW halves
             const u32 a[4] = {q[0], q[4 * S::ROW], q[4], q[4 * S::ROW + 4]};
-            mma_f16(acc[i], a, b.z, b.w); // the small parts first
-            mma_f16(acc[i], a, b.x, b.y);
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+                mma_f16(acc[n][i], a, b[n].z, b[n].w); // the small parts first
+                mma_f16(acc[n][i], a, b[n].x, b[n].y);
+            }
         }
     }
     // Lane (g, t) holds outputs 4 row + t of rows g and g + 8: 32 consecutive outputs per warp.
 #pragma unroll
-    for (int i = 0; i < S::TILES; i++) {
+    for (int n = 0; n < N; n++) {
+        const DdcOut &o = n ? p1 : p0;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const u32 j = jb + 4 * (row0 + i * 16 + g + 8 * h) + t;
-            if (j >= p.first && j < p.end) {
-                const u32 ph = p.phase0 + j * p.phase_step;
-                const float angle = (float)(int)ph * -1.4629180792671596e-9f; // -2 pi 2^-32
-                float sn, cs;
-                __sincosf(angle, &sn, &cs);
-                const float2 y = make_float2(acc[i][2 * h] * p.scale, acc[i][2 * h + 1] * p.scale);
-                p.out[(u64)pol * p.samples + j] = cmul(y, make_float2(cs, sn));
+        for (int i = 0; i < S::TILES; i++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const u32 j = jb + 4 * (row0 + i * 16 + g + 8 * h) + t;
+                if (j >= o.first && j < o.end) {
+                    const u32 ph = o.phase0 + j * o.phase_step;
+                    const float angle = (float)(int)ph * -1.4629180792671596e-9f; // -2 pi 2^-32
+                    float sn, cs;
+                    __sincosf(angle, &sn, &cs);
+                    const float2 y = make_float2(acc[n][i][2 * h] * o.scale, acc[n][i][2 * h + 1] * o.scale);
+                    o.out[(u64)pol * o.samples + j] = cmul(y, make_float2(cs, sn));
+                }
             }
         }
     }

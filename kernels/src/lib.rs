@@ -409,15 +409,31 @@ pub fn ddc_set_source(outputs: &[&Config]) -> Result<String, ConfigError> {
             "a DDC set takes 1 to {DDC_SET_MAX} narrowband outputs of samples exact in float16"
         )));
     }
+    // Outputs of one decimation and filter length go in pairs: a pair shares its A fragments.
+    let shape = |c: &Config| (c.decimation, c.taps_per_phase());
+    let mut partner: Vec<Option<usize>> = vec![None; outputs.len()];
+    let mut paired = vec![false; outputs.len()];
+    for k in 0..outputs.len() {
+        if paired[k] {
+            continue;
+        }
+        if let Some(j) =
+            (k + 1..outputs.len()).find(|&j| !paired[j] && shape(outputs[j]) == shape(outputs[k]))
+        {
+            (partner[k], paired[j]) = (Some(j), true);
+        }
+    }
     let cases: String = outputs
         .iter()
         .enumerate()
-        .map(|(k, c)| {
-            format!(
-                "case {k}: ddc_block<{}, {}>(raw, xs, stretch, pol, set.o[{k}]); break; ",
+        .map(|(k, c)| match (paired[k], partner[k]) {
+            (true, _) => format!("case {k}: break; "),
+            (false, j) => format!(
+                "case {k}: ddc_block<{}, {}, {k}, {}>(raw, xs, stretch, pol, set); break; ",
                 c.decimation,
-                c.taps_per_phase()
-            )
+                c.taps_per_phase(),
+                j.map_or(-1, |j| j as i64)
+            ),
         })
         .collect();
     let defines = [
@@ -618,8 +634,15 @@ mod tests {
         let set = ddc_set_source(&[&a, &b]).unwrap();
         assert!(set.contains("#define DDC_SET_N 2\n"));
         assert!(
-            set.contains("case 0: ddc_block<16, 12>(") && set.contains("case 1: ddc_block<8, 13>(")
+            set.contains("case 0: ddc_block<16, 12, 0, -1>(")
+                && set.contains("case 1: ddc_block<8, 13, 1, -1>(")
         );
+        // Outputs of one shape in pairs, whatever lies between them.
+        let c = nb(10, 8, 97, true);
+        let set = ddc_set_source(&[&b, &a, &c, &b]).unwrap();
+        assert!(set.contains("case 0: ddc_block<8, 13, 0, 2>(") && set.contains("case 2: break;"));
+        assert!(set.contains("case 1: ddc_block<16, 12, 1, -1>("));
+        assert!(set.contains("case 3: ddc_block<8, 13, 3, -1>("));
         assert!(
             !source(&a).contains(" ddc_set("),
             "the set has a module of its own"

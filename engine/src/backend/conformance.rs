@@ -648,10 +648,10 @@ pub fn input_for(
     }
 }
 
-/// A wideband output and two narrowband ones of different decimations, centres (each frame's
-/// own random mixer word), channels, taps, bits and dither, for chunks of 16384 samples:
-/// 64 channels 4 taps 8-bit dithered (wideband); 64 channels 4 taps D 8 4-bit undithered; 128
-/// channels 2 taps D 16 8-bit dithered.
+/// A wideband output and three narrowband ones of different centres (each frame's own random
+/// mixer word), channels, taps, bits and dither, for chunks of 16384 samples: 64 channels 4 taps
+/// 8-bit dithered (wideband); 64 channels 4 taps D 8 4-bit undithered; 128 channels 2 taps D 16
+/// 8-bit dithered; 32 channels 8 taps D 8 8-bit dithered.
 pub fn mixed_outputs() -> Vec<OutputGeometry> {
     let (_, three) = three_outputs(0);
     vec![
@@ -663,6 +663,12 @@ pub fn mixed_outputs() -> Vec<OutputGeometry> {
         OutputGeometry {
             dither: Some(8),
             ..narrowband_output(128, 2, 16, 4)
+        },
+        // The decimation and DDC filter of the first narrowband output: the CUDA backend makes
+        // the two in one pass.
+        OutputGeometry {
+            dither: Some(9),
+            ..narrowband_output(32, 8, 8, 8)
         },
     ]
 }
@@ -692,7 +698,7 @@ pub fn check_outputs_as_if_alone(
     );
 }
 
-/// [`check_outputs_as_if_alone`] for a wideband output beside two narrowband ones
+/// [`check_outputs_as_if_alone`] for a wideband output beside three narrowband ones
 /// ([`mixed_outputs`]), each narrowband output with its own random mixer word in every frame.
 pub fn check_mixed_outputs_as_if_alone(
     make: Make,

@@ -1221,7 +1221,7 @@ mod tests {
         });
     }
 
-    /// Beside a wideband output, two narrowband ones (each frame's own mixer word) come out
+    /// Beside a wideband output, three narrowband ones (each frame's own mixer word) come out
     /// exactly as from a CPU backend of their own (on another thread count, so the DDC's pieces
     /// fall elsewhere) and within 1 LSB of the reference.
     #[test]

@@ -570,7 +570,7 @@ mod tests {
         );
     }
 
-    /// Beside a wideband output, two narrowband ones (each frame's own mixer word) come out as
+    /// Beside a wideband output, three narrowband ones (each frame's own mixer word) come out as
     /// from a backend of their own.
     #[test]
     fn each_output_as_if_alone_with_narrowband() {

@@ -303,10 +303,10 @@ fn kernels_compile_for_sm90() {
             .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         assert!(cubin.len() > 1000);
     });
-    // The narrowband DDCs in one launch, each decimation and an odd length, at every width the
-    // tensor cores take.
+    // The narrowband DDCs in one launch, each decimation, an odd length and a pair of one shape,
+    // at every width the tensor cores take.
     [8, 10, 12].par_iter().for_each(|&bits| {
-        let set: Vec<kernels::Config> = [(8, 96), (16, 192), (32, 384), (8, 97)]
+        let set: Vec<kernels::Config> = [(8, 96), (16, 192), (32, 384), (8, 97), (8, 96)]
             .map(|(decimation, ddc_taps)| kernels::Config {
                 channels: 1024,
                 taps: 16,
