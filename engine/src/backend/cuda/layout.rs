@@ -91,6 +91,12 @@ impl Shapes {
             ),
             shared_mem_bytes: 0,
         };
+        // The narrowband kernels' grids are no taller: `nb_fir` runs of NB_FIR_RUN (64) spectra,
+        // `nb_postproc` tiles of NB_POST_TILE (32), the post-processing's own.
+        const _: () = assert!(
+            kernels::NB_FIR_RUN >= kernels::POSTPROC_TILE
+                && kernels::NB_POST_TILE >= kernels::POSTPROC_TILE
+        );
         if fir.grid_dim.1 > 65535 || postproc.grid_dim.1 > 65535 {
             return Err(BackendError::Unsupported(format!(
                 "{m} spectra per frame is too many for one launch: use smaller frames"

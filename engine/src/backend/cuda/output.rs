@@ -386,11 +386,6 @@ impl OutputStage {
         match &self.narrowband {
             None => self.launch_fir(s, m, span, stream)?,
             Some(nb) => {
-                if m > 65535 {
-                    return Err(BackendError::Unsupported(format!(
-                        "{m} narrowband spectra per frame is too many for one launch: use smaller frames"
-                    )));
-                }
                 self.launch_ddc(nb, s, span, stream)?;
                 self.launch_nb_fir(nb, s, m, stream)?;
             }

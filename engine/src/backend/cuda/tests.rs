@@ -711,13 +711,15 @@ fn narrowband_matches_the_float64_oracle() {
 
     // Each case with the DDC on the tensor cores and on the FMA pipe (16-bit samples, not exact
     // in TF32, always take the FMA one).
+    // The last has 66000 spectra a frame, more than a grid's 65535 rows.
     let cases = [
-        (256, 4, 8, 10),
-        (64, 8, 16, 8),
-        (128, 2, 32, 12),
-        (64, 4, 8, 16),
+        (256, 4, 8, 10, 4),
+        (64, 8, 16, 8, 4),
+        (128, 2, 32, 12, 4),
+        (64, 4, 8, 16, 4),
+        (16, 2, 8, 10, 33000),
     ];
-    for ((channels, taps, decimation, bits), ddc_mma) in
+    for ((channels, taps, decimation, bits, spectra_per_heap), ddc_mma) in
         cases.into_iter().flat_map(|c| [(c, true), (c, false)])
     {
         let dec = decimation;
@@ -725,7 +727,7 @@ fn narrowband_matches_the_float64_oracle() {
         let output = OutputGeometry {
             channels,
             taps,
-            spectra_per_heap: 4,
+            spectra_per_heap,
             bits: 8,
             filter: Default::default(),
             dither: None,
@@ -825,8 +827,10 @@ fn narrowband_matches_the_float64_oracle() {
         // Frames 2 and 3 follow on: their DDCs copy what the one before made.
         assert_eq!(gpu.pipeline.outputs[0].ddc_carries(), 2);
         println!(
-            "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input, DDC on {}, FFT \
-             unzipped by {}: {ones} of {values} components off by one ({:.4}%), worst {worst}",
+            "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input, {} spectra a frame, \
+             DDC on {}, FFT unzipped by {}: {ones} of {values} components off by one ({:.4}%), \
+             worst {worst}",
+            g.spectra_per_frame(),
             if ddc_mma && bits <= 12 {
                 "tensor cores"
             } else {
