@@ -29,6 +29,9 @@ pub struct Integration {
     pub saturated: [u64; 2],
     /// Values seen per polarisation (channels x spectra over every substream).
     pub values: u64,
+    /// The mean timestamp of the spectra summed, over every substream (None if none): where a
+    /// heap went missing, not the window's middle.
+    pub mean_timestamp: Option<f64>,
 }
 
 impl Integration {
@@ -86,6 +89,8 @@ struct Part {
     power: [Vec<f64>; 2],
     cross: Vec<Complex64>,
     spectra: u64,
+    /// Sum over the spectra summed of (timestamp - from).
+    since_from: u128,
     saturated: [u64; 2],
     values: u64,
     trace: Option<TraceSpec>,
@@ -164,9 +169,11 @@ impl Spectra {
             counts: vec![0; self.channels],
             ..Integration::default()
         };
+        let (mut since_from, mut spectra, mut from) = (0u128, 0u64, 0u64);
         for i in 0..self.parts.len() {
             let mut p = self.lock(i);
             p.armed = false;
+            (since_from, spectra, from) = (since_from + p.since_from, spectra + p.spectra, p.from);
             let c0 = i * self.per_substream;
             for pol in 0..2 {
                 out.power[pol][c0..c0 + self.per_substream].copy_from_slice(&p.power[pol]);
@@ -179,6 +186,9 @@ impl Spectra {
         }
         if out.spectra == u64::MAX {
             out.spectra = 0;
+        }
+        if spectra > 0 {
+            out.mean_timestamp = Some(from as f64 + since_from as f64 / spectra as f64);
         }
         out
     }
@@ -262,7 +272,10 @@ impl HeapSink for Spectra {
             }
         }
         part.values += counted;
-        part.spectra += (0..spectra).filter(|&s| in_window(s)).count() as u64;
+        for s in (0..spectra).filter(|&s| in_window(s)) {
+            part.spectra += 1;
+            part.since_from += u128::from(timestamp + s as u64 * step - from);
+        }
     }
 }
 
@@ -306,9 +319,27 @@ mod tests {
         assert_eq!(i.power[0][7], 36.0 + 14.0);
         // cross = x1 conj(x0) = (j - 3i)(3 - ji) = 3j - j^2 i - 9i - 3j = -(j^2 + 9) i.
         assert_eq!(i.cross[3], Complex64::new(0.0, -(14.0 + 36.0)));
+        assert_eq!(i.mean_timestamp, Some(56.0));
         // Nothing is added once taken.
         sp.heap(0, 0, 32, &heap(4, 4));
         assert_eq!(sp.take().spectra, 4);
+    }
+
+    /// A heap lost in one substream moves the mean timestamp of what was summed.
+    #[test]
+    fn the_mean_timestamp_is_of_the_spectra_summed() {
+        let sp = Spectra::new(8, 2, OutputBits::Eight);
+        sp.arm(32, 96);
+        assert_eq!(sp.take().mean_timestamp, None);
+        sp.arm(32, 96);
+        for t in [0, 64] {
+            sp.heap(0, 0, t, &heap(4, 4));
+        }
+        sp.heap(1, 4, 0, &heap(4, 4)); // the second substream's heap at 64 is lost
+        let i = sp.take();
+        assert_eq!(i.spectra, 2);
+        // (32 + 48 + 64 + 80 + 32 + 48) / 6, from 32 on.
+        assert_eq!(i.mean_timestamp, Some(32.0 + 112.0 / 6.0));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use super::{level, plot, points, NOISE};
 use crate::qualify::analysis::{deg, phase_errors, PhaseLine};
 use crate::qualify::bench::noise;
+use crate::qualify::spectra::Integration;
 use crate::qualify::{Bench, Check, Measured, Plan};
 use crate::record::qualify::{Figure, Plot};
 
@@ -55,7 +56,7 @@ pub(super) const DELAY_RATE: Check = Check {
     name: "delay-rate",
     title: "Delay rate",
     requirement: "A delay rate loaded at a timestamp makes the residual delay drift as predicted: in two windows after the load, the residual delay is within 0.01 samples of -rate (t - t_load).",
-    method: "The compensating delay plus a rate of half a sample per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) in a window starting one window after the load and in one S later; a linear drift averages to its mid-point value, which is the prediction.",
+    method: "The compensating delay plus a rate of half a sample per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) in a window starting one window after the load and in one S later; a linear drift averages to its value at the mean timestamp of the spectra summed, which is the prediction.",
     run: delay_rate,
 };
 
@@ -63,7 +64,7 @@ pub(super) const PHASE_RATE: Check = Check {
     name: "phase-rate",
     title: "Phase rate",
     requirement: "A phase rate loaded at a timestamp makes the phase drift as predicted: in two windows after the load, every channel below 0.9 of the band is within 1 degree of rate (t - t_load).",
-    method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the window's mid-point.",
+    method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the mean timestamp of the spectra summed.",
     run: phase_rate,
 };
 
@@ -270,6 +271,13 @@ fn windows(b: &Bench, plan: &Plan, t_load: u64) -> ([(u64, u64); 2], f64) {
     ([(first, first + w), (first + s, first + s + w)], s as f64)
 }
 
+/// Where a drift that is linear in time averages to over the window [w0, w1): the mean timestamp
+/// of the spectra summed (the middle spectrum's if every one arrived).
+fn mid_point(int: &Integration, w0: u64, w1: u64, b: &Bench) -> f64 {
+    int.mean_timestamp
+        .unwrap_or((w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64)
+}
+
 fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
@@ -277,10 +285,10 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     };
     let t_load = s.from.max(b.after_now()?);
     let (wins, span) = windows(b, plan, t_load);
-    // Half a sample of drift per S samples; the residual is tau - (tau + rate (t - t_load)). The
-    // rate the residuals show is about 0.6% below the one loaded (the "relative error" figure),
-    // which at a whole sample per S put window 2 (1.37 samples) at the 0.01-sample limit in a CI
-    // rehearsal (0.0101); at half the drift that error is half as large.
+    // Half a sample of drift per S samples; the residual is tau - (tau + rate (t - t_load)),
+    // predicted at the mean timestamp of the spectra that arrived (a heap lost on a loaded host
+    // moves it from the window's middle: at a whole sample per S that alone once put window 2 at
+    // 0.0101 samples from the prediction).
     let rate = 0.5 / span;
     b.services
         .engine
@@ -290,7 +298,7 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     for (i, &(w0, w1)) in wins.iter().enumerate() {
         let int = b.integrate_window(w0, w1)?;
         let (res, _) = residual(&int.cross, &s, b.geometry.channels);
-        let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
+        let mid = mid_point(&int, w0, w1, b);
         let want = -rate * (mid - t_load as f64);
         progress(&format!(
             "delay-rate: window {}: residual {res:.4} samples, predicted {want:.4}",
@@ -347,7 +355,7 @@ fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let mut measured = Vec::new();
     for (i, &(w0, w1)) in wins.iter().enumerate() {
         let int = b.integrate_window(w0, w1)?;
-        let mid = (w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64;
+        let mid = mid_point(&int, w0, w1, b);
         let want = omega * (mid - t_load as f64) / fs;
         let (w, errors) = worst(&int.cross, &s, |_| want);
         let (_, offset) = residual(&int.cross, &s, b.geometry.channels);
