@@ -1,8 +1,10 @@
-//! The device side of the backend: a ring of per-frame slots, the streams, and one frame's work.
+//! The device side of the backend: a ring of per-frame slots, the span ring, the streams, and one
+//! frame's work.
 //!
 //! Frame `seq` uses slot `seq % SLOTS` for everything that must outlive the compute stream's turn
-//! (the span, each output's delays, gains and heaps). The input is copied in once per frame
-//! whatever the number of outputs; each output ([`OutputStage`]) computes from the slot's span.
+//! (its place in the span ring, the input sensors' counters, each output's delays, gains and
+//! heaps). The input is copied in once per frame whatever the number of outputs; each output
+//! ([`OutputStage`]) computes from the frame's span.
 //! The streams overlap:
 //! - host-to-device, at the highest priority: the chunk, after the last frame's chunk in the span
 //!   ring ([`SpanRing`]: where the ring wraps, the last span's tail first copied in as this span's
