@@ -8,6 +8,9 @@
 //! copy, in the same run, and checks a few spectra against float64 (rustfft).
 //!
 //!     cargo run --release -p fengine --example fir_callback_probe -- [channels] [taps]
+//!
+//! `PROBE_DIAGNOSE=1` instead tries eight ways of declaring and compiling a trivial callback and
+//! prints which of them cuFFT links; `PROBE_TRIVIAL=1` times a callback that only reads its element.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::time::Instant;
@@ -233,9 +236,22 @@ fn diagnose(major: i32, minor: i32) {
     }
 }
 
+fn device() -> std::sync::Arc<CudaContext> {
+    // The backend's probe checks the libraries first: cudarc panics where libcuda is missing.
+    match fengine::backend::cuda::probe(0).and_then(|_| {
+        CudaContext::new(0).map_err(|e| fengine::backend::BackendError::Device(e.to_string()))
+    }) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("fir_callback_probe needs a CUDA device: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     if std::env::var_os("PROBE_DIAGNOSE").is_some() {
-        let ctx = CudaContext::new(0).expect("a CUDA device");
+        let ctx = device();
         ctx.bind_to_thread().unwrap();
         let (major, minor) = ctx.compute_capability().unwrap();
         return diagnose(major, minor);
@@ -252,7 +268,7 @@ fn main() {
     let span_samples = SAMPLES + (taps - 1) * 2 * channels;
     let pol_words = (span_samples * BITS / 8).div_ceil(4) + 2;
 
-    let ctx = CudaContext::new(0).expect("a CUDA device");
+    let ctx = device();
     ctx.bind_to_thread().unwrap();
     let (major, minor) = ctx.compute_capability().unwrap();
     // LTO IR for the virtual architecture: cuFFT's JIT link finishes it for the device.
