@@ -70,12 +70,15 @@ fn alloc(bytes: usize) -> drv::CUdeviceptr {
     p
 }
 
-fn upload<T>(p: drv::CUdeviceptr, v: &[T]) {
+/// A new device buffer holding `v`.
+fn device_copy<T>(v: &[T]) -> drv::CUdeviceptr {
     let bytes = std::mem::size_of_val(v);
+    let p = alloc(bytes);
     ok(
         unsafe { drv::cuMemcpyHtoD_v2(p, v.as_ptr() as *const c_void, bytes) },
         "copying in",
     );
+    p
 }
 
 fn download<T: Default + Clone>(p: drv::CUdeviceptr, n: usize) -> Vec<T> {
@@ -174,13 +177,70 @@ __device__ float2 fir_load(void *in, u64 offset, void *info, void *shared) {{
     )
 }
 
+/// cuFFT's entry points for LTO callbacks, which cudarc does not bind, from the same libcufft.
+struct Jit(libloading::Library);
+
+impl Jit {
+    fn load() -> Self {
+        Self(unsafe { libloading::Library::new("libcufft.so.12") }.expect("libcufft.so.12"))
+    }
+
+    /// A plan of `batch` in-place C2C transforms of `len` points whose loads call `symbol` in
+    /// `ir` with `info` as its caller info; and what `cufftXtSetJITCallback` and
+    /// `cufftXtMakePlanMany` returned (0: success).
+    fn plan(
+        &self,
+        ir: &[u8],
+        symbol: &std::ffi::CStr,
+        info: drv::CUdeviceptr,
+        len: usize,
+        batch: usize,
+    ) -> (fft::cufftHandle, c_int, c_int) {
+        let set_jit: libloading::Symbol<SetJit> =
+            unsafe { self.0.get(b"cufftXtSetJITCallback\0") }.expect("cufftXtSetJITCallback");
+        let make: libloading::Symbol<XtMakePlanMany> =
+            unsafe { self.0.get(b"cufftXtMakePlanMany\0") }.expect("cufftXtMakePlanMany");
+        let mut plan: fft::cufftHandle = 0;
+        ck(unsafe { fft::cufftCreate(&mut plan) }, "create");
+        let mut info_ptr = info as *mut c_void;
+        let set = unsafe {
+            set_jit(
+                plan,
+                symbol.as_ptr(),
+                ir.as_ptr() as *const c_void,
+                ir.len(),
+                LOAD_COMPLEX,
+                &mut info_ptr,
+            )
+        };
+        let (mut n, mut work) = ([len as i64], 0usize);
+        let null = std::ptr::null_mut();
+        let (len, batch) = (len as i64, batch as i64);
+        let made = unsafe {
+            make(
+                plan,
+                1,
+                n.as_mut_ptr(),
+                null,
+                1,
+                len,
+                C32F,
+                null,
+                1,
+                len,
+                C32F,
+                batch,
+                &mut work,
+                C32F,
+            )
+        };
+        (plan, set, made)
+    }
+}
+
 /// Which way of declaring and compiling a trivial callback cuFFT links: `PROBE_DIAGNOSE=1`.
 fn diagnose(major: i32, minor: i32) {
-    let lib = unsafe { libloading::Library::new("libcufft.so.12") }.expect("libcufft.so.12");
-    let set_jit: libloading::Symbol<SetJit> =
-        unsafe { lib.get(b"cufftXtSetJITCallback\0") }.unwrap();
-    let make: libloading::Symbol<XtMakePlanMany> =
-        unsafe { lib.get(b"cufftXtMakePlanMany\0") }.unwrap();
+    let jit = Jit::load();
     let mut version = 0;
     unsafe { fft::cufftGetVersion(&mut version) };
     println!("cuFFT version {version}");
@@ -196,39 +256,7 @@ fn diagnose(major: i32, minor: i32) {
                      {{ return ((float2 *)in)[o]; }}"
                 );
                 let ir = lto_ir(&src, &arch);
-                let mut plan: fft::cufftHandle = 0;
-                unsafe { fft::cufftCreate(&mut plan) };
-                let mut info_ptr = info as *mut c_void;
-                let set = unsafe {
-                    set_jit(
-                        plan,
-                        c"cb".as_ptr(),
-                        ir.as_ptr() as *const c_void,
-                        ir.len(),
-                        LOAD_COMPLEX,
-                        &mut info_ptr,
-                    )
-                };
-                let mut n = [256i64];
-                let mut work = 0usize;
-                let r = unsafe {
-                    make(
-                        plan,
-                        1,
-                        n.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                        1,
-                        256,
-                        C32F,
-                        std::ptr::null_mut(),
-                        1,
-                        256,
-                        C32F,
-                        4,
-                        &mut work,
-                        C32F,
-                    )
-                };
+                let (plan, set, r) = jit.plan(&ir, c"cb", info, 256, 4);
                 println!("{linkage:>11}| {offset:>18} | {arch}: set {set}, plan {r}");
                 unsafe { fft::cufftDestroy(plan) };
             }
@@ -283,22 +311,18 @@ fn main() {
         state ^= state << 17;
         state
     };
-    let mut samples: Vec<Vec<i32>> = Vec::new();
+    let mut samples: Vec<Vec<i16>> = Vec::new();
     let mut packed = vec![0u8; POLS * pol_words * 4];
     for pol in 0..POLS {
-        let s: Vec<i32> = (0..span_samples)
-            .map(|_| (next() % 1024) as i32 - 512)
+        let s: Vec<i16> = (0..span_samples)
+            .map(|_| (next() % 1024) as i16 - 512)
             .collect();
-        let base = pol * pol_words * 4;
-        for (k, &v) in s.iter().enumerate() {
-            let bits = (v as u32) & 0x3ff;
-            for b in 0..BITS {
-                if bits >> (BITS - 1 - b) & 1 == 1 {
-                    let at = k * BITS + b;
-                    packed[base + at / 8] |= 0x80 >> (at % 8);
-                }
-            }
-        }
+        let row = pol * pol_words * 4;
+        spead::samples::pack(
+            &s,
+            BITS as u32,
+            &mut packed[row..row + span_samples * BITS / 8],
+        );
         samples.push(s);
     }
     let weights: Vec<[f32; 2]> = (0..taps * channels)
@@ -308,13 +332,8 @@ fn main() {
             [a, b]
         })
         .collect();
-    let span = alloc(packed.len());
-    upload(span, &packed);
-    let w = alloc(weights.len() * 8);
-    upload(w, &weights);
-    let info: [u64; 3] = [span, w, pol_words as u64];
-    let info_dev = alloc(24);
-    upload(info_dev, &info);
+    let (span, w) = (device_copy(&packed), device_copy(&weights));
+    let info_dev = device_copy(&[span, w, pol_words as u64]);
     let data = alloc(batch * len * 8);
 
     // The callback plan.
@@ -328,47 +347,9 @@ fn main() {
     };
     let ir = lto_ir(&src, &arch);
     println!("LTO IR: {} bytes", ir.len());
-    let lib = unsafe { libloading::Library::new("libcufft.so.12") }.expect("libcufft.so.12");
-    let set_jit: libloading::Symbol<SetJit> =
-        unsafe { lib.get(b"cufftXtSetJITCallback\0") }.expect("cufftXtSetJITCallback");
-    let mut cb_plan: fft::cufftHandle = 0;
-    ck(unsafe { fft::cufftCreate(&mut cb_plan) }, "create");
-    let mut info_ptr = info_dev as *mut c_void;
-    let name = c"fir_load";
-    let r = unsafe {
-        set_jit(
-            cb_plan,
-            name.as_ptr(),
-            ir.as_ptr() as *const c_void,
-            ir.len(),
-            LOAD_COMPLEX,
-            &mut info_ptr,
-        )
-    };
-    assert_eq!(r, 0, "cufftXtSetJITCallback: {r}");
-    let make: libloading::Symbol<XtMakePlanMany> =
-        unsafe { lib.get(b"cufftXtMakePlanMany\0") }.expect("cufftXtMakePlanMany");
-    let mut n = [len as i64];
-    let mut work = 0usize;
-    let r = unsafe {
-        make(
-            cb_plan,
-            1,
-            n.as_mut_ptr(),
-            std::ptr::null_mut(),
-            1,
-            len as i64,
-            C32F,
-            std::ptr::null_mut(),
-            1,
-            len as i64,
-            C32F,
-            batch as i64,
-            &mut work,
-            C32F,
-        )
-    };
-    assert_eq!(r, 0, "cufftXtMakePlanMany with the callback: {r}");
+    let (cb_plan, set, made) = Jit::load().plan(&ir, c"fir_load", info_dev, len, batch);
+    assert_eq!(set, 0, "cufftXtSetJITCallback: {set}");
+    assert_eq!(made, 0, "cufftXtMakePlanMany with the callback: {made}");
     ck(
         unsafe { fft::cufftSetStream(cb_plan, stream.cu_stream() as _) },
         "stream",
