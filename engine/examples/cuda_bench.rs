@@ -61,6 +61,18 @@ fn main() {
     if std::env::var_os("FENGINE_BENCH_SERIAL").is_some() {
         opts.tuning.concurrent_outputs = false;
     }
+    // FENGINE_BENCH_TWO_PASS=1 runs the wideband output in two passes (fused_fir, fused_post)
+    // rather than three (pfb_fir, cuFFT, postproc).
+    if std::env::var_os("FENGINE_BENCH_TWO_PASS").is_some() {
+        opts.tuning.fused = true;
+    }
+    // FENGINE_BENCH_CHUNK=128 runs the two passes in chunks of 128 spectra.
+    if let Some(k) = std::env::var("FENGINE_BENCH_CHUNK")
+        .ok()
+        .and_then(|k| k.parse().ok())
+    {
+        opts.tuning.fused_chunk = k;
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

@@ -12,6 +12,9 @@
 //!   the transpose into heap layout through shared memory.
 //! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
 //!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
+//! - `fused_fir` and `fused_post` ([`Tuning::fused`]): the wideband output in two passes instead
+//!   of three, the FFT our own (n = R x A: the R-point FFTs after the FIR, the A-point ones before
+//!   the post-processing); not yet the default (kernels/NOTES.md).
 //! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
 //!   subsample), `nb_fir` (the complex PFB), cuFFT's 2n-point complex transforms and
 //!   `nb_postproc` (the centre half of the bins, delay, gain, dither, quantisation).
@@ -22,6 +25,7 @@ const POSTPROC: &str = include_str!("postproc.cu");
 const INPUT_POWER: &str = include_str!("input_power.cu");
 const NARROWBAND: &str = include_str!("narrowband.cu");
 const DDC_SET: &str = include_str!("ddc_set.cu");
+const FUSED: &str = include_str!("fused.cu");
 
 /// Kernel names, as `extern "C"` in the sources.
 pub const PFB_FIR_KERNEL: &str = "pfb_fir";
@@ -31,6 +35,14 @@ pub const DDC_KERNEL: &str = "ddc";
 pub const NB_FIR_KERNEL: &str = "nb_fir";
 pub const NB_POSTPROC_KERNEL: &str = "nb_postproc";
 pub const DDC_SET_KERNEL: &str = "ddc_set";
+pub const FUSED_FIR_KERNEL: &str = "fused_fir";
+pub const FUSED_POST_KERNEL: &str = "fused_post";
+/// The fewest channels the two-pass wideband kernels take (their R x A split needs A >= 128).
+pub const FUSED_MIN_CHANNELS: usize = 1024;
+/// Threads per block of `fused_post`.
+pub const FUSED_POST_THREADS: usize = 256;
+/// Spectra per `fused_post` block: each channel's run of them is one 32-byte write at 8 bits.
+pub const FUSED_SPECTRA: usize = 8;
 /// The most outputs one `ddc_set` launch serves.
 pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
@@ -97,6 +109,13 @@ pub struct Tuning {
     /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
     /// cuFFT would take two passes through memory.
     pub nb_unzip_from: usize,
+    /// A wideband output of at least [`FUSED_MIN_CHANNELS`] runs in two passes (`fused_fir`,
+    /// `fused_post`: the FFT our own, split between them) instead of three (`pfb_fir`, cuFFT,
+    /// `postproc`). Off by default: it is not yet faster at every size (kernels/NOTES.md).
+    pub fused: bool,
+    /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
+    /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
+    pub fused_chunk: usize,
     /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its
     /// own, so that one output's kernels fill what another's leave idle (bandwidth against
     /// arithmetic); else all run in turn on one stream.
@@ -118,6 +137,8 @@ impl Default for Tuning {
             ddc_mma_warps: 4,
             ddc_set_span: 8192,
             nb_unzip_from: 32768,
+            fused: false,
+            fused_chunk: 0,
             concurrent_outputs: true,
         }
     }
@@ -150,6 +171,52 @@ impl Config {
     /// Points of each cuFFT transform.
     pub fn fft_len(&self) -> usize {
         self.channels / UNZIP
+    }
+
+    /// Whether this output runs the two-pass wideband kernels (see [`Tuning::fused`]).
+    pub fn fused(&self) -> bool {
+        self.tuning.fused
+            && self.decimation == 1
+            && self.channels >= FUSED_MIN_CHANNELS
+            && self.tuning.fir_batch == 16
+    }
+
+    /// The two-pass split n = R x A of the n-point complex FFT: (R, A). R is 16 up to 16384
+    /// channels (A up to 1024), then A stays 1024 (a `fused_post` block's rows and tile fit twice
+    /// in an SM's shared memory) and R grows to 32 and 64.
+    pub fn fused_split(&self) -> (usize, usize) {
+        let a = (self.channels / 16).min(1024);
+        (self.channels / a, a)
+    }
+
+    /// Columns of each of the R column groups a `fused_fir` block takes (it runs R x this many
+    /// threads).
+    pub fn fused_columns(&self) -> usize {
+        (256 / self.fused_split().0).max(4)
+    }
+
+    /// Spectra a `fused_post` block transforms at once (1024 / A: 16 points a thread, 256
+    /// threads), and spectra per block (at least [`FUSED_SPECTRA`]).
+    pub fn fused_post_spectra(&self) -> (usize, usize) {
+        let at_once = 1024 / self.fused_split().1;
+        (at_once, at_once.max(FUSED_SPECTRA))
+    }
+
+    /// Dynamic shared memory of a `fused_post` block: its rows (padded one value in 16), the
+    /// later FFT stages' twiddles and the output tile (`F2_SMEM_FLOAT2` and the tile in
+    /// fused.cu).
+    pub fn fused_post_smem(&self) -> usize {
+        let (_, a) = self.fused_split();
+        let (at_once, spectra) = self.fused_post_spectra();
+        // Twiddles of the stages after the first (radix 16): P L each, P = min(16, A / L).
+        let (mut twiddles, mut l) = (0, 16);
+        while l < a {
+            let p = (a / l).min(16);
+            twiddles += p * l;
+            l *= p;
+        }
+        let qjones = if self.output_bits == 4 { 2 } else { 4 };
+        8 * (4 * at_once * (a + a / 16) + twiddles) + 2 * a * spectra * qjones
     }
 
     /// A narrowband output's unzip factor: its FFT is `nb_unzip` transforms of 2n / `nb_unzip`
@@ -384,14 +451,35 @@ pub fn source(cfg: &Config) -> String {
         ("NB_UNZIP", cfg.nb_unzip().to_string()),
         ("NB_RUN", NB_FIR_RUN.to_string()),
     ];
+    let (r, a) = cfg.fused_split();
+    let fused_defines = [
+        ("F_R", r.to_string()),
+        ("F_A", a.to_string()),
+        ("F_C", cfg.fused_columns().to_string()),
+        ("F_SB", cfg.fused_post_spectra().0.to_string()),
+        ("F_M", cfg.fused_post_spectra().1.to_string()),
+        ("F2_THREADS", FUSED_POST_THREADS.to_string()),
+    ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
+    let fused = if cfg.fused() { FUSED } else { "" };
     let mut src = String::with_capacity(
-        COMMON.len() + PFB_FIR.len() + POSTPROC.len() + INPUT_POWER.len() + narrowband.len() + 512,
+        COMMON.len()
+            + PFB_FIR.len()
+            + POSTPROC.len()
+            + INPUT_POWER.len()
+            + narrowband.len()
+            + fused.len()
+            + 1024,
     );
     for (name, value) in defines {
         src.push_str(&format!("#define {name} {value}\n"));
     }
-    for part in [COMMON, PFB_FIR, POSTPROC, INPUT_POWER, narrowband] {
+    if cfg.fused() {
+        for (name, value) in fused_defines {
+            src.push_str(&format!("#define {name} {value}\n"));
+        }
+    }
+    for part in [COMMON, PFB_FIR, POSTPROC, INPUT_POWER, narrowband, fused] {
         src.push_str(part);
         src.push('\n');
     }

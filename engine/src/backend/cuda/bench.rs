@@ -220,11 +220,16 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
         if i == 0 {
             writeln!(
                 out,
-                "device: {}; output {}-bit, dither {}; outputs: wideband{}",
+                "device: {}; output {}-bit, dither {}; outputs: wideband{}; wideband kernels: {}",
                 backend.device_name(),
                 opts.output_bits,
                 if opts.dither { "on" } else { "off" },
-                narrowband_label(opts)
+                narrowband_label(opts),
+                match (opts.tuning.fused, opts.tuning.fused_chunk) {
+                    (false, _) => "three passes (pfb_fir, cuFFT, postproc)".to_string(),
+                    (true, 0) => "two passes (fused_fir, fused_post; fir column: both)".to_string(),
+                    (true, k) => format!("two passes in chunks of {k} spectra (fir column: both)"),
+                }
             )
             .map_err(io)?;
             ceilings = measure_ceilings(&backend.pipeline.ctx)?;

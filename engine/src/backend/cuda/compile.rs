@@ -17,6 +17,8 @@ pub(crate) struct Kernels {
     pub input_power: CudaFunction,
     /// A narrowband output's kernels.
     pub narrowband: Option<NarrowbandKernels>,
+    /// The two-pass wideband kernels, where the output runs them (`kernels::Config::fused`).
+    pub fused: Option<FusedKernels>,
     /// Keeps the module loaded while the functions are in use.
     _module: Arc<CudaModule>,
 }
@@ -26,6 +28,12 @@ pub(crate) struct NarrowbandKernels {
     pub ddc: Option<CudaFunction>,
     pub fir: CudaFunction,
     pub postproc: CudaFunction,
+}
+
+/// `fused_fir` and `fused_post` (its dynamic shared memory allowed).
+pub(crate) struct FusedKernels {
+    pub fir: CudaFunction,
+    pub post: CudaFunction,
 }
 
 /// Where start-up time went.
@@ -79,6 +87,24 @@ impl Kernels {
         } else {
             None
         };
+        let fused = if cfg.fused() {
+            let post = module
+                .load_function(kernels::FUSED_POST_KERNEL)
+                .map_err(driver("finding fused_post"))?;
+            post.set_attribute(
+                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.fused_post_smem() as i32,
+            )
+            .map_err(driver("allowing fused_post its shared memory"))?;
+            Some(FusedKernels {
+                fir: module
+                    .load_function(kernels::FUSED_FIR_KERNEL)
+                    .map_err(driver("finding fused_fir"))?,
+                post,
+            })
+        } else {
+            None
+        };
         let times = CompileTimes {
             nvrtc_ms: (t1 - t0).as_secs_f64() * 1e3,
             load_ms: t1.elapsed().as_secs_f64() * 1e3,
@@ -89,6 +115,7 @@ impl Kernels {
                 postproc,
                 input_power,
                 narrowband,
+                fused,
                 _module: module,
             },
             times,

@@ -126,6 +126,19 @@ pub(crate) fn twiddle_table(n: usize) -> Vec<u8> {
         .collect()
 }
 
+/// W_n^t = exp(-2 pi i t / n) for t < n as float32 pairs, computed in float64: the two-pass
+/// kernels' FFT twiddles (W_R, W_A and W_n^{i k2} are all its entries).
+pub(crate) fn wn_table(n: usize) -> Vec<u8> {
+    let pi = std::f64::consts::PI;
+    (0..n)
+        .flat_map(|t| {
+            let (s, c) = (-2.0 * pi * t as f64 / n as f64).sin_cos();
+            [(c as f32).to_ne_bytes(), (s as f32).to_ne_bytes()]
+        })
+        .flatten()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +167,19 @@ mod tests {
                 close(pair(&t, i), -2.0 * pi * (j * k1) as f64 / n as f64),
                 "unzip {j} {k1}"
             );
+        }
+    }
+
+    #[test]
+    fn wn_is_the_n_th_roots_of_unity() {
+        let n = 1024;
+        let t = wn_table(n);
+        assert_eq!(t.len(), 8 * n);
+        let pi = std::f64::consts::PI;
+        for i in [0, 1, 255, 256, 511, 777, n - 1] {
+            let (c, s) = pair(&t, i);
+            let x = -2.0 * pi * i as f64 / n as f64;
+            assert!((c as f64 - x.cos()).abs() < 1e-7 && (s as f64 - x.sin()).abs() < 1e-7);
         }
     }
 

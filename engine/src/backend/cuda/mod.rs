@@ -20,6 +20,7 @@ mod compile;
 mod ddc_set;
 mod device;
 mod fft;
+mod fused;
 mod layout;
 mod output;
 mod pipeline;

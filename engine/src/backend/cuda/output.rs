@@ -13,7 +13,8 @@ use super::compile::{CompileTimes, Kernels};
 use super::ddc_set::DdcOut;
 use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::fft::FftPlan;
-use super::layout::{twiddle_table, ParamLayout, Shapes};
+use super::fused::{FusedArgs, FusedRun};
+use super::layout::{self, twiddle_table, ParamLayout, Shapes};
 use super::pipeline::SpanView;
 use crate::backend::{BackendError, Channelisation, OutputFrame, Result, POLS};
 use crate::signal::{ddc, gain};
@@ -116,11 +117,17 @@ pub(crate) struct OutputStage {
     pub kernels: Kernels,
     pub compile: CompileTimes,
     pub fft_plan_ms: f64,
-    plan: FftPlan,
+    /// cuFFT's plan; none for the two-pass wideband kernels, whose FFT is their own.
+    plan: Option<FftPlan>,
     weights: DeviceBuffer,
     /// exp(-i pi k / n) for k < n, then W_n^{j k1} = exp(-2 pi i j k1 / n) as [j - 1][k1], k1 < n/4.
     twiddles: DeviceBuffer,
-    /// [pol][spectrum][UNZIP][FFT_LEN] complex: FIR output, transformed in place.
+    /// W_n^t for t < n (the two-pass kernels' FFT twiddles; none for three passes).
+    wn: Option<DeviceBuffer>,
+    /// The two-pass kernels and their rows, where the output runs them.
+    fused: Option<FusedRun>,
+    /// [pol][spectrum][UNZIP][FFT_LEN] complex: FIR output, transformed in place (a token
+    /// allocation for the two-pass kernels, whose rows are the [`FusedRun`]'s).
     fft_buf: DeviceBuffer,
     layout: ParamLayout,
     shapes: Shapes,
@@ -160,7 +167,7 @@ impl OutputStage {
             tuning,
         };
         let shapes = Shapes::new(&g, &cfg)?;
-        let (kernels, compile) = Kernels::build(ctx, &cfg)?;
+        let (mut kernels, compile) = Kernels::build(ctx, &cfg)?;
         let t_plan = Instant::now();
         let m = g.spectra_per_frame();
         // Wideband: the n-point complex FFT of the real 2n-point one, unzipped by 4; narrowband:
@@ -172,7 +179,10 @@ impl OutputStage {
                 POLS * m * cfg.nb_unzip(),
             ),
         };
-        let plan = FftPlan::new(ctx, fft_len, fft_batch, compute)?;
+        let plan = match cfg.fused() {
+            true => None,
+            false => Some(FftPlan::new(ctx, fft_len, fft_batch, compute)?),
+        };
         let fft_plan_ms = t_plan.elapsed().as_secs_f64() * 1e3;
         let w64 = g
             .output
@@ -185,7 +195,22 @@ impl OutputStage {
             &twiddle_table(g.output.channels),
             "uploading the twiddles",
         )?;
-        let fft_buf = DeviceBuffer::new(ctx, fft_len * fft_batch * 8)?;
+        let wn = match cfg.fused() {
+            true => Some(upload(
+                ctx,
+                &layout::wn_table(g.output.channels),
+                "uploading the FFT twiddles",
+            )?),
+            false => None,
+        };
+        let fused = match kernels.fused.take() {
+            Some(k) => Some(FusedRun::new(ctx, k, &cfg, m, tuning.fused_chunk)?),
+            None => None,
+        };
+        let fft_buf = match fused {
+            Some(_) => DeviceBuffer::new(ctx, 8)?,
+            None => DeviceBuffer::new(ctx, fft_len * fft_batch * 8)?,
+        };
         let narrowband = match g.output.ddc {
             None => None,
             Some(d) => {
@@ -232,6 +257,8 @@ impl OutputStage {
             plan,
             weights,
             twiddles,
+            wn,
+            fused,
             fft_buf,
             layout,
             shapes,
@@ -249,7 +276,7 @@ impl OutputStage {
     }
 
     pub fn fft_work_bytes(&self) -> usize {
-        self.plan.work_bytes
+        self.plan.as_ref().map_or(0, |p| p.work_bytes)
     }
 
     /// Gains for frames enqueued from now on (validated by the caller).
@@ -383,6 +410,24 @@ impl OutputStage {
     ) -> Result<()> {
         let s = &self.slots[slot];
         let m = self.geometry.spectra_per_frame() as u32;
+        if let (Some(run), Some(wn)) = (&self.fused, &self.wn) {
+            let g = &self.geometry;
+            let args = FusedArgs {
+                span,
+                offsets: s.params.at(self.layout.offsets),
+                weights: self.weights.ptr(),
+                wn: wn.ptr(),
+                fixup: self.twiddles.ptr(),
+                gains: s.params.at(self.layout.gains),
+                rotation: s.params.at(self.layout.rotation),
+                out: s.output.ptr(),
+                saturated: s.output.at(g.output_bytes()),
+            };
+            run.enqueue(&args, m, stream)?;
+            // Both passes count as the first stage (chunked, they overlap).
+            mark(2)?;
+            return mark(3);
+        }
         match &self.narrowband {
             None => self.launch_fir(s, m, span, stream)?,
             Some(nb) => {
@@ -391,7 +436,9 @@ impl OutputStage {
             }
         }
         mark(2)?;
-        self.plan.forward(self.fft_buf.ptr())?;
+        if let Some(plan) = &self.plan {
+            plan.forward(self.fft_buf.ptr())?;
+        }
         mark(3)?;
         self.launch_postproc(s, m, stream)
     }
@@ -639,7 +686,11 @@ impl OutputStage {
                 pols * (span as f64 + 2.0 * ddc + spectra)
             }
         };
-        let fft = 2.0 * pols * spectra;
+        // The two-pass kernels' FFT is in their own passes.
+        let fft = match self.plan {
+            Some(_) => 2.0 * pols * spectra,
+            None => 0.0,
+        };
         let post = match self.narrowband {
             None => pols * spectra,
             // Only the centre half of the bins is read.

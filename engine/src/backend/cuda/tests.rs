@@ -187,13 +187,16 @@ fn compare(
     c
 }
 
-/// One stream through the GPU, reference and CPU backends: frame 1 with random coarse and fine
-/// delays, phases and gains; frame 2 nominal with default gains (set between the frames).
-fn check_config(channels: usize, taps: usize, bits: u32) -> Option<Vec<Comparison>> {
-    check_design(channels, taps, bits, FilterDesign::default())
+/// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
+fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
+    let tuning = Tuning {
+        fused,
+        ..Tuning::default()
+    };
+    check_tuned(channels, taps, bits, tuning, |_| ())
 }
 
-/// [`check_config`] with a filter design of its own.
+/// [`check_tuned`] with a filter design of its own.
 fn check_design(
     channels: usize,
     taps: usize,
@@ -203,17 +206,29 @@ fn check_design(
     check_output(channels, taps, bits, |o| o.filter = filter)
 }
 
-/// [`check_config`] with the output changed by `output` (filter design, bits, dither).
+/// [`check_tuned`] with the output changed by `output` (filter design, bits, dither).
 fn check_output(
     channels: usize,
     taps: usize,
     bits: u32,
     output: impl Fn(&mut OutputGeometry),
 ) -> Option<Vec<Comparison>> {
+    check_tuned(channels, taps, bits, Tuning::default(), output)
+}
+
+/// One stream through the GPU, reference and CPU backends: frame 1 with random coarse and fine
+/// delays, phases and gains; frame 2 nominal with default gains (set between the frames).
+fn check_tuned(
+    channels: usize,
+    taps: usize,
+    bits: u32,
+    tuning: Tuning,
+    output: impl Fn(&mut OutputGeometry),
+) -> Option<Vec<Comparison>> {
     let margin = 100;
     let mut g = geometry(channels, taps, bits, 7, 5, margin);
     output(&mut g.output);
-    let mut gpu = cuda(&g)?;
+    let mut gpu = cuda_tuned(&g, tuning)?;
     let mut reference = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
     let mut cpu = Synchronous::new(CpuBackend::new(g.input, &[g.output]).unwrap());
     let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64);
@@ -298,6 +313,20 @@ fn kernels_compile_for_sm90() {
             }
         }
     }
+    // The two-pass kernels at every split R x A (R 8 to 64), 4- and 8-bit output.
+    for channels in [2048, 8192, 16384, 32768] {
+        configs.push(kernels::Config {
+            channels,
+            taps: 16,
+            sample_bits: 10,
+            spectra_per_heap: 256,
+            output_bits: if channels == 8192 { 4 } else { 8 },
+            dither: channels == 32768,
+            decimation: 1,
+            ddc_taps: 0,
+            tuning: Tuning::default(),
+        });
+    }
     configs.par_iter().for_each(|cfg| {
         let cubin = compile_cubin(&kernels::source(cfg), "sm_90")
             .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
@@ -325,7 +354,8 @@ fn kernels_compile_for_sm90() {
     });
 }
 
-/// The acceptance matrix: every channel count, tap count and sample width, with and without delays.
+/// The acceptance matrix: every channel count, tap count and sample width, with and without
+/// delays, through both kernel sets (three passes, the default, and two).
 #[test]
 fn matches_reference_and_cpu() {
     if let Err(e) = probe(0) {
@@ -335,21 +365,26 @@ fn matches_reference_and_cpu() {
     for channels in [1024, 4096, 8192, 32768, 65536] {
         for taps in [4, 16, 32] {
             for bits in [8, 10, 12, 16] {
-                configs.push((channels, taps, bits));
+                for fused in [true, false] {
+                    configs.push((channels, taps, bits, fused));
+                }
             }
         }
     }
     let results: Vec<_> = configs
         .par_iter()
         .with_max_len(1)
-        .map(|&(n, t, b)| ((n, t, b), check_config(n, t, b).expect("CUDA was present")))
+        .map(|&(n, t, b, f)| {
+            let frames = check_kernels(n, t, b, f).expect("CUDA was present");
+            ((n, t, b, if f { "2-pass" } else { "3-pass" }), frames)
+        })
         .collect();
-    println!("channels taps bits | frame: off-by-1 vs f64 | GPU != CPU (clear of boundary) | near boundary, tol | sat gap/allowed");
+    println!("channels taps bits kernels | frame: off-by-1 vs f64 | GPU != CPU (clear of boundary) | near boundary, tol | sat gap/allowed");
     let (mut values, mut ones, mut clear, mut mism) = (0, 0, 0, 0);
-    for ((n, t, b), frames) in &results {
+    for ((n, t, b, k), frames) in &results {
         for (f, c) in frames.iter().enumerate() {
             println!(
-                "{n:>8} {t:>4} {b:>4} | {f}: {:>8} ({:.4}%) | {:>6} ({}) | {:>6}, {:.1e} | {}/{}",
+                "{n:>8} {t:>4} {b:>4} {k} | {f}: {:>8} ({:.4}%) | {:>6} ({}) | {:>6}, {:.1e} | {}/{}",
                 c.off_by_one,
                 100.0 * c.off_by_one as f64 / c.values as f64,
                 c.cpu_mismatch,
@@ -369,19 +404,19 @@ fn matches_reference_and_cpu() {
         "total: {values} components, {ones} off by one vs float64 ({:.5}%), {mism} differ from CPU, {clear} of them clear of a rounding boundary",
         100.0 * ones as f64 / values as f64
     );
-    for ((n, t, b), frames) in &results {
+    for ((n, t, b, k), frames) in &results {
         for (f, c) in frames.iter().enumerate() {
             assert!(
                 (c.off_by_one as f64) < 1e-3 * c.values as f64,
-                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+                "{n} ch {t} taps {b} bits {k} frame {f}: {c:?}"
             );
             assert_eq!(
                 c.cpu_mismatch_clear, 0,
-                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+                "{n} ch {t} taps {b} bits {k} frame {f}: {c:?}"
             );
             assert!(
                 c.saturation_gap <= c.saturation_allowed,
-                "{n} ch {t} taps {b} bits frame {f}: {c:?}"
+                "{n} ch {t} taps {b} bits {k} frame {f}: {c:?}"
             );
         }
     }
@@ -428,10 +463,19 @@ fn dither_and_four_bits_match_reference_and_cpu() {
             o.bits = bits;
             o.dither = dither;
         };
-        let frames = check_output(channels, taps, 10, output).expect("CUDA was present");
-        for (f, c) in frames.iter().enumerate() {
-            let case = format!("{channels} ch {taps} taps {bits}-bit output, dither {dither:?}");
-            c.report_and_check(&format!("{case}, frame {f}"));
+        for fused in [false, true] {
+            let tuning = Tuning {
+                fused,
+                ..Tuning::default()
+            };
+            let frames = check_tuned(channels, taps, 10, tuning, output).expect("CUDA was present");
+            for (f, c) in frames.iter().enumerate() {
+                let case = format!(
+                    "{channels} ch {taps} taps {bits}-bit output, dither {dither:?}, {} passes",
+                    if fused { 2 } else { 3 }
+                );
+                c.report_and_check(&format!("{case}, frame {f}"));
+            }
         }
     }
 }
@@ -510,6 +554,73 @@ fn output_counts_are_checked() {
         return;
     }
     check_output_counts(&|i, o| CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>));
+}
+
+/// The two passes in chunks (each chunk's rows in a ring slot, post-processed on a stream of its
+/// own) give the same bytes as one pass over the whole frame: a last chunk shorter than the rest,
+/// the ring wrapping within a frame, frames in flight, random delays, a dithered output.
+#[test]
+fn fused_chunks_match_the_whole_frame() {
+    for (channels, s, h, chunk) in [(4096, 8, 11, 16), (32768, 16, 2, 48)] {
+        let margin = 1000;
+        let mut g = geometry(channels, 16, 10, s, h, margin);
+        g.output.dither = Some(5);
+        let whole = Tuning {
+            fused: true,
+            ..Tuning::default()
+        };
+        let chunked = Tuning {
+            fused_chunk: chunk,
+            ..whole
+        };
+        let Some(mut a) = cuda_tuned(&g, whole) else {
+            return;
+        };
+        let mut b = cuda_tuned(&g, chunked).expect("CUDA was present");
+        let mut rng = rng(channels as u64 + 5);
+        let gains = random_gains(&mut rng, &g);
+        for (pol, gain) in gains.iter().enumerate() {
+            a.set_gains(0, pol, gain).unwrap();
+            b.set_gains(0, pol, gain).unwrap();
+        }
+        let frames = a.max_in_flight() + 3;
+        let compare = |fa: Frame, fb: Frame| {
+            assert_written(&fa);
+            assert_eq!(fa.input.timestamp, fb.input.timestamp);
+            assert!(
+                fa.outputs[0].heaps[..] == fb.outputs[0].heaps[..],
+                "{channels} channels, chunks of {chunk}: the bytes differ"
+            );
+            assert_eq!(fa.outputs[0].saturated, fb.outputs[0].saturated);
+        };
+        for f in 0..frames {
+            if f >= a.max_in_flight() {
+                compare(a.wait().unwrap().unwrap(), b.wait().unwrap().unwrap());
+            }
+            let mut fa = a.alloc_frame().unwrap();
+            let s0 = noise(&mut rng, 10, g.chunk_samples());
+            let s1 = noise(&mut rng, 10, g.chunk_samples());
+            load_chunk(&mut fa, 10, [&s0, &s1]);
+            fa.input.timestamp = (f * g.chunk_samples()) as u64;
+            random_delays(&mut rng, &g, margin, &mut fa);
+            let mut fb = b.alloc_frame().unwrap();
+            load_chunk(&mut fb, 10, [&s0, &s1]);
+            fb.input.timestamp = fa.input.timestamp;
+            fb.outputs[0].delays = fa.outputs[0].delays.clone();
+            fb.outputs[0].timestamp = fa.outputs[0].timestamp; // the dither's key
+            poison(&mut fa);
+            poison(&mut fb);
+            a.submit(fa).unwrap();
+            b.submit(fb).unwrap();
+        }
+        while let Some(fa) = a.wait().unwrap() {
+            compare(fa, b.wait().unwrap().unwrap());
+        }
+        println!(
+            "{channels} channels, {} spectra a frame in chunks of {chunk}: {frames} frames identical",
+            g.spectra_per_frame()
+        );
+    }
 }
 
 /// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
@@ -606,13 +717,26 @@ fn misuse_is_an_error() {
 /// would show as spurs; we require every channel away from the tone to be below -100 dB.
 /// Other channels get a high gain so that small spurs survive 8-bit quantisation (the noise from
 /// the dither keeps that quantisation unbiased); results are divided by the gains.
+/// Both kernel sets: three passes (cuFFT) and two (our own FFT).
 #[test]
 fn dithered_tone_has_no_spurs() {
+    for fused in [false, true] {
+        tone_spurs(fused);
+    }
+}
+
+fn tone_spurs(fused: bool) {
     let (channels, taps, tone) = (1024usize, 16usize, 192usize);
     let (s, h, frames) = (256, 32, 4); // 32768 spectra
     let mut g = geometry(channels, taps, 10, s, h, 0);
     g.input.overlap_samples = (taps - 1) * 2 * channels;
-    let Some(mut gpu) = cuda(&g) else { return };
+    let tuning = Tuning {
+        fused,
+        ..Tuning::default()
+    };
+    let Some(mut gpu) = cuda_tuned(&g, tuning) else {
+        return;
+    };
     let w = weights::default_weights(channels, taps).unwrap();
     let amp = 500.0f64; // of 511
     let tone_x = amp / 2.0 * weights::dc_gain(&w);
@@ -685,8 +809,8 @@ fn dithered_tone_has_no_spurs() {
         }
     }
     println!(
-        "dithered 10-bit tone in channel {tone} of {channels}, {count} spectra averaged: tone {:.1} ({:.1} predicted), worst spur {:.1} dB (channel {})",
-        tone_level[0], tone_x, worst.0, worst.1
+        "{} passes: dithered 10-bit tone in channel {tone} of {channels}, {count} spectra averaged: tone {:.1} ({:.1} predicted), worst spur {:.1} dB (channel {})",
+        if fused { 2 } else { 3 }, tone_level[0], tone_x, worst.0, worst.1
     );
     assert!((tone_level[0] / tone_x - 1.0).abs() < 1e-2, "tone level");
     assert!(

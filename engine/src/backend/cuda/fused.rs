@@ -1,0 +1,237 @@
+//! The wideband output in two passes (`fused_fir`, `fused_post`; kernels/src/fused.cu), optionally
+//! in chunks of spectra: each chunk's rows go to one of a few ring slots and are read back by
+//! `fused_post` on a stream of its own while `fused_fir` makes the next chunk, so that the rows
+//! are read from L2 rather than device memory, and a slot is overwritten while still in L2.
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::compile::FusedKernels;
+use super::device::{driver, DeviceBuffer};
+use super::pipeline::SpanView;
+use crate::backend::{Result, POLS};
+
+/// Ring slots of a chunked run: `fused_fir` may be this many chunks ahead of `fused_post`.
+const RING: usize = 3;
+
+/// Device pointers of one frame's pass over an output.
+pub(crate) struct FusedArgs {
+    pub span: SpanView,
+    pub offsets: sys::CUdeviceptr,
+    pub weights: sys::CUdeviceptr,
+    pub wn: sys::CUdeviceptr,
+    pub fixup: sys::CUdeviceptr,
+    pub gains: sys::CUdeviceptr,
+    pub rotation: sys::CUdeviceptr,
+    pub out: sys::CUdeviceptr,
+    pub saturated: sys::CUdeviceptr,
+}
+
+/// Chunked runs: the post stream and the events that order the ring.
+struct Chunked {
+    post: Arc<CudaStream>,
+    start: CudaEvent,
+    made: Vec<CudaEvent>,
+    read: Vec<CudaEvent>,
+}
+
+pub(crate) struct FusedRun {
+    kernels: FusedKernels,
+    /// Spectra per chunk (the whole frame when not chunked).
+    chunk: usize,
+    /// Chunks the rows buffer holds.
+    slots: usize,
+    /// Complex values of one spectrum's rows (n).
+    points: usize,
+    fir: LaunchConfig,
+    fir_spectra_per_block: u32,
+    post: LaunchConfig,
+    post_spectra_per_block: u32,
+    chunked: Option<Chunked>,
+    /// [slot][pol][chunk][R][A] complex float32.
+    rows: DeviceBuffer,
+}
+
+impl FusedRun {
+    /// For `cfg` and frames of `spectra` spectra, chunks of `chunk` (0: the whole frame).
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        kernels: FusedKernels,
+        cfg: &kernels::Config,
+        spectra: usize,
+        chunk: usize,
+    ) -> Result<Self> {
+        let (r, a) = cfg.fused_split();
+        let (_, post_spectra) = cfg.fused_post_spectra();
+        let batch = cfg.tuning.fir_batch;
+        // Whole batches and whole post blocks per chunk.
+        let unit = batch.max(post_spectra);
+        let chunk = match chunk {
+            0 => spectra,
+            k => k.next_multiple_of(unit).min(spectra),
+        };
+        let chunked = chunk < spectra;
+        let slots = if chunked { RING } else { 1 };
+        let cols = cfg.fused_columns();
+        // Runs of 8T spectra per block (few window reloads), unless that leaves the GPU short of
+        // blocks (4 per SM of an H100).
+        let mut per_block = (8 * cfg.taps).div_ceil(batch) * batch;
+        while per_block > batch && (a / cols) * chunk.div_ceil(per_block) * POLS < 4 * 132 {
+            per_block /= 2;
+        }
+        let per_block = per_block.clamp(batch, chunk.next_multiple_of(batch));
+        let event = || {
+            ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(driver("creating an event"))
+        };
+        let chunked = match chunked {
+            false => None,
+            true => Some(Chunked {
+                post: ctx
+                    .new_stream()
+                    .map_err(driver("creating the post-processing stream"))?,
+                start: event()?,
+                made: (0..RING).map(|_| event()).collect::<Result<_>>()?,
+                read: (0..RING).map(|_| event()).collect::<Result<_>>()?,
+            }),
+        };
+        Ok(Self {
+            kernels,
+            chunk,
+            slots,
+            points: cfg.channels,
+            fir: LaunchConfig {
+                grid_dim: ((a / cols) as u32, 1, POLS as u32),
+                block_dim: ((r * cols) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            fir_spectra_per_block: per_block as u32,
+            post: LaunchConfig {
+                grid_dim: ((r / 2) as u32, 1, 1),
+                block_dim: (kernels::FUSED_POST_THREADS as u32, 1, 1),
+                shared_mem_bytes: cfg.fused_post_smem() as u32,
+            },
+            post_spectra_per_block: post_spectra as u32,
+            chunked,
+            rows: DeviceBuffer::new(ctx, slots * POLS * chunk * cfg.channels * 8)?,
+        })
+    }
+
+    /// Enqueues the frame's two passes on `stream` (and, chunked, the post stream, joined back
+    /// into `stream` at the end).
+    pub fn enqueue(&self, args: &FusedArgs, spectra: u32, stream: &CudaStream) -> Result<()> {
+        let chunk = self.chunk as u32;
+        if let Some(c) = &self.chunked {
+            c.start
+                .record(stream)
+                .map_err(driver("recording an event"))?;
+            c.post
+                .wait(&c.start)
+                .map_err(driver("waiting for an event"))?;
+        }
+        let chunks = spectra.div_ceil(chunk);
+        for i in 0..chunks {
+            let (first, count) = (i * chunk, chunk.min(spectra - i * chunk));
+            let slot = i as usize % self.slots;
+            let rows = self.rows.at(slot * POLS * self.chunk * self.points * 8);
+            match &self.chunked {
+                None => {
+                    self.launch_fir(args, rows, spectra, first, count, stream)?;
+                    self.launch_post(args, rows, spectra, first, count, stream)?;
+                }
+                Some(c) => {
+                    if i as usize >= self.slots {
+                        stream
+                            .wait(&c.read[slot])
+                            .map_err(driver("waiting for an event"))?;
+                    }
+                    self.launch_fir(args, rows, spectra, first, count, stream)?;
+                    c.made[slot]
+                        .record(stream)
+                        .map_err(driver("recording an event"))?;
+                    c.post
+                        .wait(&c.made[slot])
+                        .map_err(driver("waiting for an event"))?;
+                    self.launch_post(args, rows, spectra, first, count, &c.post)?;
+                    c.read[slot]
+                        .record(&c.post)
+                        .map_err(driver("recording an event"))?;
+                }
+            }
+        }
+        if let Some(c) = &self.chunked {
+            let last = (chunks as usize - 1) % self.slots;
+            stream
+                .wait(&c.read[last])
+                .map_err(driver("waiting for an event"))?;
+        }
+        Ok(())
+    }
+
+    fn launch_fir(
+        &self,
+        a: &FusedArgs,
+        rows: sys::CUdeviceptr,
+        spectra: u32,
+        first: u32,
+        count: u32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (chunk, per_block) = (self.chunk as u32, self.fir_spectra_per_block);
+        let mut fir = stream.launch_builder(&self.kernels.fir);
+        fir.arg(&a.span.ptr)
+            .arg(&a.span.stride_words)
+            .arg(&a.offsets)
+            .arg(&a.weights)
+            .arg(&a.wn)
+            .arg(&rows)
+            .arg(&spectra)
+            .arg(&first)
+            .arg(&count)
+            .arg(&chunk)
+            .arg(&per_block);
+        let shape = LaunchConfig {
+            grid_dim: (self.fir.grid_dim.0, count.div_ceil(per_block), POLS as u32),
+            ..self.fir
+        };
+        // SAFETY: argument types and order match fused_fir; every buffer is sized for the geometry.
+        unsafe { fir.launch(shape) }.map_err(driver("launching fused_fir"))?;
+        Ok(())
+    }
+
+    fn launch_post(
+        &self,
+        a: &FusedArgs,
+        rows: sys::CUdeviceptr,
+        spectra: u32,
+        first: u32,
+        count: u32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let chunk = self.chunk as u32;
+        let mut post = stream.launch_builder(&self.kernels.post);
+        post.arg(&rows)
+            .arg(&a.fixup)
+            .arg(&a.wn)
+            .arg(&a.gains)
+            .arg(&a.rotation)
+            .arg(&a.out)
+            .arg(&a.saturated)
+            .arg(&spectra)
+            .arg(&first)
+            .arg(&count)
+            .arg(&chunk);
+        let shape = LaunchConfig {
+            grid_dim: (
+                self.post.grid_dim.0,
+                count.div_ceil(self.post_spectra_per_block),
+                1,
+            ),
+            ..self.post
+        };
+        // SAFETY: argument types and order match fused_post; buffers sized for the geometry.
+        unsafe { post.launch(shape) }.map_err(driver("launching fused_post"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,449 @@
+// The wideband output in two passes through device memory instead of three (issue 20): the FFT is
+// our own, split between the two kernels so that neither needs cuFFT.
+//
+// The n-point complex FFT of z (z_u = g_2u + i g_2u+1, n = CHANNELS) is taken as R x A
+// (F_R x F_A, n = R A, R = 16, 32 or 64): with u = i + A j (i < A, j < R) and k = R k1 + k2,
+//   Z[R k1 + k2] = sum_i W_A^{i k1} W_n^{i k2} V_i[k2],   V_i[k2] = sum_j z_{i + A j} W_R^{j k2}.
+// - `fused_fir` (pass 1): the PFB FIR of columns i + A j for F_C consecutive i and every j, then
+//   the R-point FFTs V_i and the twiddles W_n^{i k2}: row k2 of the spectrum's R x A matrix.
+// - `fused_post` (pass 2): the A-point FFTs of row k2 and of its partner row (the real-FFT fix-up
+//   pairs Z_k with Z_{n-k}, which lies in row (R - k2) mod R), then what `postproc` does: fix-up,
+//   fine delay, fringe phase, gain, dither, quantisation, and the transpose to heap layout.
+//
+// The FFTs are Stockham stages (autosort) with every thread holding 16 points: the stage of radix
+// P after L points reads a_q = x[g + q N/P] (butterfly g < N/P), multiplies by W_{PL}^{q (g mod L)},
+// and writes its P-point DFT to (g div L) P L + (g mod L) + q L. The first stage (radix 16, L = 1)
+// reads straight from where the data is; the later ones go through shared memory, padded by one
+// value in 16 so that the first stage's stride-16 writes fall in distinct banks. Twiddles come
+// from W_n^t, a table computed in float64.
+//
+// Configuration (prepended by kernels::source): F_R, F_A, F_C (pass 1 takes F_C columns of each
+// of the R column groups: F_R * F_C threads), F_SB (spectra a pass-2 block transforms at once:
+// 1024 / A), F_M (spectra per pass-2 block, a multiple of F_SB), F2_THREADS (256).
+
+#if FIR_BATCH != 16
+#error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
+#endif
+#if F_R != 16 && F_R != 32 && F_R != 64
+#error "fused_fir takes R = 16, 32 or 64"
+#endif
+
+#define F1_THREADS (F_R * F_C)
+#define F_H (F_R / 16) // pass-1 threads per R-point FFT
+
+// W_16^j, exact constants (j < 16).
+__device__ __forceinline__ float2 w16(int j) {
+    const float c1 = 0.92387953251128674f, c2 = 0.70710678118654752f, c3 = 0.38268343236508978f;
+    const float cs[16] = {1.0f, c1, c2, c3, 0.0f, -c3, -c2, -c1, -1.0f, -c1, -c2, -c3, 0.0f, c3, c2, c1};
+    const float sn[16] = {0.0f, c3, c2, c1, 1.0f, c1, c2, c3, 0.0f, -c3, -c2, -c1, -1.0f, -c1, -c2, -c3};
+    return make_float2(cs[j & 15], -sn[j & 15]);
+}
+
+// The forward DFT of 4 points in place, natural order (W_4 = -i).
+__device__ __forceinline__ void dft4(float2 &a0, float2 &a1, float2 &a2, float2 &a3) {
+    const float2 s02 = cadd(a0, a2), d02 = csub(a0, a2);
+    const float2 s13 = cadd(a1, a3), d13 = cmul_mi(csub(a1, a3));
+    a0 = cadd(s02, s13);
+    a2 = csub(s02, s13);
+    a1 = cadd(d02, d13);
+    a3 = csub(d02, d13);
+}
+
+// The forward DFT of P = 2, 4, 8 or 16 points in registers, in place, natural order. P = 8 and 16
+// are 2 x 4 and 4 x 4: X[s + 4t] = sum_r W_P^{r s} W_{P/4}^{r t} (sum_u a[r + (P/4) u] W_4^{u s}).
+template <int P>
+__device__ __forceinline__ void dft(float2 (&a)[P]) {
+    if constexpr (P == 2) {
+        const float2 t = a[0];
+        a[0] = cadd(t, a[1]);
+        a[1] = csub(t, a[1]);
+    } else if constexpr (P == 4) {
+        dft4(a[0], a[1], a[2], a[3]);
+    } else {
+        constexpr int Q = P / 4; // 2 or 4
+        float2 b[Q][4];
+#pragma unroll
+        for (int r = 0; r < Q; r++) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) b[r][u] = a[r + Q * u];
+            dft4(b[r][0], b[r][1], b[r][2], b[r][3]);
+#pragma unroll
+            for (int s = 1; s < 4; s++)
+                if (r > 0) b[r][s] = cmul(b[r][s], w16(r * s * (16 / P)));
+        }
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            float2 c[Q];
+#pragma unroll
+            for (int r = 0; r < Q; r++) c[r] = b[r][s];
+            if constexpr (Q == 2) {
+                a[s] = cadd(c[0], c[1]);
+                a[s + 4] = csub(c[0], c[1]);
+            } else {
+                dft4(c[0], c[1], c[2], c[3]);
+#pragma unroll
+                for (int t = 0; t < 4; t++) a[s + 4 * t] = c[t];
+            }
+        }
+    }
+}
+
+// Shared-memory index of point p: one value of padding per 16.
+__device__ __forceinline__ int pad16(int p) { return p + (p >> 4); }
+
+__host__ __device__ constexpr int radix_after(int n, int l) { return n / l < 16 ? n / l : 16; }
+// Twiddle entries of the stages from L on: P L each, laid out [q][k].
+__host__ __device__ constexpr int twiddles_from(int n, int l) {
+    return l >= n ? 0 : radix_after(n, l) * l + twiddles_from(n, l * radix_after(n, l));
+}
+
+// Fills tw (from OFF on) with the twiddles W_{PL}^{q k} of the stages from L on, [q][k] per stage.
+template <int N, int L, int OFF, int THREADS>
+__device__ __forceinline__ void fill_twiddles(float2 *tw, const float2 *__restrict__ wn) {
+    if constexpr (L < N) {
+        constexpr int P = radix_after(N, L);
+        for (int e = threadIdx.x; e < P * L; e += THREADS) {
+            const int q = e / L, k = e % L;
+            tw[OFF + e] = __ldg(wn + q * k * (CHANNELS / (P * L)));
+        }
+        fill_twiddles<N, L * P, OFF + P * L, THREADS>(tw, wn);
+    }
+}
+
+// The stages from L on (L >= 16) of NT transforms of N points in shared memory (transform t at
+// x + t * pad16(N)); thread `h` of its transform's N / 16 does 16 / P butterflies a stage. Starts
+// with the data written and synchronised; ends the same way, in natural order.
+template <int N, int L, int OFF>
+__device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw) {
+    if constexpr (L < N) {
+        constexpr int P = radix_after(N, L), B = 16 / P, TH = N / 16;
+        float2 v[B][P];
+#pragma unroll
+        for (int bb = 0; bb < B; bb++) {
+            const int g = h + TH * bb, k = g % L;
+#pragma unroll
+            for (int q = 0; q < P; q++) v[bb][q] = x[pad16(g + q * (N / P))];
+#pragma unroll
+            for (int q = 1; q < P; q++) v[bb][q] = cmul(v[bb][q], tw[OFF + q * L + k]);
+            dft<P>(v[bb]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int bb = 0; bb < B; bb++) {
+            const int g = h + TH * bb, k = g % L;
+#pragma unroll
+            for (int q = 0; q < P; q++) x[pad16((g - k) * P + k + q * L)] = v[bb][q];
+        }
+        __syncthreads();
+        later_stages<N, L * P, OFF + P * L>(x, h, tw);
+    }
+}
+
+// Pass 1. For the FIR, thread (c, j) = (tid mod F_C, tid div F_C) owns column u = i0 + c + A j,
+// keeps its 2T weights and a window of T sample pairs in registers as `pfb_fir` does, and slides
+// it through the block's spectra. Per batch of 16 spectra the block's values go to shared memory
+// as [b][j][c]: transform (b, c) has its R points at stride F_C. Each transform is then F_H
+// threads (c fastest, so that shared-memory accesses are consecutive): a radix-16 stage, and for
+// R > 16 one more of radix F_H.
+extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
+    const u32 *__restrict__ span,       // [pol][stride] packed samples
+    u64 stride,                         // words from one polarisation's row to the next
+    const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, in samples
+    const float2 *__restrict__ weights, // [TAPS][CHANNELS], as pfb_fir's
+    const float2 *__restrict__ wn,      // [CHANNELS]: W_n^t
+    float2 *__restrict__ out,           // [pol][rows_spectra][F_R][F_A]: row k2, column i
+    u32 spectra,                        // of the frame (offsets' row length)
+    u32 first,                          // this launch's spectra: first..first + count, written
+    u32 count,                          // from the rows' spectrum 0 on
+    u32 rows_spectra,
+    u32 spectra_per_block)
+{
+    __shared__ float2 zs[FIR_BATCH * F_R * F_C];
+    __shared__ float2 tw_r[F_R];       // W_R^t
+    __shared__ float2 tw_i[F_R * F_C]; // W_n^{i k2} for the block's i: [k2][c]
+
+    const u32 tid = threadIdx.x;
+    const u32 i0 = blockIdx.x * F_C;
+    const u32 pol = blockIdx.z;
+    const u32 m0 = first + blockIdx.y * spectra_per_block;
+    if (m0 >= first + count) return;
+    const u32 m1 = min(m0 + spectra_per_block, first + count);
+
+    for (u32 t = tid; t < F_R; t += F1_THREADS) tw_r[t] = __ldg(wn + t * F_A);
+    // (i0 + c) k2 < A R = n: no reduction needed.
+    for (u32 t = tid; t < F_R * F_C; t += F1_THREADS) tw_i[t] = __ldg(wn + (i0 + t % F_C) * (t / F_C));
+
+    span += pol * stride;
+    offsets += (u64)pol * spectra;
+
+    // The FIR's thread: column (c, j).
+    const u32 u = i0 + tid % F_C + F_A * (tid / F_C);
+    float2 *z = zs + tid; // [b][j][c] with tid = j F_C + c
+    // The FFT's thread: transform (b, c), part h.
+    const u32 fc = tid % F_C, fh = (tid / F_C) % F_H, fb = tid / (F_C * F_H);
+    float2 *col = zs + fb * (F_R * F_C) + fc; // point j at col[j * F_C]
+
+    float2 w[TAPS];
+#pragma unroll
+    for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * CHANNELS + u);
+
+    float2 x[TAPS];
+    const u32 off0 = __ldg(offsets + m0);
+#pragma unroll
+    for (int t = 0; t < TAPS - 1; t++) x[t + 1] = load_pair(span, (u64)off0 + 2 * u + (u64)STEP * t);
+    u32 prev = off0 - STEP; // wraps harmlessly: prev + STEP == off0
+
+    for (u32 m = m0; m < m1; m += FIR_BATCH) {
+        const u32 nb = min((u32)FIR_BATCH, m1 - m);
+        // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together.
+        bool slide = nb == FIR_BATCH;
+        u32 offs[FIR_BATCH];
+        if (slide) {
+#pragma unroll
+            for (int b = 0; b < FIR_BATCH; b++) offs[b] = __ldg(offsets + m + b);
+            slide = offs[0] == prev + STEP;
+#pragma unroll
+            for (int b = 1; b < FIR_BATCH; b++) slide = slide && offs[b] == offs[b - 1] + STEP;
+        }
+        if (slide) {
+            float2 fresh[FIR_BATCH];
+#pragma unroll
+            for (int b = 0; b < FIR_BATCH; b++)
+                fresh[b] = load_pair(span, (u64)offs[b] + 2 * u + (u64)STEP * (TAPS - 1));
+#pragma unroll
+            for (int b = 0; b < FIR_BATCH; b++) {
+#pragma unroll
+                for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
+                x[TAPS - 1] = fresh[b];
+                z[b * F_R * F_C] = fir_sum(x, w);
+            }
+            prev = offs[FIR_BATCH - 1];
+        } else {
+            for (u32 b = 0; b < FIR_BATCH; b++) {
+                if (b >= nb) {
+                    z[b * F_R * F_C] = make_float2(0.0f, 0.0f);
+                    continue;
+                }
+                const u32 off = __ldg(offsets + m + b);
+                const u64 base = (u64)off + 2 * u;
+                if (off == prev + STEP) {
+#pragma unroll
+                    for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
+                    x[TAPS - 1] = load_pair(span, base + (u64)STEP * (TAPS - 1));
+                } else {
+#pragma unroll
+                    for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + (u64)STEP * t);
+                }
+                prev = off;
+                z[b * F_R * F_C] = fir_sum(x, w);
+            }
+        }
+        __syncthreads();
+
+        // Radix 16 (L = 1): points fh + F_H q.
+        float2 v[16];
+#pragma unroll
+        for (int q = 0; q < 16; q++) v[q] = col[(fh + F_H * q) * F_C];
+        dft<16>(v);
+        float2 *dst = out + ((u64)pol * rows_spectra + m - first + fb) * (F_R * F_A) + i0 + fc;
+        const bool live = fb < nb;
+        if constexpr (F_H == 1) {
+            if (live) {
+#pragma unroll
+                for (int k2 = 0; k2 < 16; k2++) dst[k2 * F_A] = cmul(v[k2], tw_i[k2 * F_C + fc]);
+            }
+        } else {
+            __syncthreads();
+#pragma unroll
+            for (int q = 0; q < 16; q++) col[(16 * fh + q) * F_C] = v[q];
+            __syncthreads();
+            // Radix F_H (L = 16): butterflies g = fh + F_H bb; outputs k2 = g + 16 q.
+#pragma unroll
+            for (int bb = 0; bb < 16 / F_H; bb++) {
+                const int g = fh + F_H * bb;
+                float2 a[F_H];
+#pragma unroll
+                for (int q = 0; q < F_H; q++) a[q] = col[(g + 16 * q) * F_C];
+#pragma unroll
+                for (int q = 1; q < F_H; q++) a[q] = cmul(a[q], tw_r[q * g]);
+                dft<F_H>(a);
+                if (live) {
+#pragma unroll
+                    for (int q = 0; q < F_H; q++) {
+                        const int k2 = g + 16 * q;
+                        dst[k2 * F_A] = cmul(a[q], tw_i[k2 * F_C + fc]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // zs is the next batch's
+    }
+}
+
+// Pass 2. Block (p, g): rows r0 = p and r1 = R - p (p = 0: rows 0 and R/2, each its own partner)
+// of F_M consecutive spectra from g F_M, both polarisations: 2A channels. F_SB spectra at a time,
+// their 4 F_SB rows (spectrum, pol, row) transformed side by side, A / 16 threads each; each
+// thread then makes whole channels, both polarisations, into a shared tile [slot][spectrum],
+// written out at the end so that each channel's F_M spectra go out as one run (32 bytes at 8
+// bits).
+//
+// Slot s < 2A: row r_{s div A}, k1 = s mod A, channel k = R k1 + row. Its partner Z_{n-k} is in
+// row (R - row) mod R at k1' = (A - k1) mod A for row 0, A - 1 - k1 otherwise.
+#define F2_T (4 * F_SB)           // transforms at a time
+#define F2_PAD (F_A + F_A / 16)   // a transform's values in shared memory, padded
+#define F2_TW twiddles_from(F_A, 16)
+
+#if F2_T * F_A / 16 != F2_THREADS || F_SB * F_A / 4 != F2_THREADS
+#error "fused_post: every thread takes 16 points of one transform, then 8 channels"
+#endif
+
+// The tile's index of (slot, spectrum): rows of F_M, the spectrum XOR-swizzled by the slot so that
+// both the writes (consecutive slots) and the reads (consecutive spectra) fall in distinct banks.
+__device__ __forceinline__ u32 tile_at(u32 s, u32 mm) {
+    return s * F_M + (mm ^ (((s * F_M) >> 5) & (F_M - 1)));
+}
+
+// Dynamic shared memory of a block (kernels::Config::fused_post_smem says the same).
+#define F2_SMEM_FLOAT2 (F2_T * F2_PAD + F2_TW)
+
+extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
+    const float2 *__restrict__ rows_in,  // [pol][rows_spectra][F_R][F_A], from fused_fir
+    const float2 *__restrict__ fixup,    // [CHANNELS]: exp(-i pi k / n)
+    const float2 *__restrict__ wn,       // [CHANNELS]: W_n^t
+    const float2 *__restrict__ gains,    // [pol][CHANNELS]: half the complex gain
+    const float4 *__restrict__ rotation, // [pol][spectra]: (fine delay r, dither key bits, cos p, sin p)
+    qjones *__restrict__ out,            // [heap][CHANNELS][SPECTRA_PER_HEAP]
+    u64 *__restrict__ saturated,         // [pol], accumulated
+    u32 spectra,                         // of the frame
+    u32 first,                           // this launch's spectra: first..first + count, read
+    u32 count,                           // from the rows' spectrum 0 on
+    u32 rows_spectra)
+{
+    extern __shared__ float2 smem[];
+    float2 *rows = smem;                      // [spectrum][pol][2][F2_PAD]
+    float2 *tw = smem + F2_T * F2_PAD;        // the later stages' twiddles
+    qjones *tile = (qjones *)(tw + F2_TW);    // [2A][F_M], swizzled
+    __shared__ u32 sat_block[2];
+    __shared__ float2 quarter[F_SB][2][4]; // [spectrum][pol][q]: exp(i p) exp(-i pi q r / 4)
+    __shared__ float2 fine[F_SB][2];       // [spectrum][pol]: (r, dither key bits)
+
+    const u32 tid = threadIdx.x;
+    const u32 p = blockIdx.x;
+    const u32 row0 = p, row1 = p == 0 ? F_R / 2 : F_R - p;
+    const u32 mg = first + blockIdx.y * F_M;
+    const u32 end = first + count;
+    if (tid < 2) sat_block[tid] = 0;
+    fill_twiddles<F_A, 16, 0, F2_THREADS>(tw, wn);
+
+    // The FFT's thread: transform ft = (spectrum, pol, row index), part fh.
+    const u32 fh = tid % (F_A / 16), ft = tid / (F_A / 16);
+    const u32 fsb = ft / 4, fpol = (ft / 2) & 1, fri = ft & 1;
+    float2 *x = rows + ft * F2_PAD;
+
+    // The post-processing's thread (sb, b): channels k = f + j n/4 (j < 4) of each row, with
+    // f = R b + row (b < A/4), at slots k1 = b + j A/4. Their fix-up twiddles and gains stay in
+    // registers for the block's spectra (read from L2 per spectrum, they outweighed the rows).
+    const u32 psb = tid / (F_A / 4), pb = tid % (F_A / 4);
+    float2 fx[2][4], gn[2][4][2];
+#pragma unroll
+    for (u32 ri = 0; ri < 2; ri++) {
+#pragma unroll
+        for (u32 j = 0; j < 4; j++) {
+            const u32 k = F_R * pb + (ri ? row1 : row0) + j * (CHANNELS / 4);
+            fx[ri][j] = __ldg(fixup + k);
+#pragma unroll
+            for (int pol = 0; pol < 2; pol++) gn[ri][j][pol] = __ldg(gains + pol * CHANNELS + k);
+        }
+    }
+
+    u32 sat[2] = {0, 0};
+    for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
+        // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
+        {
+            const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
+            const float2 *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
+            float2 v[16];
+#pragma unroll
+            for (int q = 0; q < 16; q++) v[q] = src[fh + (F_A / 16) * q];
+            dft<16>(v);
+#pragma unroll
+            for (int q = 0; q < 16; q++) x[pad16(16 * fh + q)] = v[q];
+        }
+        // The spectra's rotations: exp(i p) exp(-i pi q r / 4) for quarter q of the band, as
+        // postproc's steps.
+        if (tid < 2 * F_SB) {
+            const u32 sb = tid / 2, pol = tid & 1, m = min(m0 + sb, end - 1);
+            const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
+            const bool small = fabsf(rot.x) <= 1.0f;
+            const float2 step = fine_rotation(0.25f, rot.x, small);
+            float2 r = make_float2(rot.z, rot.w);
+            for (int q = 0; q < 4; q++) {
+                quarter[sb][pol][q] = r;
+                r = cmul(r, step);
+            }
+            fine[sb][pol] = make_float2(rot.x, rot.y);
+        }
+        __syncthreads();
+        later_stages<F_A, 16, 0>(x, fh, tw);
+
+        // The fine-delay rotation exp(-i pi k r / n) is quarter j's (with the fringe phase) times
+        // exp(-i pi f r / n), |angle| <= pi/4: one polynomial a row.
+        {
+            const u32 sb = psb, b = pb;
+            const u32 mm = m0 - mg + sb;
+            if (m0 + sb < end) {
+                const float2 *xs = rows + 4 * sb * F2_PAD;
+#pragma unroll
+                for (u32 ri = 0; ri < 2; ri++) {
+                    const u32 row = ri ? row1 : row0;
+                    const u32 pri = p == 0 ? ri : 1 - ri;
+                    const u32 f = F_R * b + row;
+                    const float f_n = (float)f / (float)CHANNELS;
+                    float2 base[2];
+#pragma unroll
+                    for (int pol = 0; pol < 2; pol++) {
+                        const float r = fine[sb][pol].x;
+                        base[pol] = fine_rotation(f_n, r, fabsf(r) <= 1.0f);
+                    }
+#pragma unroll
+                    for (u32 j = 0; j < 4; j++) {
+                        const u32 k1 = b + j * (F_A / 4), k = f + j * (CHANNELS / 4);
+                        const u32 pk1 = row == 0 ? (F_A - k1) & (F_A - 1) : F_A - 1 - k1;
+                        char2 qv[2];
+#pragma unroll
+                        for (int pol = 0; pol < 2; pol++) {
+                            const float2 zk = xs[(2 * pol + ri) * F2_PAD + pad16(k1)];
+                            const float2 pk = xs[(2 * pol + pri) * F2_PAD + pad16(pk1)];
+                            // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
+                            float2 xk = csub(cadd(zk, cconj(pk)), cmul(fx[ri][j], make_float2(-(zk.y + pk.y), zk.x - pk.x)));
+                            const float2 rg = cmul(cmul(quarter[sb][pol][j], base[pol]), gn[ri][j][pol]);
+                            xk = cmul(xk, rg);
+#if DITHER
+                            xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), k, pol));
+#endif
+                            u32 cl = 0;
+                            qv[pol] = make_char2((signed char)quantise(xk.x, cl), (signed char)quantise(xk.y, cl));
+                            sat[pol] += cl;
+                        }
+                        tile[tile_at(ri * F_A + k1, mm)] = make_qjones(qv[0], qv[1]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // the rows are overwritten next
+    }
+    if (sat[0]) atomicAdd(&sat_block[0], sat[0]);
+    if (sat[1]) atomicAdd(&sat_block[1], sat[1]);
+    __syncthreads();
+
+    // Out: consecutive threads take consecutive spectra of a slot, so each channel's run of F_M
+    // spectra is written by neighbouring lanes.
+    for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
+        const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
+        if (m >= end) continue;
+        const u32 ri = s / F_A, k1 = s % F_A;
+        const u32 k = F_R * k1 + (ri ? row1 : row0);
+        out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
+    }
+    if (tid < 2 && sat_block[tid]) atomicAdd(saturated + tid, (u64)sat_block[tid]);
+}
