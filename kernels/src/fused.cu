@@ -118,11 +118,14 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
     if constexpr (L < N) {
         constexpr int P = radix_after(N, L), B = 16 / P, TH = N / 16;
         float2 v[B][P];
+        // N / P and L are multiples of 16 here, so pad16(a + q M) = pad16(a) + q M 17/16: the
+        // padding costs one index computation a butterfly, not one a value.
 #pragma unroll
         for (int bb = 0; bb < B; bb++) {
             const int g = h + TH * bb, k = g % L;
+            const float2 *in = x + pad16(g);
 #pragma unroll
-            for (int q = 0; q < P; q++) v[bb][q] = x[pad16(g + q * (N / P))];
+            for (int q = 0; q < P; q++) v[bb][q] = in[q * (N / P) / 16 * 17];
 #pragma unroll
             for (int q = 1; q < P; q++) v[bb][q] = cmul(v[bb][q], tw[OFF + q * L + k]);
             dft<P>(v[bb]);
@@ -131,8 +134,9 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
 #pragma unroll
         for (int bb = 0; bb < B; bb++) {
             const int g = h + TH * bb, k = g % L;
+            float2 *o = x + pad16((g - k) * P + k);
 #pragma unroll
-            for (int q = 0; q < P; q++) x[pad16((g - k) * P + k + q * L)] = v[bb][q];
+            for (int q = 0; q < P; q++) o[q * L / 16 * 17] = v[bb][q];
         }
         __syncthreads();
         later_stages<N, L * P, OFF + P * L>(x, h, tw);
@@ -281,7 +285,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 }
 
 // Pass 2. Block (p, g): rows r0 = p and r1 = R - p (p = 0: rows 0 and R/2, each its own partner)
-// of F_M consecutive spectra from g F_M, both polarisations: 2A channels. F_SB spectra at a time,
+// of F_M consecutive spectra from g F_M (8 where A = 1024, up to 128), both polarisations: 2A
+// channels. F_SB spectra at a time,
 // their 4 F_SB rows (spectrum, pol, row) transformed side by side, A / 16 threads each; each
 // thread then makes whole channels, both polarisations, into a shared tile [slot][spectrum],
 // written out at the end so that each channel's F_M spectra go out as one run (32 bytes at 8
@@ -300,7 +305,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 // The tile's index of (slot, spectrum): rows of F_M, the spectrum XOR-swizzled by the slot so that
 // both the writes (consecutive slots) and the reads (consecutive spectra) fall in distinct banks.
 __device__ __forceinline__ u32 tile_at(u32 s, u32 mm) {
-    return s * F_M + (mm ^ (((s * F_M) >> 5) & (F_M - 1)));
+    const u32 x = F_M >= 32 ? s : (s * F_M) >> 5;
+    return s * F_M + (mm ^ (x & (F_M - 1)));
 }
 
 // Dynamic shared memory of a block (kernels::Config::fused_post_smem says the same).
@@ -367,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
             for (int q = 0; q < 16; q++) v[q] = src[fh + (F_A / 16) * q];
             dft<16>(v);
 #pragma unroll
-            for (int q = 0; q < 16; q++) x[pad16(16 * fh + q)] = v[q];
+            for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)
         }
         // The spectra's rotations: exp(i p) exp(-i pi q r / 4) for quarter q of the band, as
         // postproc's steps.

@@ -41,8 +41,10 @@ pub const FUSED_POST_KERNEL: &str = "fused_post";
 pub const FUSED_MIN_CHANNELS: usize = 1024;
 /// Threads per block of `fused_post`.
 pub const FUSED_POST_THREADS: usize = 256;
-/// Spectra per `fused_post` block: each channel's run of them is one 32-byte write at 8 bits.
-pub const FUSED_SPECTRA: usize = 8;
+/// Values in a `fused_post` block's output tile (2A channels x spectra per block): 64 KB at 8 bits,
+/// so 8 spectra (a 32-byte run a channel) where A = 1024 and more where A is smaller, which also
+/// spreads the block's start (twiddles, gains) over more spectra.
+pub const FUSED_TILE: usize = 16384;
 /// The most outputs one `ddc_set` launch serves.
 pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
@@ -196,10 +198,10 @@ impl Config {
     }
 
     /// Spectra a `fused_post` block transforms at once (1024 / A: 16 points a thread, 256
-    /// threads), and spectra per block (at least [`FUSED_SPECTRA`]).
+    /// threads), and spectra per block (its tile's: [`FUSED_TILE`] / 2A).
     pub fn fused_post_spectra(&self) -> (usize, usize) {
-        let at_once = 1024 / self.fused_split().1;
-        (at_once, at_once.max(FUSED_SPECTRA))
+        let a = self.fused_split().1;
+        (1024 / a, FUSED_TILE / (2 * a))
     }
 
     /// Dynamic shared memory of a `fused_post` block: its rows (padded one value in 16), the

@@ -557,11 +557,12 @@ fn output_counts_are_checked() {
 }
 
 /// The two passes in chunks (each chunk's rows in a ring slot, post-processed on a stream of its
-/// own) give the same bytes as one pass over the whole frame: a last chunk shorter than the rest,
-/// the ring wrapping within a frame, frames in flight, random delays, a dithered output.
+/// own) give the same bytes as one pass over the whole frame: a last chunk shorter than the rest
+/// (104 = 3 x 32 + 8), the ring (3 slots) wrapping within a frame, frames in flight, random
+/// delays, a dithered output.
 #[test]
 fn fused_chunks_match_the_whole_frame() {
-    for (channels, s, h, chunk) in [(4096, 8, 11, 16), (32768, 16, 2, 48)] {
+    for (channels, s, h, chunk) in [(4096, 8, 13, 32), (32768, 16, 4, 16)] {
         let margin = 1000;
         let mut g = geometry(channels, 16, 10, s, h, margin);
         g.output.dither = Some(5);
