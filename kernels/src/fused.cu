@@ -162,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     u32 rows_spectra,
     u32 spectra_per_block)
 {
-    __shared__ float2 zs[FIR_BATCH * F_R * F_C];
+    extern __shared__ float2 zs[];     // [FIR_BATCH][F_R][F_C] (kernels::Config::fused_fir_smem)
     __shared__ float2 tw_r[F_R];       // W_R^t
     __shared__ float2 tw_i[F_R * F_C]; // W_n^{i k2} for the block's i: [k2][c]
 

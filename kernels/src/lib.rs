@@ -192,9 +192,16 @@ impl Config {
     }
 
     /// Columns of each of the R column groups a `fused_fir` block takes (it runs R x this many
-    /// threads).
+    /// threads): 16, or 8 where R = 64, so that a warp's sample loads cover runs of at least 8
+    /// columns.
     pub fn fused_columns(&self) -> usize {
-        (256 / self.fused_split().0).max(4)
+        (512 / self.fused_split().0).clamp(4, 16)
+    }
+
+    /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
+    pub fn fused_fir_smem(&self) -> usize {
+        let (r, _) = self.fused_split();
+        8 * self.tuning.fir_batch * r * self.fused_columns()
     }
 
     /// Spectra a `fused_post` block transforms at once (1024 / A: 16 points a thread, 256

@@ -96,12 +96,15 @@ impl Kernels {
                 cfg.fused_post_smem() as i32,
             )
             .map_err(driver("allowing fused_post its shared memory"))?;
-            Some(FusedKernels {
-                fir: module
-                    .load_function(kernels::FUSED_FIR_KERNEL)
-                    .map_err(driver("finding fused_fir"))?,
-                post,
-            })
+            let fir = module
+                .load_function(kernels::FUSED_FIR_KERNEL)
+                .map_err(driver("finding fused_fir"))?;
+            fir.set_attribute(
+                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.fused_fir_smem() as i32,
+            )
+            .map_err(driver("allowing fused_fir its shared memory"))?;
+            Some(FusedKernels { fir, post })
         } else {
             None
         };

@@ -104,7 +104,7 @@ impl FusedRun {
             fir: LaunchConfig {
                 grid_dim: ((a / cols) as u32, 1, POLS as u32),
                 block_dim: ((r * cols) as u32, 1, 1),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: cfg.fused_fir_smem() as u32,
             },
             fir_spectra_per_block: per_block as u32,
             post: LaunchConfig {
