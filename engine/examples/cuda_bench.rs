@@ -73,6 +73,13 @@ fn main() {
     {
         opts.tuning.fused_chunk = k;
     }
+    // FENGINE_BENCH_FIR_SPECTRA=64: fused_fir blocks of 64 spectra.
+    if let Some(k) = std::env::var("FENGINE_BENCH_FIR_SPECTRA")
+        .ok()
+        .and_then(|k| k.parse().ok())
+    {
+        opts.tuning.fused_fir_spectra = k;
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

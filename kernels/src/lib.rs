@@ -118,6 +118,9 @@ pub struct Tuning {
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
     pub fused_chunk: usize,
+    /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 8T, fewer where the
+    /// GPU would be short of blocks).
+    pub fused_fir_spectra: usize,
     /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its
     /// own, so that one output's kernels fill what another's leave idle (bandwidth against
     /// arithmetic); else all run in turn on one stream.
@@ -141,6 +144,7 @@ impl Default for Tuning {
             nb_unzip_from: 32768,
             fused: false,
             fused_chunk: 0,
+            fused_fir_spectra: 0,
             concurrent_outputs: true,
         }
     }

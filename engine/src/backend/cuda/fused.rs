@@ -76,7 +76,10 @@ impl FusedRun {
         let cols = cfg.fused_columns();
         // Runs of 8T spectra per block (few window reloads), unless that leaves the GPU short of
         // blocks (4 per SM of an H100).
-        let mut per_block = (8 * cfg.taps).div_ceil(batch) * batch;
+        let mut per_block = match cfg.tuning.fused_fir_spectra {
+            0 => (8 * cfg.taps).div_ceil(batch) * batch,
+            k => k.next_multiple_of(batch),
+        };
         while per_block > batch && (a / cols) * chunk.div_ceil(per_block) * POLS < 4 * 132 {
             per_block /= 2;
         }
