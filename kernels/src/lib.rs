@@ -113,7 +113,8 @@ pub struct Tuning {
     pub nb_unzip_from: usize,
     /// A wideband output of at least [`FUSED_MIN_CHANNELS`] runs in two passes (`fused_fir`,
     /// `fused_post`: the FFT our own, split between them) instead of three (`pfb_fir`, cuFFT,
-    /// `postproc`). Off by default: it is not yet faster at every size (kernels/NOTES.md).
+    /// `postproc`). Off by default: it is not yet faster at every size (kernels/NOTES.md: ahead
+    /// from 1024 to 16384 channels and at 65536, level at 32768).
     pub fused: bool,
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
