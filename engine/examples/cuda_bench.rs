@@ -61,10 +61,10 @@ fn main() {
     if std::env::var_os("FENGINE_BENCH_SERIAL").is_some() {
         opts.tuning.concurrent_outputs = false;
     }
-    // FENGINE_BENCH_TWO_PASS=1 runs the wideband output in two passes (fused_fir, fused_post)
-    // rather than three (pfb_fir, cuFFT, postproc).
-    if std::env::var_os("FENGINE_BENCH_TWO_PASS").is_some() {
-        opts.tuning.fused = true;
+    // FENGINE_BENCH_THREE_PASS=1 runs the wideband output in three passes (pfb_fir, cuFFT,
+    // postproc), the fallback, rather than two (fused_fir, fused_post).
+    if std::env::var_os("FENGINE_BENCH_THREE_PASS").is_some() {
+        opts.tuning.fused = false;
     }
     // FENGINE_BENCH_CHUNK=128 runs the two passes in chunks of 128 spectra.
     if let Some(k) = std::env::var("FENGINE_BENCH_CHUNK")

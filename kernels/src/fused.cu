@@ -336,7 +336,6 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
     const u32 tid = threadIdx.x;
     const u32 p = blockIdx.x;
     const u32 row0 = p, row1 = p == 0 ? F_R / 2 : F_R - p;
-    const u32 mg = first + blockIdx.y * F_M;
     const u32 end = first + count;
     if (tid < 2) sat_block[tid] = 0;
     fill_twiddles<F_A, 16, 0, F2_THREADS>(tw, wn);
@@ -362,94 +361,99 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
         }
     }
 
+    // The block's groups of F_M spectra: blockIdx.y, then every gridDim.y-th, so that its start
+    // (twiddles, gains) is paid once for several.
     u32 sat[2] = {0, 0};
-    for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
-        // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
-        {
-            const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
-            const float2 *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
-            float2 v[16];
+    for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
+        for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
+            // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
+            {
+                const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
+                const float2 *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
+                float2 v[16];
 #pragma unroll
-            for (int q = 0; q < 16; q++) v[q] = src[fh + (F_A / 16) * q];
-            dft<16>(v);
+                for (int q = 0; q < 16; q++) v[q] = src[fh + (F_A / 16) * q];
+                dft<16>(v);
 #pragma unroll
-            for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)
-        }
-        // The spectra's rotations: exp(i p) exp(-i pi q r / 4) for quarter q of the band, as
-        // postproc's steps.
-        if (tid < 2 * F_SB) {
-            const u32 sb = tid / 2, pol = tid & 1, m = min(m0 + sb, end - 1);
-            const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
-            const bool small = fabsf(rot.x) <= 1.0f;
-            const float2 step = fine_rotation(0.25f, rot.x, small);
-            float2 r = make_float2(rot.z, rot.w);
-            for (int q = 0; q < 4; q++) {
-                quarter[sb][pol][q] = r;
-                r = cmul(r, step);
+                for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)
             }
-            fine[sb][pol] = make_float2(rot.x, rot.y);
-        }
-        __syncthreads();
-        later_stages<F_A, 16, 0>(x, fh, tw);
+            // The spectra's rotations: exp(i p) exp(-i pi q r / 4) for quarter q of the band, as
+            // postproc's steps.
+            if (tid < 2 * F_SB) {
+                const u32 sb = tid / 2, pol = tid & 1, m = min(m0 + sb, end - 1);
+                const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
+                const bool small = fabsf(rot.x) <= 1.0f;
+                const float2 step = fine_rotation(0.25f, rot.x, small);
+                float2 r = make_float2(rot.z, rot.w);
+                for (int q = 0; q < 4; q++) {
+                    quarter[sb][pol][q] = r;
+                    r = cmul(r, step);
+                }
+                fine[sb][pol] = make_float2(rot.x, rot.y);
+            }
+            __syncthreads();
+            later_stages<F_A, 16, 0>(x, fh, tw);
 
-        // The fine-delay rotation exp(-i pi k r / n) is quarter j's (with the fringe phase) times
-        // exp(-i pi f r / n), |angle| <= pi/4: one polynomial a row.
-        {
-            const u32 sb = psb, b = pb;
-            const u32 mm = m0 - mg + sb;
-            if (m0 + sb < end) {
-                const float2 *xs = rows + 4 * sb * F2_PAD;
+            // The fine-delay rotation exp(-i pi k r / n) is quarter j's (with the fringe phase) times
+            // exp(-i pi f r / n), |angle| <= pi/4: one polynomial a row.
+            {
+                const u32 sb = psb, b = pb;
+                const u32 mm = m0 - mg + sb;
+                if (m0 + sb < end) {
+                    const float2 *xs = rows + 4 * sb * F2_PAD;
 #pragma unroll
-                for (u32 ri = 0; ri < 2; ri++) {
-                    const u32 row = ri ? row1 : row0;
-                    const u32 pri = p == 0 ? ri : 1 - ri;
-                    const u32 f = F_R * b + row;
-                    const float f_n = (float)f / (float)CHANNELS;
-                    float2 base[2];
-#pragma unroll
-                    for (int pol = 0; pol < 2; pol++) {
-                        const float r = fine[sb][pol].x;
-                        base[pol] = fine_rotation(f_n, r, fabsf(r) <= 1.0f);
-                    }
-#pragma unroll
-                    for (u32 j = 0; j < 4; j++) {
-                        const u32 k1 = b + j * (F_A / 4), k = f + j * (CHANNELS / 4);
-                        const u32 pk1 = row == 0 ? (F_A - k1) & (F_A - 1) : F_A - 1 - k1;
-                        char2 qv[2];
+                    for (u32 ri = 0; ri < 2; ri++) {
+                        const u32 row = ri ? row1 : row0;
+                        const u32 pri = p == 0 ? ri : 1 - ri;
+                        const u32 f = F_R * b + row;
+                        const float f_n = (float)f / (float)CHANNELS;
+                        float2 base[2];
 #pragma unroll
                         for (int pol = 0; pol < 2; pol++) {
-                            const float2 zk = xs[(2 * pol + ri) * F2_PAD + pad16(k1)];
-                            const float2 pk = xs[(2 * pol + pri) * F2_PAD + pad16(pk1)];
-                            // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
-                            float2 xk = csub(cadd(zk, cconj(pk)), cmul(fx[ri][j], make_float2(-(zk.y + pk.y), zk.x - pk.x)));
-                            const float2 rg = cmul(cmul(quarter[sb][pol][j], base[pol]), gn[ri][j][pol]);
-                            xk = cmul(xk, rg);
-#if DITHER
-                            xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), k, pol));
-#endif
-                            u32 cl = 0;
-                            qv[pol] = make_char2((signed char)quantise(xk.x, cl), (signed char)quantise(xk.y, cl));
-                            sat[pol] += cl;
+                            const float r = fine[sb][pol].x;
+                            base[pol] = fine_rotation(f_n, r, fabsf(r) <= 1.0f);
                         }
-                        tile[tile_at(ri * F_A + k1, mm)] = make_qjones(qv[0], qv[1]);
+#pragma unroll
+                        for (u32 j = 0; j < 4; j++) {
+                            const u32 k1 = b + j * (F_A / 4), k = f + j * (CHANNELS / 4);
+                            const u32 pk1 = row == 0 ? (F_A - k1) & (F_A - 1) : F_A - 1 - k1;
+                            char2 qv[2];
+#pragma unroll
+                            for (int pol = 0; pol < 2; pol++) {
+                                const float2 zk = xs[(2 * pol + ri) * F2_PAD + pad16(k1)];
+                                const float2 pk = xs[(2 * pol + pri) * F2_PAD + pad16(pk1)];
+                                // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
+                                float2 xk = csub(cadd(zk, cconj(pk)), cmul(fx[ri][j], make_float2(-(zk.y + pk.y), zk.x - pk.x)));
+                                const float2 rg = cmul(cmul(quarter[sb][pol][j], base[pol]), gn[ri][j][pol]);
+                                xk = cmul(xk, rg);
+#if DITHER
+                                xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), k, pol));
+#endif
+                                u32 cl = 0;
+                                qv[pol] = make_char2((signed char)quantise(xk.x, cl), (signed char)quantise(xk.y, cl));
+                                sat[pol] += cl;
+                            }
+                            tile[tile_at(ri * F_A + k1, mm)] = make_qjones(qv[0], qv[1]);
+                        }
                     }
                 }
             }
+            __syncthreads(); // the rows are overwritten next
         }
-        __syncthreads(); // the rows are overwritten next
+
+        // Out: consecutive threads take consecutive spectra of a slot, so each channel's run of F_M
+        // spectra is written by neighbouring lanes.
+        for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
+            const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
+            if (m >= end) continue;
+            const u32 ri = s / F_A, k1 = s % F_A;
+            const u32 k = F_R * k1 + (ri ? row1 : row0);
+            out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
+        }
+        __syncthreads(); // the tile is the next group's
     }
     if (sat[0]) atomicAdd(&sat_block[0], sat[0]);
     if (sat[1]) atomicAdd(&sat_block[1], sat[1]);
     __syncthreads();
-
-    // Out: consecutive threads take consecutive spectra of a slot, so each channel's run of F_M
-    // spectra is written by neighbouring lanes.
-    for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
-        const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
-        if (m >= end) continue;
-        const u32 ri = s / F_A, k1 = s % F_A;
-        const u32 k = F_R * k1 + (ri ? row1 : row0);
-        out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
-    }
     if (tid < 2 && sat_block[tid]) atomicAdd(saturated + tid, (u64)sat_block[tid]);
 }

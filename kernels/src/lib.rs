@@ -12,9 +12,9 @@
 //!   the transpose into heap layout through shared memory.
 //! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
 //!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
-//! - `fused_fir` and `fused_post` ([`Tuning::fused`]): the wideband output in two passes instead
-//!   of three, the FFT our own (n = R x A: the R-point FFTs after the FIR, the A-point ones before
-//!   the post-processing); not yet the default (kernels/NOTES.md).
+//! - `fused_fir` and `fused_post` ([`Tuning::fused`], the default from 1024 channels): the
+//!   wideband output in two passes instead of three, the FFT our own (n = R x A: the R-point FFTs
+//!   after the FIR, the A-point ones before the post-processing).
 //! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
 //!   subsample), `nb_fir` (the complex PFB), cuFFT's 2n-point complex transforms and
 //!   `nb_postproc` (the centre half of the bins, delay, gain, dither, quantisation).
@@ -113,8 +113,8 @@ pub struct Tuning {
     pub nb_unzip_from: usize,
     /// A wideband output of at least [`FUSED_MIN_CHANNELS`] runs in two passes (`fused_fir`,
     /// `fused_post`: the FFT our own, split between them) instead of three (`pfb_fir`, cuFFT,
-    /// `postproc`). Off by default: it is not yet faster at every size (kernels/NOTES.md: ahead
-    /// from 1024 to 16384 channels and at 65536, level at 32768).
+    /// `postproc`): the default, faster at every size measured (kernels/NOTES.md). Off, the
+    /// three passes are the fallback.
     pub fused: bool,
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
@@ -143,7 +143,7 @@ impl Default for Tuning {
             ddc_mma_warps: 4,
             ddc_set_span: 8192,
             nb_unzip_from: 32768,
-            fused: false,
+            fused: true,
             fused_chunk: 0,
             fused_fir_spectra: 0,
             concurrent_outputs: true,

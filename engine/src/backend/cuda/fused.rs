@@ -48,6 +48,8 @@ pub(crate) struct FusedRun {
     fir_spectra_per_block: u32,
     post: LaunchConfig,
     post_spectra_per_block: u32,
+    /// The GPU's multiprocessors.
+    sms: u32,
     chunked: Option<Chunked>,
     /// [slot][pol][chunk][R][A] complex float32.
     rows: DeviceBuffer,
@@ -74,13 +76,16 @@ impl FusedRun {
         let chunked = chunk < spectra;
         let slots = if chunked { RING } else { 1 };
         let cols = cfg.fused_columns();
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver("reading the multiprocessor count"))? as usize;
         // Runs of 8T spectra per block (few window reloads), unless that leaves the GPU short of
-        // blocks (4 per SM of an H100).
+        // blocks (4 per SM).
         let mut per_block = match cfg.tuning.fused_fir_spectra {
             0 => (8 * cfg.taps).div_ceil(batch) * batch,
             k => k.next_multiple_of(batch),
         };
-        while per_block > batch && (a / cols) * chunk.div_ceil(per_block) * POLS < 4 * 132 {
+        while per_block > batch && (a / cols) * chunk.div_ceil(per_block) * POLS < 4 * sms {
             per_block /= 2;
         }
         let per_block = per_block.clamp(batch, chunk.next_multiple_of(batch));
@@ -116,6 +121,7 @@ impl FusedRun {
                 shared_mem_bytes: cfg.fused_post_smem() as u32,
             },
             post_spectra_per_block: post_spectra as u32,
+            sms: sms as u32,
             chunked,
             rows: DeviceBuffer::new(ctx, slots * POLS * chunk * cfg.channels * 8)?,
         })
@@ -225,12 +231,11 @@ impl FusedRun {
             .arg(&first)
             .arg(&count)
             .arg(&chunk);
+        // Two blocks an SM, twice over; each block takes every gridDim.y-th group of spectra.
+        let groups = count.div_ceil(self.post_spectra_per_block);
+        let rows = (4 * self.sms).div_ceil(self.post.grid_dim.0).max(1);
         let shape = LaunchConfig {
-            grid_dim: (
-                self.post.grid_dim.0,
-                count.div_ceil(self.post_spectra_per_block),
-                1,
-            ),
+            grid_dim: (self.post.grid_dim.0, groups.min(rows), 1),
             ..self.post
         };
         // SAFETY: argument types and order match fused_post; buffers sized for the geometry.

@@ -672,7 +672,7 @@ impl OutputStage {
     /// (nominal: every input read once, every output written once).
     /// For a narrowband output the first stage is the DDC and the complex FIR: the span read
     /// once, the subsampled stream written once and read once (the FIR slides its window), the
-    /// FFT's input written.
+    /// FFT's input written. The two passes count as the first stage: 10.25 B per sample.
     pub fn stage_bytes(&self) -> [f64; 3] {
         let g = &self.geometry;
         let pols = POLS as f64;
@@ -686,17 +686,17 @@ impl OutputStage {
                 pols * (span as f64 + 2.0 * ddc + spectra)
             }
         };
-        // The two-pass kernels' FFT is in their own passes.
-        let fft = match self.plan {
-            Some(_) => 2.0 * pols * spectra,
-            None => 0.0,
-        };
+        let fft = 2.0 * pols * spectra;
         let post = match self.narrowband {
             None => pols * spectra,
             // Only the centre half of the bins is read.
             Some(_) => pols * spectra / 2.0,
         } + g.output_bytes() as f64;
-        [fir, fft, post]
+        match self.fused {
+            // Both passes are timed as the first stage.
+            Some(_) => [fir + post, 0.0, 0.0],
+            None => [fir, fft, post],
+        }
     }
 }
 

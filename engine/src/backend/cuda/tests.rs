@@ -355,7 +355,7 @@ fn kernels_compile_for_sm90() {
 }
 
 /// The acceptance matrix: every channel count, tap count and sample width, with and without
-/// delays, through both kernel sets (three passes, the default, and two).
+/// delays, through both kernel sets (two passes, the default, and three).
 #[test]
 fn matches_reference_and_cpu() {
     if let Err(e) = probe(0) {
