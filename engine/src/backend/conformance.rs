@@ -713,6 +713,18 @@ pub fn check_mixed_outputs_as_if_alone(
     );
 }
 
+/// [`check_mixed_outputs_as_if_alone`] for a set of the caller's (chunks of `chunk` samples).
+pub fn check_set_as_if_alone(
+    make: Make,
+    against: &[(Make, Agreement)],
+    writes_every_byte: bool,
+    name: &str,
+    outputs: Vec<OutputGeometry>,
+    chunk: usize,
+) {
+    outputs_as_if_alone(make, against, writes_every_byte, [(name, outputs, chunk)]);
+}
+
 /// The sets (name, outputs, chunk samples) of [`check_outputs_as_if_alone`].
 fn outputs_as_if_alone<const N: usize>(
     make: Make,

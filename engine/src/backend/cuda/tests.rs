@@ -546,6 +546,40 @@ fn narrowband_beside_wideband_as_if_alone() {
     });
 }
 
+/// A wideband output the two-pass kernels take (1024 channels, 16 taps) beside a narrowband
+/// output and a small wideband one (three passes): each byte for byte what a backend of its own
+/// makes, and within one LSB of the float64 reference.
+#[test]
+fn two_pass_output_beside_others_as_if_alone() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    let (_, three) = three_outputs(0);
+    let two_pass = OutputGeometry {
+        channels: 1024,
+        taps: 16,
+        ..three[0]
+    };
+    let narrowband = OutputGeometry {
+        bits: 4,
+        ..narrowband_output(64, 4, 8, 4)
+    };
+    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
+    let reference: Make = &|i, o| {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(i, o).expect("reference"),
+        ))
+    };
+    check_set_as_if_alone(
+        gpu,
+        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        true,
+        "two passes beside others",
+        vec![two_pass, narrowband, three[0]],
+        16384,
+    );
+}
+
 /// From 1 to 8 outputs are served, none or nine refused with a sentence.
 #[test]
 fn output_counts_are_checked() {
