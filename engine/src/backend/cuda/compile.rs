@@ -88,23 +88,14 @@ impl Kernels {
             None
         };
         let fused = if cfg.fused() {
-            let post = module
-                .load_function(kernels::FUSED_POST_KERNEL)
-                .map_err(driver("finding fused_post"))?;
-            post.set_attribute(
-                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.fused_post_smem() as i32,
-            )
-            .map_err(driver("allowing fused_post its shared memory"))?;
-            let fir = module
-                .load_function(kernels::FUSED_FIR_KERNEL)
-                .map_err(driver("finding fused_fir"))?;
-            fir.set_attribute(
-                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.fused_fir_smem() as i32,
-            )
-            .map_err(driver("allowing fused_fir its shared memory"))?;
-            Some(FusedKernels { fir, post })
+            Some(FusedKernels {
+                fir: with_shared_memory(&module, kernels::FUSED_FIR_KERNEL, cfg.fused_fir_smem())?,
+                post: with_shared_memory(
+                    &module,
+                    kernels::FUSED_POST_KERNEL,
+                    cfg.fused_post_smem(),
+                )?,
+            })
         } else {
             None
         };
@@ -124,6 +115,20 @@ impl Kernels {
             times,
         ))
     }
+}
+
+/// Finds kernel `name` in `module` and allows it `bytes` of dynamic shared memory (past the
+/// default 48 KB).
+fn with_shared_memory(module: &Arc<CudaModule>, name: &str, bytes: usize) -> Result<CudaFunction> {
+    let f = module
+        .load_function(name)
+        .map_err(driver("finding a two-pass kernel"))?;
+    f.set_attribute(
+        dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        bytes as i32,
+    )
+    .map_err(driver("allowing a kernel its shared memory"))?;
+    Ok(f)
 }
 
 /// Compiles `src` for the context's GPU, loads it and finds kernel `name`.
