@@ -66,6 +66,11 @@ fn main() {
     if std::env::var_os("FENGINE_BENCH_THREE_PASS").is_some() {
         opts.tuning.fused = false;
     }
+    // FENGINE_BENCH_TWO_PASS=1 runs two passes at every size from 1024 channels (by default
+    // 65536 runs three).
+    if std::env::var_os("FENGINE_BENCH_TWO_PASS").is_some() {
+        opts.tuning.fused_max_channels = usize::MAX;
+    }
     // FENGINE_BENCH_CHUNK=128 runs the two passes in chunks of 128 spectra.
     if let Some(k) = std::env::var("FENGINE_BENCH_CHUNK")
         .ok()
@@ -79,6 +84,20 @@ fn main() {
         .and_then(|k| k.parse().ok())
     {
         opts.tuning.fused_fir_spectra = k;
+    }
+    // FENGINE_BENCH_TILE=16384: fused_post's tile of 16384 values.
+    if let Some(k) = std::env::var("FENGINE_BENCH_TILE")
+        .ok()
+        .and_then(|k| k.parse().ok())
+    {
+        opts.tuning.fused_tile = k;
+    }
+    // FENGINE_BENCH_FIR_COLUMNS=8: fused_fir blocks of 8 columns a group.
+    if let Some(k) = std::env::var("FENGINE_BENCH_FIR_COLUMNS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+    {
+        opts.tuning.fused_fir_columns = k;
     }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {

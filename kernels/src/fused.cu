@@ -149,6 +149,17 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
 // as [b][j][c]: transform (b, c) has its R points at stride F_C. Each transform is then F_H
 // threads (c fastest, so that shared-memory accesses are consecutive): a radix-16 stage, and for
 // R > 16 one more of radix F_H.
+
+// Whether spectra m..m + FIR_BATCH (all below m1) each start one spectrum after the one before
+// (`first_batch`: spectrum m starts where the window was loaded for). A barrier for the block.
+__device__ __forceinline__ bool batch_slides(const u32 *__restrict__ offsets, u32 m, u32 m1, bool first_batch) {
+    const u32 b = threadIdx.x;
+    bool ok = m + FIR_BATCH <= m1;
+    if (ok && b < FIR_BATCH && (b > 0 || !first_batch))
+        ok = __ldg(offsets + m + b) == __ldg(offsets + m + b - 1) + STEP;
+    return __syncthreads_and(ok);
+}
+
 extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     const u32 *__restrict__ span,       // [pol][stride] packed samples
     u64 stride,                         // words from one polarisation's row to the next
@@ -199,21 +210,14 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 
     for (u32 m = m0; m < m1; m += FIR_BATCH) {
         const u32 nb = min((u32)FIR_BATCH, m1 - m);
-        // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together.
-        bool slide = nb == FIR_BATCH;
-        u32 offs[FIR_BATCH];
-        if (slide) {
-#pragma unroll
-            for (int b = 0; b < FIR_BATCH; b++) offs[b] = __ldg(offsets + m + b);
-            slide = offs[0] == prev + STEP;
-#pragma unroll
-            for (int b = 1; b < FIR_BATCH; b++) slide = slide && offs[b] == offs[b - 1] + STEP;
-        }
+        // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together. (The
+        // barrier in batch_slides also keeps zs until the batch before is done with it.)
+        const bool slide = batch_slides(offsets, m, m1, m == m0);
         if (slide) {
             float2 fresh[FIR_BATCH];
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++)
-                fresh[b] = load_pair(span, (u64)offs[b] + 2 * u + (u64)STEP * (TAPS - 1));
+                fresh[b] = load_pair(span, (u64)__ldg(offsets + m + b) + 2 * u + (u64)STEP * (TAPS - 1));
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++) {
 #pragma unroll
@@ -221,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
                 x[TAPS - 1] = fresh[b];
                 z[b * F_R * F_C] = fir_sum(x, w);
             }
-            prev = offs[FIR_BATCH - 1];
+            prev = __ldg(offsets + m + FIR_BATCH - 1);
         } else {
             for (u32 b = 0; b < FIR_BATCH; b++) {
                 if (b >= nb) {
@@ -280,17 +284,16 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
                 }
             }
         }
-        __syncthreads(); // zs is the next batch's
     }
 }
 
 // Pass 2. Block (p, g): rows r0 = p and r1 = R - p (p = 0: rows 0 and R/2, each its own partner)
-// of F_M consecutive spectra from g F_M (8 where A = 1024, up to 128), both polarisations: 2A
-// channels. F_SB spectra at a time,
-// their 4 F_SB rows (spectrum, pol, row) transformed side by side, A / 16 threads each; each
-// thread then makes whole channels, both polarisations, into a shared tile [slot][spectrum],
-// written out at the end so that each channel's F_M spectra go out as one run (32 bytes at 8
-// bits).
+// of F_M consecutive spectra from g F_M (8 where A >= 512, up to 64), both polarisations: 2A
+// channels. A step takes F_SB spectra: their 4 F_SB rows (spectrum, pol, row) are transformed
+// side by side, A / 16 threads each; each thread then makes whole channels, both polarisations,
+// into a shared tile [slot][spectrum], written out at the end so that each channel's F_M spectra
+// go out as one run (32 bytes or more at 8 bits: shorter runs cost device memory a partial
+// sector each).
 //
 // Slot s < 2A: row r_{s div A}, k1 = s mod A, channel k = R k1 + row. Its partner Z_{n-k} is in
 // row (R - row) mod R at k1' = (A - k1) mod A for row 0, A - 1 - k1 otherwise.
@@ -366,6 +369,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
     u32 sat[2] = {0, 0};
     for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
+            __syncthreads(); // the step before is done with `rows`, `quarter` and the tile
             // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
             {
                 const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
@@ -438,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
                     }
                 }
             }
-            __syncthreads(); // the rows are overwritten next
         }
+        __syncthreads(); // the tile is whole
 
         // Out: consecutive threads take consecutive spectra of a slot, so each channel's run of F_M
         // spectra is written by neighbouring lanes.
@@ -450,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
             const u32 k = F_R * k1 + (ri ? row1 : row0);
             out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
         }
-        __syncthreads(); // the tile is the next group's
+        // The next step's first barrier keeps the tile until every thread has read it.
     }
     if (sat[0]) atomicAdd(&sat_block[0], sat[0]);
     if (sat[1]) atomicAdd(&sat_block[1], sat[1]);

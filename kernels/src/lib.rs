@@ -12,7 +12,7 @@
 //!   the transpose into heap layout through shared memory.
 //! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
 //!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
-//! - `fused_fir` and `fused_post` ([`Tuning::fused`], the default from 1024 channels): the
+//! - `fused_fir` and `fused_post` ([`Tuning::fused`], the default from 1024 to 32768 channels): the
 //!   wideband output in two passes instead of three, the FFT our own (n = R x A: the R-point FFTs
 //!   after the FIR, the A-point ones before the post-processing).
 //! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
@@ -41,10 +41,11 @@ pub const FUSED_POST_KERNEL: &str = "fused_post";
 pub const FUSED_MIN_CHANNELS: usize = 1024;
 /// Threads per block of `fused_post`.
 pub const FUSED_POST_THREADS: usize = 256;
-/// Values in a `fused_post` block's output tile (2A channels x spectra per block): 64 KB at 8 bits,
-/// so 8 spectra (a 32-byte run a channel) where A = 1024 and more where A is smaller, which also
-/// spreads the block's start (twiddles, gains) over more spectra.
-pub const FUSED_TILE: usize = 16384;
+/// The fewest values in a `fused_post` block's output tile (2A channels x spectra per block)
+/// unless [`Tuning::fused_tile`] says otherwise: 32 KB at 8 bits. Where A = 1024 it takes 16384
+/// (64 KB), so that each channel's run is 8 spectra, 32 bytes: shorter runs write part of a
+/// device-memory sector each, and measured 12-20% slower.
+pub const FUSED_TILE: usize = 8192;
 /// The most outputs one `ddc_set` launch serves.
 pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
@@ -116,12 +117,23 @@ pub struct Tuning {
     /// `postproc`): the default, faster at every size measured (kernels/NOTES.md). Off, the
     /// three passes are the fallback.
     pub fused: bool,
+    /// The most channels for which [`Tuning::fused`] takes two passes: 32768. At 65536 three
+    /// passes measured 1% faster (64.5 against 63.6-63.7 Gsample/s per polarisation, H100), so
+    /// they stay the default there.
+    pub fused_max_channels: usize,
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
     pub fused_chunk: usize,
     /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 8T, fewer where the
     /// GPU would be short of blocks).
     pub fused_fir_spectra: usize,
+    /// Columns of each column group a `fused_fir` block takes: 4, 8 or 16, at most 512 / R
+    /// (0: 8, so R x 8 threads).
+    pub fused_fir_columns: usize,
+    /// Values in a `fused_post` block's output tile, 2A channels x its spectra: a power of two
+    /// (0: [`FUSED_TILE`] or 16 A, whichever is more, so that each channel's run is at least 8
+    /// spectra).
+    pub fused_tile: usize,
     /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its
     /// own, so that one output's kernels fill what another's leave idle (bandwidth against
     /// arithmetic); else all run in turn on one stream.
@@ -144,8 +156,11 @@ impl Default for Tuning {
             ddc_set_span: 8192,
             nb_unzip_from: 32768,
             fused: true,
+            fused_max_channels: 32768,
             fused_chunk: 0,
             fused_fir_spectra: 0,
+            fused_fir_columns: 0,
+            fused_tile: 0,
             concurrent_outputs: true,
         }
     }
@@ -185,6 +200,7 @@ impl Config {
         self.tuning.fused
             && self.decimation == 1
             && self.channels >= FUSED_MIN_CHANNELS
+            && self.channels <= self.tuning.fused_max_channels
             && self.tuning.fir_batch == 16
     }
 
@@ -197,10 +213,12 @@ impl Config {
     }
 
     /// Columns of each of the R column groups a `fused_fir` block takes (it runs R x this many
-    /// threads): 16, or 8 where R = 64, so that a warp's sample loads cover runs of at least 8
-    /// columns.
+    /// threads): [`Tuning::fused_fir_columns`], 8 unless set.
     pub fn fused_columns(&self) -> usize {
-        (512 / self.fused_split().0).clamp(4, 16)
+        match self.tuning.fused_fir_columns {
+            0 => 8,
+            c => c,
+        }
     }
 
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
@@ -210,10 +228,14 @@ impl Config {
     }
 
     /// Spectra a `fused_post` block transforms at once (1024 / A: 16 points a thread, 256
-    /// threads), and spectra per block (its tile's: [`FUSED_TILE`] / 2A).
+    /// threads), and spectra per block (its tile's: at least 8; see [`Tuning::fused_tile`]).
     pub fn fused_post_spectra(&self) -> (usize, usize) {
         let a = self.fused_split().1;
-        (1024 / a, FUSED_TILE / (2 * a))
+        let tile = match self.tuning.fused_tile {
+            0 => FUSED_TILE.max(16 * a),
+            t => t,
+        };
+        (1024 / a, (tile / (2 * a)).max(1024 / a))
     }
 
     /// Dynamic shared memory of a `fused_post` block: its rows (padded one value in 16), the
@@ -413,6 +435,25 @@ impl Config {
             return Err(format!(
                 "postproc rows must divide {POSTPROC_TILE}, not {}",
                 t.postproc_rows
+            ));
+        }
+        if ![0, 4, 8, 16].contains(&t.fused_fir_columns) {
+            return Err(format!(
+                "fused_fir takes 4, 8 or 16 columns a group, not {}",
+                t.fused_fir_columns
+            ));
+        }
+        if self.fused() && self.fused_split().0 * self.fused_columns() > 512 {
+            return Err(format!(
+                "fused_fir's blocks take at most 512 threads: {} columns of {} groups is more",
+                self.fused_columns(),
+                self.fused_split().0
+            ));
+        }
+        if t.fused_tile != 0 && (!t.fused_tile.is_power_of_two() || t.fused_tile > 32768) {
+            return Err(format!(
+                "fused_post's tile takes a power of two of values up to 32768, not {}",
+                t.fused_tile
             ));
         }
         if ![4, 8].contains(&t.ddc_mma_warps) || ![8192, 16384].contains(&t.ddc_set_span) {
@@ -788,5 +829,29 @@ mod tests {
             .fir_block(),
             16
         );
+        // The two passes' launch shapes: columns 4, 8 or 16 (at most 512 threads), tiles a power
+        // of two; each channel's run at least 8 spectra by default.
+        let wide = |channels, fused_fir_columns, fused_tile| Config {
+            channels,
+            tuning: Tuning {
+                fused_fir_columns,
+                fused_tile,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        assert!(wide(65536, 8, 0).validate().is_ok());
+        assert!(wide(65536, 16, 0).validate().is_err());
+        assert!(wide(4096, 12, 0).validate().is_err());
+        assert!(wide(4096, 0, 3000).validate().is_err());
+        for channels in [1024, 4096, 16384, 32768, 65536] {
+            let (_, a) = wide(channels, 0, 0).fused_split();
+            let (at_once, spectra) = wide(channels, 0, 0).fused_post_spectra();
+            assert!(
+                spectra >= 8 && spectra.is_multiple_of(at_once),
+                "{channels}"
+            );
+            assert_eq!(2 * a * spectra, 8192.max(16 * a), "{channels}");
+        }
     }
 }

@@ -159,6 +159,23 @@ fn output_set(opts: &BenchOptions, channels: usize) -> Vec<Channelisation> {
 }
 
 /// A short description of the narrowband outputs, for the report.
+/// Which kernels run the wideband output, for the bench's header.
+fn wideband_kernels(t: &kernels::Tuning) -> String {
+    let three = "three passes (pfb_fir, cuFFT, postproc)";
+    if !t.fused {
+        return three.to_string();
+    }
+    let two = match t.fused_chunk {
+        0 => "two passes (fused_fir, fused_post; fir column: both)".to_string(),
+        k => format!("two passes in chunks of {k} spectra (fir column: both)"),
+    };
+    let sizes = match t.fused_max_channels {
+        usize::MAX => format!("from {} channels", kernels::FUSED_MIN_CHANNELS),
+        max => format!("from {} to {max} channels", kernels::FUSED_MIN_CHANNELS),
+    };
+    format!("{two} {sizes}, else {three}")
+}
+
 fn narrowband_label(opts: &BenchOptions) -> String {
     if opts.narrowband.is_empty() {
         return String::new();
@@ -225,11 +242,7 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
                 opts.output_bits,
                 if opts.dither { "on" } else { "off" },
                 narrowband_label(opts),
-                match (opts.tuning.fused, opts.tuning.fused_chunk) {
-                    (false, _) => "three passes (pfb_fir, cuFFT, postproc)".to_string(),
-                    (true, 0) => "two passes (fused_fir, fused_post; fir column: both)".to_string(),
-                    (true, k) => format!("two passes in chunks of {k} spectra (fir column: both)"),
-                }
+                wideband_kernels(&opts.tuning)
             )
             .map_err(io)?;
             ceilings = measure_ceilings(&backend.pipeline.ctx)?;

@@ -191,6 +191,7 @@ fn compare(
 fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
     let tuning = Tuning {
         fused,
+        fused_max_channels: usize::MAX,
         ..Tuning::default()
     };
     check_tuned(channels, taps, bits, tuning, |_| ())
@@ -466,6 +467,7 @@ fn dither_and_four_bits_match_reference_and_cpu() {
         for fused in [false, true] {
             let tuning = Tuning {
                 fused,
+                fused_max_channels: usize::MAX,
                 ..Tuning::default()
             };
             let frames = check_tuned(channels, taps, 10, tuning, output).expect("CUDA was present");
@@ -590,28 +592,85 @@ fn output_counts_are_checked() {
     check_output_counts(&|i, o| CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
-/// The two passes in chunks (each chunk's rows in a ring slot, post-processed on a stream of its
-/// own) give the same bytes as one pass over the whole frame: a last chunk shorter than the rest
-/// (104 = 3 x 32 + 8), the ring (3 slots) wrapping within a frame, frames in flight, random
+/// The two passes' launch shapes change only who computes what, so each gives the same bytes as
+/// the defaults: in chunks (each chunk's rows in a ring slot, post-processed on a stream of its
+/// own; a last chunk shorter than the rest, 104 = 3 x 32 + 8, and the ring of 3 slots wrapping
+/// within a frame), other `fused_fir` columns, other `fused_post` tiles. Frames in flight, random
 /// delays, a dithered output.
 #[test]
-fn fused_chunks_match_the_whole_frame() {
-    for (channels, s, h, chunk) in [(4096, 8, 13, 32), (32768, 16, 4, 16)] {
+fn fused_launch_shapes_give_the_same_bytes() {
+    let shapes = [
+        (
+            4096,
+            8,
+            13,
+            "chunks of 32",
+            Tuning {
+                fused_chunk: 32,
+                ..Tuning::default()
+            },
+        ),
+        (
+            4096,
+            8,
+            13,
+            "16 columns, a tile of 2048",
+            Tuning {
+                fused_fir_columns: 16,
+                fused_tile: 2048,
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "chunks of 16",
+            Tuning {
+                fused_chunk: 16,
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "4 columns, a tile of 8192",
+            Tuning {
+                fused_fir_columns: 4,
+                fused_tile: 8192,
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "4 columns, a tile of 32768",
+            Tuning {
+                fused_fir_columns: 4,
+                fused_tile: 32768,
+                ..Tuning::default()
+            },
+        ),
+    ];
+    for (channels, s, h, what, shaped) in shapes {
         let margin = 1000;
         let mut g = geometry(channels, 16, 10, s, h, margin);
         g.output.dither = Some(5);
+        // Two passes at every size here, 65536 channels included.
         let whole = Tuning {
-            fused: true,
+            fused_max_channels: usize::MAX,
             ..Tuning::default()
         };
-        let chunked = Tuning {
-            fused_chunk: chunk,
-            ..whole
+        let shaped = Tuning {
+            fused_max_channels: usize::MAX,
+            ..shaped
         };
         let Some(mut a) = cuda_tuned(&g, whole) else {
             return;
         };
-        let mut b = cuda_tuned(&g, chunked).expect("CUDA was present");
+        let mut b = cuda_tuned(&g, shaped).expect("CUDA was present");
         let mut rng = rng(channels as u64 + 5);
         let gains = random_gains(&mut rng, &g);
         for (pol, gain) in gains.iter().enumerate() {
@@ -624,7 +683,7 @@ fn fused_chunks_match_the_whole_frame() {
             assert_eq!(fa.input.timestamp, fb.input.timestamp);
             assert!(
                 fa.outputs[0].heaps[..] == fb.outputs[0].heaps[..],
-                "{channels} channels, chunks of {chunk}: the bytes differ"
+                "{channels} channels, {what}: the bytes differ from the defaults'"
             );
             assert_eq!(fa.outputs[0].saturated, fb.outputs[0].saturated);
         };
@@ -652,7 +711,7 @@ fn fused_chunks_match_the_whole_frame() {
             compare(fa, b.wait().unwrap().unwrap());
         }
         println!(
-            "{channels} channels, {} spectra a frame in chunks of {chunk}: {frames} frames identical",
+            "{channels} channels, {} spectra a frame, {what}: {frames} frames identical",
             g.spectra_per_frame()
         );
     }
@@ -767,6 +826,7 @@ fn tone_spurs(fused: bool) {
     g.input.overlap_samples = (taps - 1) * 2 * channels;
     let tuning = Tuning {
         fused,
+        fused_max_channels: usize::MAX,
         ..Tuning::default()
     };
     let Some(mut gpu) = cuda_tuned(&g, tuning) else {
