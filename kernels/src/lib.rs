@@ -830,16 +830,24 @@ mod tests {
             16
         );
         // The two passes' launch shapes: columns 4, 8 or 16 (at most 512 threads), tiles a power
-        // of two; each channel's run at least 8 spectra by default.
+        // of two; each channel's run at least 8 spectra by default. Two passes run from 1024 to
+        // 32768 channels unless told otherwise.
+        let three_pass = Config {
+            channels: 65536,
+            ..cfg()
+        };
+        assert!(three_pass.validate().is_ok() && !three_pass.fused());
         let wide = |channels, fused_fir_columns, fused_tile| Config {
             channels,
             tuning: Tuning {
                 fused_fir_columns,
                 fused_tile,
+                fused_max_channels: usize::MAX,
                 ..Tuning::default()
             },
             ..cfg()
         };
+        assert!(wide(65536, 8, 0).fused());
         assert!(wide(65536, 8, 0).validate().is_ok());
         assert!(wide(65536, 16, 0).validate().is_err());
         assert!(wide(4096, 12, 0).validate().is_err());
