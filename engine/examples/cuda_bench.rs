@@ -72,31 +72,19 @@ fn main() {
         opts.tuning.fused_max_channels = usize::MAX;
     }
     // FENGINE_BENCH_CHUNK=128 runs the two passes in chunks of 128 spectra.
-    if let Some(k) = std::env::var("FENGINE_BENCH_CHUNK")
-        .ok()
-        .and_then(|k| k.parse().ok())
-    {
+    if let Some(k) = env_number("FENGINE_BENCH_CHUNK") {
         opts.tuning.fused_chunk = k;
     }
     // FENGINE_BENCH_FIR_SPECTRA=64: fused_fir blocks of 64 spectra.
-    if let Some(k) = std::env::var("FENGINE_BENCH_FIR_SPECTRA")
-        .ok()
-        .and_then(|k| k.parse().ok())
-    {
+    if let Some(k) = env_number("FENGINE_BENCH_FIR_SPECTRA") {
         opts.tuning.fused_fir_spectra = k;
     }
     // FENGINE_BENCH_TILE=16384: fused_post's tile of 16384 values.
-    if let Some(k) = std::env::var("FENGINE_BENCH_TILE")
-        .ok()
-        .and_then(|k| k.parse().ok())
-    {
+    if let Some(k) = env_number("FENGINE_BENCH_TILE") {
         opts.tuning.fused_tile = k;
     }
     // FENGINE_BENCH_FIR_COLUMNS=8: fused_fir blocks of 8 columns a group.
-    if let Some(k) = std::env::var("FENGINE_BENCH_FIR_COLUMNS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-    {
+    if let Some(k) = env_number("FENGINE_BENCH_FIR_COLUMNS") {
         opts.tuning.fused_fir_columns = k;
     }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
@@ -107,4 +95,9 @@ fn main() {
         eprintln!("cuda_bench: {e}");
         std::process::exit(1);
     }
+}
+
+/// The number an environment variable holds, if it is set to one.
+fn env_number(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.parse().ok()
 }

@@ -112,10 +112,10 @@ pub struct Tuning {
     /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
     /// cuFFT would take two passes through memory.
     pub nb_unzip_from: usize,
-    /// A wideband output of at least [`FUSED_MIN_CHANNELS`] runs in two passes (`fused_fir`,
-    /// `fused_post`: the FFT our own, split between them) instead of three (`pfb_fir`, cuFFT,
-    /// `postproc`): the default, faster at every size measured (kernels/NOTES.md). Off, the
-    /// three passes are the fallback.
+    /// A wideband output of [`FUSED_MIN_CHANNELS`] to [`Tuning::fused_max_channels`] channels
+    /// runs in two passes (`fused_fir`, `fused_post`: the FFT our own, split between them)
+    /// instead of three (`pfb_fir`, cuFFT, `postproc`): the default, faster at those sizes
+    /// (kernels/NOTES.md). Off, the three passes are the fallback.
     pub fused: bool,
     /// The most channels for which [`Tuning::fused`] takes two passes: 32768. At 65536 three
     /// passes measured 1% faster (64.5 against 63.6-63.7 Gsample/s per polarisation, H100), so

@@ -158,7 +158,6 @@ fn output_set(opts: &BenchOptions, channels: usize) -> Vec<Channelisation> {
         .collect()
 }
 
-/// A short description of the narrowband outputs, for the report.
 /// Which kernels run the wideband output, for the bench's header.
 fn wideband_kernels(t: &kernels::Tuning) -> String {
     let three = "three passes (pfb_fir, cuFFT, postproc)";
@@ -176,6 +175,7 @@ fn wideband_kernels(t: &kernels::Tuning) -> String {
     format!("{two} {sizes}, else {three}")
 }
 
+/// A short description of the narrowband outputs, for the report.
 fn narrowband_label(opts: &BenchOptions) -> String {
     if opts.narrowband.is_empty() {
         return String::new();

@@ -187,14 +187,19 @@ fn compare(
     c
 }
 
-/// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
-fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
-    let tuning = Tuning {
+/// The default tuning with the two-pass kernels (`fused`) at every size they take, 65536
+/// channels included, or the three-pass ones everywhere.
+fn kernel_set(fused: bool) -> Tuning {
+    Tuning {
         fused,
         fused_max_channels: usize::MAX,
         ..Tuning::default()
-    };
-    check_tuned(channels, taps, bits, tuning, |_| ())
+    }
+}
+
+/// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
+fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
+    check_tuned(channels, taps, bits, kernel_set(fused), |_| ())
 }
 
 /// [`check_tuned`] with a filter design of its own.
@@ -465,12 +470,8 @@ fn dither_and_four_bits_match_reference_and_cpu() {
             o.dither = dither;
         };
         for fused in [false, true] {
-            let tuning = Tuning {
-                fused,
-                fused_max_channels: usize::MAX,
-                ..Tuning::default()
-            };
-            let frames = check_tuned(channels, taps, 10, tuning, output).expect("CUDA was present");
+            let frames = check_tuned(channels, taps, 10, kernel_set(fused), output)
+                .expect("CUDA was present");
             for (f, c) in frames.iter().enumerate() {
                 let case = format!(
                     "{channels} ch {taps} taps {bits}-bit output, dither {dither:?}, {} passes",
@@ -659,12 +660,9 @@ fn fused_launch_shapes_give_the_same_bytes() {
         let mut g = geometry(channels, 16, 10, s, h, margin);
         g.output.dither = Some(5);
         // Two passes at every size here, 65536 channels included.
-        let whole = Tuning {
-            fused_max_channels: usize::MAX,
-            ..Tuning::default()
-        };
+        let whole = kernel_set(true);
         let shaped = Tuning {
-            fused_max_channels: usize::MAX,
+            fused_max_channels: whole.fused_max_channels,
             ..shaped
         };
         let Some(mut a) = cuda_tuned(&g, whole) else {
@@ -824,12 +822,7 @@ fn tone_spurs(fused: bool) {
     let (s, h, frames) = (256, 32, 4); // 32768 spectra
     let mut g = geometry(channels, taps, 10, s, h, 0);
     g.input.overlap_samples = (taps - 1) * 2 * channels;
-    let tuning = Tuning {
-        fused,
-        fused_max_channels: usize::MAX,
-        ..Tuning::default()
-    };
-    let Some(mut gpu) = cuda_tuned(&g, tuning) else {
+    let Some(mut gpu) = cuda_tuned(&g, kernel_set(fused)) else {
         return;
     };
     let w = weights::default_weights(channels, taps).unwrap();
