@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
-use crate::config::{BackendKind, BenchArgs, ConfigError, EngineConfig, RunArgs};
+use crate::config::{BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs};
 use crate::control::{self, ControlState};
 use crate::pipeline::Pipeline;
 use crate::stats::Stats;
@@ -28,17 +28,41 @@ pub enum EngineError {
     Bench(String),
 }
 
+/// The CUDA backend's kernel choices for `precision`.
+fn cuda_tuning(precision: FftPrecision) -> backend::cuda::Tuning {
+    match precision {
+        FftPrecision::Single => backend::cuda::Tuning::default(),
+        FftPrecision::Half => backend::cuda::Tuning::half_rows(),
+    }
+}
+
 /// Builds the backend of `kind` for `input` and `outputs`. `auto` takes CUDA when GPU `gpu` is
 /// usable and the CPU backend otherwise, and logs which.
+///
+/// `precision` half is the CUDA backend's alone: with `auto` and no usable GPU it is an error, not
+/// the CPU backend (whose output would not be what was asked for).
 pub fn make_backend(
     kind: BackendKind,
+    precision: FftPrecision,
     input: InputGeometry,
     outputs: &[OutputGeometry],
     gpu: usize,
 ) -> Result<Box<dyn Backend>, String> {
     let unavailable =
         |name: &str, e: backend::BackendError| format!("the {name} backend cannot run here: {e}.");
+    if let Some(why) = precision.refusal(kind) {
+        return Err(why);
+    }
+    let cuda =
+        || backend::cuda::CudaBackend::with_outputs(input, outputs, gpu, cuda_tuning(precision));
     let cpu = || -> Result<Box<dyn Backend>, String> {
+        if precision == FftPrecision::Half {
+            return Err(
+                "--fft-precision half needs the CUDA backend, and no usable GPU was found: \
+                 give --fft-precision single to run on the CPU."
+                    .into(),
+            );
+        }
         Ok(Box::new(Synchronous::new(
             backend::cpu::CpuBackend::new(input, outputs).map_err(|e| unavailable("cpu", e))?,
         )))
@@ -53,8 +77,7 @@ pub fn make_backend(
             backend::null::NullBackend::new(input, outputs).map_err(|e| unavailable("null", e))?,
         )),
         BackendKind::Cuda => {
-            let b = backend::cuda::CudaBackend::new(input, outputs, gpu)
-                .map_err(|e| unavailable("cuda", e))?;
+            let b = cuda().map_err(|e| unavailable("cuda", e))?;
             let s = b.startup();
             // What this engine took of the GPU's memory: free before less free after (its
             // buffers and cuFFT's work area, not the context), which engines starting on the
@@ -64,14 +87,20 @@ pub fn make_backend(
                 device = %b.device_name(),
                 device_mib = s.device_bytes >> 20,
                 fft_work_mib = s.fft_work_bytes >> 20,
+                fft_precision = precision.name(),
                 "CUDA backend ready"
             );
             Box::new(b)
         }
         BackendKind::Auto => match backend::cuda::probe(gpu) {
-            Ok(()) => match backend::cuda::CudaBackend::new(input, outputs, gpu) {
+            Ok(()) => match cuda() {
                 Ok(b) => {
-                    tracing::info!(gpu, device = %b.device_name(), "backend auto: using CUDA");
+                    tracing::info!(
+                        gpu,
+                        device = %b.device_name(),
+                        fft_precision = precision.name(),
+                        "backend auto: using CUDA"
+                    );
                     Box::new(b)
                 }
                 Err(e) => {
@@ -121,15 +150,16 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     }
     let stats = Arc::new(Stats::for_config(&cfg));
     let stop = Arc::new(AtomicBool::new(false));
-    let (kind, input, outputs, gpu) = (
+    let (kind, precision, input, outputs, gpu) = (
         cfg.backend,
+        cfg.fft_precision,
         cfg.input.geometry,
         cfg.output_geometries(),
         cfg.gpu,
     );
     let pipeline = Pipeline::start(
         &cfg,
-        Box::new(move || make_backend(kind, input, &outputs, gpu)),
+        Box::new(move || make_backend(kind, precision, input, &outputs, gpu)),
         stats.clone(),
         stop.clone(),
     )
@@ -238,8 +268,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
     if args.frames == 0 {
         return Err(EngineError::Bench("--frames must be at least 1.".into()));
     }
-    let mut b =
-        make_backend(args.backend, input, &outputs, args.gpu).map_err(EngineError::Start)?;
+    let mut b = make_backend(args.backend, args.fft_precision, input, &outputs, args.gpu)
+        .map_err(EngineError::Start)?;
     let r = crate::bench::run(b.as_mut(), args.frames)
         .map_err(|e| EngineError::Bench(format!("the benchmark failed: {e}.")))?;
     println!("{r}");
@@ -256,6 +286,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
             frames: args.frames,
             gpu_index: args.gpu,
             narrowband: args.narrowband.clone(),
+            tuning: cuda_tuning(args.fft_precision),
             ..Default::default()
         };
         let mut out = std::io::stdout();
@@ -263,4 +294,38 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
             .map_err(|e| EngineError::Bench(format!("the CUDA benchmark failed: {e}.")))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::conformance::geometry;
+
+    /// float16 rows are the CUDA backend's: the CPU backends refuse them with a sentence, and
+    /// `auto` without a GPU refuses rather than fall back to float32 on the CPU.
+    #[test]
+    fn half_precision_needs_cuda() {
+        let g = geometry(1024, 4, 10, 4, 1, 0);
+        let make = |kind| make_backend(kind, FftPrecision::Half, g.input, &[g.output], 0);
+        for kind in [BackendKind::Cpu, BackendKind::Reference] {
+            let e = make(kind).err().expect("refused");
+            assert!(e.contains("--backend cuda") && e.ends_with('.'), "{e}");
+        }
+        assert!(make(BackendKind::Null).is_ok());
+        if backend::cuda::cuda_available() {
+            assert!(make(BackendKind::Auto).is_ok());
+        } else {
+            let e = make(BackendKind::Auto).err().expect("refused");
+            assert!(e.contains("no usable GPU") && e.ends_with('.'), "{e}");
+        }
+        // Single precision still falls back to the CPU.
+        let b = make_backend(
+            BackendKind::Auto,
+            FftPrecision::Single,
+            g.input,
+            &[g.output],
+            0,
+        );
+        assert!(b.is_ok());
+    }
 }

@@ -17,15 +17,49 @@
 // value in 16 so that the first stage's stride-16 writes fall in distinct banks. Twiddles come
 // from W_n^t, a table computed in float64.
 //
+// The rows between the passes are complex float32, or with ROW_HALF complex float16 (4 bytes a
+// value instead of 8, `--fft-precision half`), rounded stochastically (make_row): pass 1 scales
+// them by a power of two (`row_scale`, folded into its twiddles) so that no value can leave
+// float16's range, pass 2 undoes it in its gains, and all arithmetic stays float32.
+//
 // Configuration (prepended by kernels::source): F_R, F_A, F_C (pass 1 takes F_C columns of each
 // of the R column groups: F_R * F_C threads), F_SB (spectra a pass-2 block transforms at once:
-// 1024 / A), F_M (spectra per pass-2 block, a multiple of F_SB), F2_THREADS (256).
+// 1024 / A), F_M (spectra per pass-2 block, a multiple of F_SB), F2_THREADS (256), ROW_HALF.
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
 #endif
 #if F_R != 16 && F_R != 32 && F_R != 64
 #error "fused_fir takes R = 16, 32 or 64"
+#endif
+
+#if ROW_HALF
+// A complex float16, real part in the low half, rounded stochastically: 13 random bits (the ones
+// float32 has below float16's last mantissa bit) are added to the float32's bits, which are then
+// truncated toward zero. Rounding up happens with the probability of the dropped fraction, so
+// the error has mean zero whatever the signal: no spurs (round to nearest gives -96 dB on a
+// dithered tone, kernels/NOTES.md). The bits come from lowbias32 of the frame's key and the
+// value's counter, as engine/src/signal/half_rows.rs models them. NVRTC here has no headers:
+// the conversions are PTX.
+typedef u32 row_t;
+__device__ __forceinline__ row_t make_row(float2 v, u32 key, u32 m, u32 pol, u32 u) {
+    const u32 h = lowbias32(key ^ (((m * 2u + pol) * CHANNELS + u) * 0x9E3779B9u));
+    const float re = __uint_as_float(__float_as_uint(v.x) + (h & 0x1fffu));
+    const float im = __uint_as_float(__float_as_uint(v.y) + ((h >> 16) & 0x1fffu));
+    u32 r;
+    asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(im), "f"(re));
+    return r;
+}
+__device__ __forceinline__ float2 from_row(row_t r) {
+    float2 v;
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}"
+        : "=f"(v.x), "=f"(v.y) : "r"(r));
+    return v;
+}
+#else
+typedef float2 row_t;
+__device__ __forceinline__ row_t make_row(float2 v, u32, u32, u32, u32) { return v; }
+__device__ __forceinline__ float2 from_row(row_t r) { return r; }
 #endif
 
 #define F1_THREADS (F_R * F_C)
@@ -166,7 +200,9 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, in samples
     const float2 *__restrict__ weights, // [TAPS][CHANNELS], as pfb_fir's
     const float2 *__restrict__ wn,      // [CHANNELS]: W_n^t
-    float2 *__restrict__ out,           // [pol][rows_spectra][F_R][F_A]: row k2, column i
+    float row_scale,                    // a power of two (1 unless ROW_HALF)
+    u32 row_key,                        // the frame's key for the rows' rounding (ROW_HALF)
+    row_t *__restrict__ out,            // [pol][rows_spectra][F_R][F_A]: row k2, column i
     u32 spectra,                        // of the frame (offsets' row length)
     u32 first,                          // this launch's spectra: first..first + count, written
     u32 count,                          // from the rows' spectrum 0 on
@@ -185,8 +221,11 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     const u32 m1 = min(m0 + spectra_per_block, first + count);
 
     for (u32 t = tid; t < F_R; t += F1_THREADS) tw_r[t] = __ldg(wn + t * F_A);
-    // (i0 + c) k2 < A R = n: no reduction needed.
-    for (u32 t = tid; t < F_R * F_C; t += F1_THREADS) tw_i[t] = __ldg(wn + (i0 + t % F_C) * (t / F_C));
+    // (i0 + c) k2 < A R = n: no reduction needed. The rows' scale rides on these twiddles.
+    for (u32 t = tid; t < F_R * F_C; t += F1_THREADS) {
+        const float2 w = __ldg(wn + (i0 + t % F_C) * (t / F_C));
+        tw_i[t] = make_float2(w.x * row_scale, w.y * row_scale);
+    }
 
     span += pol * stride;
     offsets += (u64)pol * spectra;
@@ -253,12 +292,13 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 #pragma unroll
         for (int q = 0; q < 16; q++) v[q] = col[(fh + F_H * q) * F_C];
         dft<16>(v);
-        float2 *dst = out + ((u64)pol * rows_spectra + m - first + fb) * (F_R * F_A) + i0 + fc;
+        row_t *dst = out + ((u64)pol * rows_spectra + m - first + fb) * (F_R * F_A) + i0 + fc;
         const bool live = fb < nb;
         if constexpr (F_H == 1) {
             if (live) {
 #pragma unroll
-                for (int k2 = 0; k2 < 16; k2++) dst[k2 * F_A] = cmul(v[k2], tw_i[k2 * F_C + fc]);
+                for (int k2 = 0; k2 < 16; k2++)
+                    dst[k2 * F_A] = make_row(cmul(v[k2], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
             }
         } else {
             __syncthreads();
@@ -279,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 #pragma unroll
                     for (int q = 0; q < F_H; q++) {
                         const int k2 = g + 16 * q;
-                        dst[k2 * F_A] = cmul(a[q], tw_i[k2 * F_C + fc]);
+                        dst[k2 * F_A] = make_row(cmul(a[q], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
                     }
                 }
             }
@@ -316,10 +356,11 @@ __device__ __forceinline__ u32 tile_at(u32 s, u32 mm) {
 #define F2_SMEM_FLOAT2 (F2_T * F2_PAD + F2_TW)
 
 extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
-    const float2 *__restrict__ rows_in,  // [pol][rows_spectra][F_R][F_A], from fused_fir
+    const row_t *__restrict__ rows_in,   // [pol][rows_spectra][F_R][F_A], from fused_fir
     const float2 *__restrict__ fixup,    // [CHANNELS]: exp(-i pi k / n)
     const float2 *__restrict__ wn,       // [CHANNELS]: W_n^t
     const float2 *__restrict__ gains,    // [pol][CHANNELS]: half the complex gain
+    float row_unscale,                   // 1 / fused_fir's row_scale
     const float4 *__restrict__ rotation, // [pol][spectra]: (fine delay r, dither key bits, cos p, sin p)
     qjones *__restrict__ out,            // [heap][CHANNELS][SPECTRA_PER_HEAP]
     u64 *__restrict__ saturated,         // [pol], accumulated
@@ -360,7 +401,10 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
             const u32 k = F_R * pb + (ri ? row1 : row0) + j * (CHANNELS / 4);
             fx[ri][j] = __ldg(fixup + k);
 #pragma unroll
-            for (int pol = 0; pol < 2; pol++) gn[ri][j][pol] = __ldg(gains + pol * CHANNELS + k);
+            for (int pol = 0; pol < 2; pol++) {
+                const float2 gk = __ldg(gains + pol * CHANNELS + k);
+                gn[ri][j][pol] = make_float2(gk.x * row_unscale, gk.y * row_unscale);
+            }
         }
     }
 
@@ -373,10 +417,10 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
             // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
             {
                 const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
-                const float2 *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
+                const row_t *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
                 float2 v[16];
 #pragma unroll
-                for (int q = 0; q < 16; q++) v[q] = src[fh + (F_A / 16) * q];
+                for (int q = 0; q < 16; q++) v[q] = from_row(src[fh + (F_A / 16) * q]);
                 dft<16>(v);
 #pragma unroll
                 for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)

@@ -134,10 +134,29 @@ pub struct Tuning {
     /// (0: [`FUSED_TILE`] or 16 A, whichever is more, so that each channel's run is at least 8
     /// spectra).
     pub fused_tile: usize,
+    /// Not a launch shape but a precision (`--fft-precision half`): the two-pass kernels keep the
+    /// rows between their passes in float16 instead of float32, 4 bytes a complex value instead
+    /// of 8, rounded stochastically; the arithmetic stays float32. It changes the output:
+    /// kernels/NOTES.md ("Float16 rows") measures by how much. Outputs on the three passes are
+    /// not affected.
+    pub half_rows: bool,
     /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its
     /// own, so that one output's kernels fill what another's leave idle (bandwidth against
     /// arithmetic); else all run in turn on one stream.
     pub concurrent_outputs: bool,
+}
+
+impl Tuning {
+    /// The defaults with float16 rows ([`Tuning::half_rows`]): two passes from
+    /// [`FUSED_MIN_CHANNELS`] up, 65536 included, where with float16 rows they beat three passes
+    /// (69.7 against 64.6 Gsample/s per polarisation, H100; kernels/NOTES.md).
+    pub fn half_rows() -> Self {
+        Self {
+            half_rows: true,
+            fused_max_channels: usize::MAX,
+            ..Self::default()
+        }
+    }
 }
 
 /// The most outputs per `ddc` thread (its accumulators and samples are registers).
@@ -161,9 +180,17 @@ impl Default for Tuning {
             fused_fir_spectra: 0,
             fused_fir_columns: 0,
             fused_tile: 0,
+            half_rows: false,
             concurrent_outputs: true,
         }
     }
+}
+
+/// The two-pass split n = R x A of an n-channel output's complex FFT: (R, A), as
+/// [`Config::fused_split`] says.
+pub fn fused_split(channels: usize) -> (usize, usize) {
+    let a = (channels / 16).clamp(1, 1024);
+    (channels / a, a)
 }
 
 /// What a compiled module is specialised for.
@@ -208,8 +235,17 @@ impl Config {
     /// channels (A up to 1024), then A stays 1024 (a `fused_post` block's rows and tile fit twice
     /// in an SM's shared memory) and R grows to 32 and 64.
     pub fn fused_split(&self) -> (usize, usize) {
-        let a = (self.channels / 16).min(1024);
-        (self.channels / a, a)
+        fused_split(self.channels)
+    }
+
+    /// Bytes of one complex value of the rows between the two passes: 4 in float16
+    /// ([`Tuning::half_rows`]), else 8.
+    pub fn fused_row_bytes(&self) -> usize {
+        if self.tuning.half_rows {
+            4
+        } else {
+            8
+        }
     }
 
     /// Columns of each of the R column groups a `fused_fir` block takes (it runs R x this many
@@ -514,6 +550,7 @@ pub fn source(cfg: &Config) -> String {
         ("F_SB", cfg.fused_post_spectra().0.to_string()),
         ("F_M", cfg.fused_post_spectra().1.to_string()),
         ("F2_THREADS", FUSED_POST_THREADS.to_string()),
+        ("ROW_HALF", u32::from(cfg.tuning.half_rows).to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };

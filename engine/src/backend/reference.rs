@@ -17,6 +17,7 @@ use super::{
     channelisations, BackendError, Channelisation, Frame, InputGeometry, OutputFrame,
     OutputGeometry, Process, Result, SpectrumDelay, POLS,
 };
+use crate::signal::half_rows::{self, HalfRowsFft};
 use crate::signal::narrowband::{Narrowband, NarrowbandDelay, NarrowbandReference};
 use crate::signal::power::InputPower;
 use crate::signal::{dither, gain, quantise, unpack};
@@ -38,6 +39,9 @@ pub struct ReferenceOutput {
     weights: Vec<f64>,
     /// The wideband 2n-point FFT (a narrowband output's is in `narrowband`).
     fft: Arc<dyn Fft<f64>>,
+    /// Set by [`ReferenceBackend::model_half_rows`]: the FFT as the two-pass CUDA kernels take it
+    /// with float16 rows, instead of `fft`.
+    half_rows: Option<HalfRowsFft>,
     /// A narrowband output's channeliser (its mixer word set from each frame's).
     narrowband: Option<NarrowbandReference>,
     gains: [Vec<Complex64>; POLS],
@@ -64,6 +68,32 @@ impl ReferenceBackend {
     /// The first output's PFB weights (its filter design, `OutputGeometry::weights`).
     pub fn weights(&self) -> &[f64] {
         &self.per_output[0].weights
+    }
+
+    /// Models output `k` as the two-pass CUDA kernels compute it with float16 rows
+    /// (`--fft-precision half`, split n = R x A with R = `r`): the rows rounded where those
+    /// kernels round them (`signal::half_rows`), everything else in float64 as before.
+    pub fn model_half_rows(&mut self, k: usize, r: usize) -> Result<()> {
+        let o = self
+            .per_output
+            .get_mut(k)
+            .ok_or_else(|| BackendError::Misuse(format!("no output {k}")))?;
+        let g = o.geometry;
+        if o.narrowband.is_some() || r == 0 || g.output.channels % r != 0 {
+            return Err(BackendError::Unsupported(format!(
+                "float16 rows are modelled for wideband outputs split n = R x A; not output {k} \
+                 with R = {r}"
+            )));
+        }
+        let scale = half_rows::row_scale(&o.weights, g.output.channels, g.input.sample_bits, r);
+        let mut planner = FftPlanner::new();
+        o.half_rows = Some(HalfRowsFft::new(
+            g.output.channels,
+            r,
+            Some(scale),
+            &mut planner,
+        ));
+        Ok(())
     }
 
     /// What the backend keeps for output `k` (panics if there is no such output).
@@ -145,6 +175,7 @@ impl ReferenceOutput {
             geometry,
             weights,
             fft,
+            half_rows: None,
             narrowband,
             gains: std::array::from_fn(|_| vec![g0; geometry.output.channels]),
         })
@@ -174,6 +205,19 @@ impl ReferenceOutput {
         fine: f64,
         phase: f64,
     ) -> Result<Vec<Complex64>> {
+        self.wideband_spectrum(pol, window, fine, phase, (0, 0))
+    }
+
+    /// [`Self::spectrum`] for spectrum `at.1` of the frame with key `at.0`
+    /// ([`half_rows::frame_key`]): where the rows are float16, their rounding draws on both.
+    fn wideband_spectrum(
+        &self,
+        pol: usize,
+        window: &[f64],
+        fine: f64,
+        phase: f64,
+        at: (u32, usize),
+    ) -> Result<Vec<Complex64>> {
         let g = &self.geometry;
         if self.narrowband.is_some() {
             return Err(BackendError::Misuse(
@@ -195,7 +239,14 @@ impl ReferenceOutput {
                 buf[t].re += window[t + step * j] * self.weights[t + step * j];
             }
         }
-        self.fft.process(&mut buf); // X_k = sum_t g_t exp(-2 pi i k t / 2n)
+        match &self.half_rows {
+            // X_k = sum_t g_t exp(-2 pi i k t / 2n)
+            None => self.fft.process(&mut buf),
+            Some(h) => {
+                let g: Vec<f64> = buf.iter().map(|x| x.re).collect();
+                buf = h.process(&g, at.0, at.1, pol);
+            }
+        }
         let pi = std::f64::consts::PI;
         Ok((0..n)
             .map(|k| {
@@ -253,7 +304,14 @@ impl ReferenceOutput {
                     None => {
                         let start = delay.offset as usize;
                         let window = &span[pol][start..start + g.window()];
-                        self.spectrum(pol, window, delay.fine as f64, delay.phase as f64)?
+                        let at = (half_rows::frame_key(out.timestamp), m);
+                        self.wideband_spectrum(
+                            pol,
+                            window,
+                            delay.fine as f64,
+                            delay.phase as f64,
+                            at,
+                        )?
                     }
                 };
                 let key = g.dither_key(out.timestamp, m);

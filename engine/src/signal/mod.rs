@@ -10,11 +10,13 @@
 //! - [`power`]: the input sensors (sum of squares, full-scale samples, rms in dBFS).
 //! - [`ddc`]: the narrowband output's mixer and decimating low-pass filter.
 //! - [`narrowband`]: the narrowband output's geometry, delay mapping and float64 channeliser.
+//! - [`half_rows`]: the two-pass CUDA kernels with float16 rows, modelled in float64.
 
 pub mod ddc;
 pub mod delay;
 pub mod dither;
 pub mod gain;
+pub mod half_rows;
 pub mod narrowband;
 pub mod power;
 pub mod quantise;

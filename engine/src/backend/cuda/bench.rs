@@ -164,9 +164,10 @@ fn wideband_kernels(t: &kernels::Tuning) -> String {
     if !t.fused {
         return three.to_string();
     }
+    let rows = if t.half_rows { ", float16 rows" } else { "" };
     let two = match t.fused_chunk {
-        0 => "two passes (fused_fir, fused_post; fir column: both)".to_string(),
-        k => format!("two passes in chunks of {k} spectra (fir column: both)"),
+        0 => format!("two passes (fused_fir, fused_post{rows}; fir column: both)"),
+        k => format!("two passes in chunks of {k} spectra{rows} (fir column: both)"),
     };
     let sizes = match t.fused_max_channels {
         usize::MAX => format!("from {} channels", kernels::FUSED_MIN_CHANNELS),

@@ -26,6 +26,8 @@ pub(crate) struct FusedArgs {
     pub rotation: sys::CUdeviceptr,
     pub out: sys::CUdeviceptr,
     pub saturated: sys::CUdeviceptr,
+    /// The frame's key for the float16 rows' rounding (unused for float32 rows).
+    pub row_key: u32,
 }
 
 /// Chunked runs: the post stream and the events that order the ring.
@@ -44,6 +46,11 @@ pub(crate) struct FusedRun {
     slots: usize,
     /// Complex values of one spectrum's rows (n).
     points: usize,
+    /// Bytes of one of those values: 8 in float32, 4 in float16.
+    row_bytes: usize,
+    /// What `fused_fir` scales the rows by (a power of two; 1 in float32) and `fused_post`
+    /// divides out again.
+    row_scale: f32,
     fir: LaunchConfig,
     fir_spectra_per_block: u32,
     post: LaunchConfig,
@@ -51,18 +58,20 @@ pub(crate) struct FusedRun {
     /// The GPU's multiprocessors.
     sms: u32,
     chunked: Option<Chunked>,
-    /// [slot][pol][chunk][R][A] complex float32.
+    /// [slot][pol][chunk][R][A] complex float32 or float16.
     rows: DeviceBuffer,
 }
 
 impl FusedRun {
-    /// For `cfg` and frames of `spectra` spectra, chunks of `chunk` (0: the whole frame).
+    /// For `cfg` and frames of `spectra` spectra, chunks of `chunk` (0: the whole frame), rows
+    /// scaled by `row_scale` (see `signal::half_rows::row_scale`; 1 for float32 rows).
     pub fn new(
         ctx: &Arc<CudaContext>,
         kernels: FusedKernels,
         cfg: &kernels::Config,
         spectra: usize,
         chunk: usize,
+        row_scale: f32,
     ) -> Result<Self> {
         let (r, a) = cfg.fused_split();
         let (_, post_spectra) = cfg.fused_post_spectra();
@@ -109,6 +118,8 @@ impl FusedRun {
             chunk,
             slots,
             points: cfg.channels,
+            row_bytes: cfg.fused_row_bytes(),
+            row_scale,
             fir: LaunchConfig {
                 grid_dim: ((a / cols) as u32, 1, POLS as u32),
                 block_dim: ((r * cols) as u32, 1, 1),
@@ -123,8 +134,16 @@ impl FusedRun {
             post_spectra_per_block: post_spectra as u32,
             sms: sms as u32,
             chunked,
-            rows: DeviceBuffer::new(ctx, slots * POLS * chunk * cfg.channels * 8)?,
+            rows: DeviceBuffer::new(
+                ctx,
+                slots * POLS * chunk * cfg.channels * cfg.fused_row_bytes(),
+            )?,
         })
+    }
+
+    /// Bytes of one complex value of the rows: 8 (float32) or 4 (float16).
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
     }
 
     /// Enqueues the frame's two passes on `stream` (and, chunked, the post stream, joined back
@@ -143,7 +162,9 @@ impl FusedRun {
         for i in 0..chunks {
             let (first, count) = (i * chunk, chunk.min(spectra - i * chunk));
             let slot = i as usize % self.slots;
-            let rows = self.rows.at(slot * POLS * self.chunk * self.points * 8);
+            let rows = self
+                .rows
+                .at(slot * POLS * self.chunk * self.points * self.row_bytes);
             match &self.chunked {
                 None => {
                     self.launch_fir(args, rows, spectra, first, count, stream)?;
@@ -194,6 +215,8 @@ impl FusedRun {
             .arg(&a.offsets)
             .arg(&a.weights)
             .arg(&a.wn)
+            .arg(&self.row_scale)
+            .arg(&a.row_key)
             .arg(&rows)
             .arg(&spectra)
             .arg(&first)
@@ -219,11 +242,13 @@ impl FusedRun {
         stream: &CudaStream,
     ) -> Result<()> {
         let chunk = self.chunk as u32;
+        let unscale = self.row_scale.recip();
         let mut post = stream.launch_builder(&self.kernels.post);
         post.arg(&rows)
             .arg(&a.fixup)
             .arg(&a.wn)
             .arg(&a.gains)
+            .arg(&unscale)
             .arg(&a.rotation)
             .arg(&a.out)
             .arg(&a.saturated)

@@ -67,6 +67,17 @@ impl CudaBackend {
         )
     }
 
+    /// As [`Self::new`], with `tuning`'s launch shapes and precision
+    /// ([`Tuning::half_rows`]).
+    pub fn with_outputs(
+        input: InputGeometry,
+        outputs: &[OutputGeometry],
+        gpu_index: usize,
+        tuning: Tuning,
+    ) -> Result<Self> {
+        Self::with_tuning(&channelisations(input, outputs)?, gpu_index, tuning)
+    }
+
     /// As [`Self::new`] for the outputs' channelisations (of one input), with launch shapes other
     /// than the defaults (for the benchmark).
     pub fn with_tuning(

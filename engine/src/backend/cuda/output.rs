@@ -17,7 +17,7 @@ use super::fused::{FusedArgs, FusedRun};
 use super::layout::{self, twiddle_table, ParamLayout, Shapes};
 use super::pipeline::SpanView;
 use crate::backend::{BackendError, Channelisation, OutputFrame, Result, POLS};
-use crate::signal::{ddc, gain};
+use crate::signal::{ddc, gain, half_rows};
 
 /// Bytes of saturation counters after each slot's heaps: u64 per polarisation.
 const SAT_BYTES: usize = 8 * POLS;
@@ -42,6 +42,8 @@ struct OutputSlot {
     ddc_range: (u32, u32),
     /// Those the last frame made: copied within the DDC buffer, (from, to, count).
     ddc_carry: Option<(u32, u32, u32)>,
+    /// The frame's key for the float16 rows' stochastic rounding (`half_rows::frame_key`).
+    row_key: u32,
 }
 
 /// What a narrowband output's DDC buffer holds after the frames enqueued so far: the subsampled
@@ -204,7 +206,25 @@ impl OutputStage {
             false => None,
         };
         let fused = match kernels.fused.take() {
-            Some(k) => Some(FusedRun::new(ctx, k, &cfg, m, tuning.fused_chunk)?),
+            Some(k) => {
+                let row_scale = match tuning.half_rows {
+                    true => half_rows::row_scale(
+                        &w64,
+                        g.output.channels,
+                        g.input.sample_bits,
+                        cfg.fused_split().0,
+                    ) as f32,
+                    false => 1.0,
+                };
+                Some(FusedRun::new(
+                    ctx,
+                    k,
+                    &cfg,
+                    m,
+                    tuning.fused_chunk,
+                    row_scale,
+                )?)
+            }
             None => None,
         };
         let fft_buf = match fused {
@@ -243,6 +263,7 @@ impl OutputStage {
                     phase_step: 0,
                     ddc_range: (0, 0),
                     ddc_carry: None,
+                    row_key: 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -293,6 +314,7 @@ impl OutputStage {
         let (l, g) = (self.layout, self.geometry);
         let m = g.spectra_per_frame();
         let stale = self.slots[slot].gains_version != self.gains_version;
+        self.slots[slot].row_key = half_rows::frame_key(frame.timestamp);
         if let Some(nb) = &mut self.narrowband {
             let s = &mut self.slots[slot];
             let word = frame.mixer;
@@ -422,6 +444,7 @@ impl OutputStage {
                 rotation: s.params.at(self.layout.rotation),
                 out: s.output.ptr(),
                 saturated: s.output.at(g.output_bytes()),
+                row_key: s.row_key,
             };
             run.enqueue(&args, m, stream)?;
             // Both passes count as the first stage (chunked, they overlap).
@@ -692,9 +715,17 @@ impl OutputStage {
             // Only the centre half of the bins is read.
             Some(_) => pols * spectra / 2.0,
         } + g.output_bytes() as f64;
-        match self.fused {
-            // Both passes are timed as the first stage.
-            Some(_) => [fir + post, 0.0, 0.0],
+        match &self.fused {
+            // Both passes are timed as the first stage; the rows are written once and read once,
+            // 8 or 4 bytes a value (float16 rows).
+            Some(run) => {
+                let rows = spectra / 8.0 * run.row_bytes() as f64;
+                [
+                    pols * (g.chunk_bytes() as f64 + 2.0 * rows) + g.output_bytes() as f64,
+                    0.0,
+                    0.0,
+                ]
+            }
             None => [fir, fft, post],
         }
     }

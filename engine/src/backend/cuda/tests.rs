@@ -197,6 +197,11 @@ fn kernel_set(fused: bool) -> Tuning {
     }
 }
 
+/// The two-pass kernels at every size they take, with float16 rows.
+fn half_rows() -> Tuning {
+    Tuning::half_rows()
+}
+
 /// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
 fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
     check_tuned(channels, taps, bits, kernel_set(fused), |_| ())
@@ -331,6 +336,24 @@ fn kernels_compile_for_sm90() {
             decimation: 1,
             ddc_taps: 0,
             tuning: Tuning::default(),
+        });
+    }
+    // And with float16 rows.
+    for channels in [1024, 32768, 65536] {
+        configs.push(kernels::Config {
+            channels,
+            taps: 16,
+            sample_bits: 10,
+            spectra_per_heap: 256,
+            output_bits: 8,
+            dither: channels == 1024,
+            decimation: 1,
+            ddc_taps: 0,
+            tuning: Tuning {
+                half_rows: true,
+                fused_max_channels: usize::MAX,
+                ..Tuning::default()
+            },
         });
     }
     configs.par_iter().for_each(|cfg| {
@@ -719,6 +742,136 @@ fn fused_launch_shapes_give_the_same_bytes() {
 /// overlap: each frame's span starts with the previous span's tail, through
 /// two wraps of the span ring (where the overlap is copied). Also a chunk shorter than the
 /// overlap, where the tail includes the previous frame's own overlap.
+/// Float16 rows (`--fft-precision half`) against their float64 model (`signal::half_rows`: the
+/// reference with the rows rounded where the kernels round them): at most 1 LSB apart in under
+/// 0.1% of values, as the float32 paths are held to the plain reference. The same frames through
+/// the float32 two-pass kernels measure what float16 costs: the output's error power against the
+/// unrounded float64 values (rounding included), float16 over float32, in dB.
+#[test]
+fn half_rows_match_their_float64_model() {
+    if let Err(e) = probe(0) {
+        return skip(&e.to_string());
+    }
+    println!("channels taps bits out | frame: off-by-1 vs model | vs float64 | error power f32, f16 (LSB^2) | loss");
+    let cases: [(usize, usize, u32, u32, bool); 7] = [
+        (1024, 16, 10, 8, false),
+        (4096, 4, 8, 8, false),
+        (8192, 16, 10, 4, true),
+        (16384, 32, 12, 8, false),
+        (32768, 16, 10, 8, false),
+        (32768, 16, 16, 8, true),
+        (65536, 16, 10, 8, false),
+    ];
+    for (channels, taps, bits, out_bits, dithered) in cases {
+        let margin = 100;
+        let mut g = geometry(channels, taps, bits, 7, 5, margin);
+        g.output.bits = out_bits;
+        g.output.dither = dithered.then_some(99);
+        let (Some(mut half), Some(mut single)) = (
+            cuda_tuned(&g, half_rows()),
+            cuda_tuned(&g, kernel_set(true)),
+        ) else {
+            return;
+        };
+        let mut modelled = ReferenceBackend::new(g.input, &[g.output]).unwrap();
+        let (r, _) = kernels::fused_split(channels);
+        modelled.model_half_rows(0, r).unwrap();
+        let mut modelled = Synchronous::new(modelled);
+        let mut plain = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
+        let mut rng = rng((channels * 1000 + taps * 10) as u64 + bits as u64 + 7);
+        let gains = random_gains(&mut rng, &g);
+        let default = gain::default_gains(channels, bits, out_bits);
+        for f in 0..2 {
+            for (pol, random) in gains.iter().enumerate() {
+                let gain = if f == 0 { random } else { &default };
+                half.set_gains(0, pol, gain).unwrap();
+                single.set_gains(0, pol, gain).unwrap();
+                modelled.set_gains(0, pol, gain).unwrap();
+                plain.set_gains(0, pol, gain).unwrap();
+            }
+            let mut frame = half.alloc_frame().unwrap();
+            let s0 = noise(&mut rng, bits, g.chunk_samples());
+            let s1 = noise(&mut rng, bits, g.chunk_samples());
+            load_chunk(&mut frame, bits, [&s0, &s1]);
+            if f == 0 {
+                random_delays(&mut rng, &g, margin, &mut frame);
+            } else {
+                nominal_delays(&g, margin, &mut frame);
+            }
+            let mut mf = host_copy(&g, &frame);
+            let mut pf = host_copy(&g, &frame);
+            let mut sf = single.alloc_frame().unwrap();
+            for pol in 0..POLS {
+                sf.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
+                sf.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
+            }
+            sf.input.timestamp = frame.input.timestamp;
+            sf.outputs[0].timestamp = frame.outputs[0].timestamp;
+            poison(&mut frame);
+            poison(&mut sf);
+            half.submit(frame).unwrap();
+            single.submit(sf).unwrap();
+            let hf = half.wait().unwrap().expect("a frame in flight");
+            let sf = single.wait().unwrap().expect("a frame in flight");
+            assert_written(&hf);
+            let mv = modelled.process_unquantised(&mut mf).unwrap();
+            let pv = plain.process_unquantised(&mut pf).unwrap();
+            // The model as both "reference" and "CPU": the CPU figures are not the bar here.
+            let mv32: Vec<Complex32> = mv
+                .iter()
+                .map(|v| Complex32::new(v.re as f32, v.im as f32))
+                .collect();
+            let c = compare(&g, &hf, &mf, &mv, &mf, &mv32);
+            let pv32: Vec<Complex32> = pv
+                .iter()
+                .map(|v| Complex32::new(v.re as f32, v.im as f32))
+                .collect();
+            let vs_plain = compare(&g, &hf, &pf, &pv, &pf, &pv32);
+            let (e32, e16) = (error_power(&g, &sf, &pv), error_power(&g, &hf, &pv));
+            let loss = 10.0 * (e16 / e32).log10();
+            println!(
+                "{channels:>8} {taps:>4} {bits:>4} {out_bits}{} | {f}: {:>6} of {} ({:.4}%) | {:>6} ({:.4}%) | {e32:.5}, {e16:.5} | {loss:.4} dB",
+                if dithered { "d" } else { " " },
+                c.off_by_one,
+                c.values,
+                100.0 * c.off_by_one as f64 / c.values as f64,
+                vs_plain.off_by_one,
+                100.0 * vs_plain.off_by_one as f64 / vs_plain.values as f64,
+            );
+            let case = format!("{channels} ch {taps} taps {bits} bits frame {f}");
+            assert!(
+                (c.off_by_one as f64) < 1e-3 * c.values as f64,
+                "{case}: {c:?}"
+            );
+            assert!(c.saturation_gap <= c.saturation_allowed, "{case}: {c:?}");
+            assert!(loss < 0.05, "{case}: float16 rows cost {loss:.3} dB");
+        }
+    }
+}
+
+/// Mean squared error, in output LSB^2 per component, of `gpu`'s output against the unrounded
+/// float64 values `exact` (less the dither each value was rounded with), over unsaturated values.
+fn error_power(g: &Channelisation, gpu: &Frame, exact: &[Complex64]) -> f64 {
+    let bits = g.output.bits;
+    let out = gpu.outputs[0].components(bits);
+    let limit = g.limit() as f64;
+    let (mut sum, mut count) = (0.0, 0usize);
+    for m in 0..g.spectra_per_frame() {
+        for pol in 0..POLS {
+            for k in 0..g.output.channels {
+                let e = g.output_index(m, pol, k);
+                for (part, x) in [exact[e].re, exact[e].im].into_iter().enumerate() {
+                    if x.abs() < limit {
+                        sum += (out[2 * e + part] as f64 - x).powi(2);
+                        count += 1;
+                    }
+                }
+            }
+        }
+    }
+    sum / count as f64
+}
+
 #[test]
 fn frames_carry_the_overlap() {
     for (channels, taps, s, h) in [(1024, 16, 8, 3), (4096, 16, 1, 1)] {
@@ -810,21 +963,34 @@ fn misuse_is_an_error() {
 /// Other channels get a high gain so that small spurs survive 8-bit quantisation (the noise from
 /// the dither keeps that quantisation unbiased); results are divided by the gains.
 /// Both kernel sets: three passes (cuFFT) and two (our own FFT).
+/// And with float16 rows (`--fft-precision half`), rounded stochastically: rounded to nearest
+/// they measured -96.0 dB, which this bar fails (kernels/NOTES.md, "Float16 rows").
 #[test]
 fn dithered_tone_has_no_spurs() {
-    for fused in [false, true] {
-        tone_spurs(fused);
+    for (tuning, what) in [
+        (kernel_set(false), "3 passes"),
+        (kernel_set(true), "2 passes"),
+        (half_rows(), "2 passes, float16 rows"),
+    ] {
+        if let Some(worst) = tone_spurs(tuning, what) {
+            assert!(
+                worst.0 < -100.0,
+                "{what}: spur at {:.1} dB in channel {}",
+                worst.0,
+                worst.1
+            );
+        }
     }
 }
 
-fn tone_spurs(fused: bool) {
+/// The worst spur (dB, channel) of a dithered tone through `tuning`'s kernels, or None without
+/// CUDA.
+fn tone_spurs(tuning: Tuning, what: &str) -> Option<(f64, usize)> {
     let (channels, taps, tone) = (1024usize, 16usize, 192usize);
     let (s, h, frames) = (256, 32, 4); // 32768 spectra
     let mut g = geometry(channels, taps, 10, s, h, 0);
     g.input.overlap_samples = (taps - 1) * 2 * channels;
-    let Some(mut gpu) = cuda_tuned(&g, kernel_set(fused)) else {
-        return;
-    };
+    let mut gpu = cuda_tuned(&g, tuning)?;
     let w = weights::default_weights(channels, taps).unwrap();
     let amp = 500.0f64; // of 511
     let tone_x = amp / 2.0 * weights::dc_gain(&w);
@@ -897,16 +1063,14 @@ fn tone_spurs(fused: bool) {
         }
     }
     println!(
-        "{} passes: dithered 10-bit tone in channel {tone} of {channels}, {count} spectra averaged: tone {:.1} ({:.1} predicted), worst spur {:.1} dB (channel {})",
-        if fused { 2 } else { 3 }, tone_level[0], tone_x, worst.0, worst.1
+        "{what}: dithered 10-bit tone in channel {tone} of {channels}, {count} spectra averaged: tone {:.1} ({:.1} predicted), worst spur {:.1} dB (channel {})",
+        tone_level[0], tone_x, worst.0, worst.1
     );
-    assert!((tone_level[0] / tone_x - 1.0).abs() < 1e-2, "tone level");
     assert!(
-        worst.0 < -100.0,
-        "spur at {:.1} dB in channel {}",
-        worst.0,
-        worst.1
+        (tone_level[0] / tone_x - 1.0).abs() < 1e-2,
+        "{what}: tone level"
     );
+    Some(worst)
 }
 
 /// A narrowband output (DDC, complex PFB, centre half of the bins, rotation about the centre)
