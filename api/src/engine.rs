@@ -11,11 +11,19 @@ use serde::{Deserialize, Serialize};
 /// (this one only if given).
 pub const WIDEBAND: &str = "wideband";
 
+fn single() -> String {
+    "single".into()
+}
+
 /// `GET /status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     /// "reference", "cpu", "cuda" or "null".
     pub backend: String,
+    /// The CUDA backend's precision between its two wideband passes: "single" (float32), or
+    /// "half" (float16, `--fft-precision half`). Engines that predate it report nothing: single.
+    #[serde(default = "single")]
+    pub fft_precision: String,
     /// False once the engine has been asked to stop.
     pub running: bool,
     pub uptime_s: f64,
@@ -285,6 +293,7 @@ mod tests {
         };
         let status = Status {
             backend: "cpu".into(),
+            fft_precision: "single".into(),
             running: true,
             uptime_s: 1.5,
             feng_id: 0,
@@ -329,14 +338,17 @@ mod tests {
         assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 70);
         assert_eq!(v["input"]["pols"][1]["rms_dbfs"], -23.5);
         assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
-        // An older engine's status, without the digitiser's clipping counters, still reads.
+        // An older engine's status, without the digitiser's clipping counters or the FFT's
+        // precision, still reads.
         let mut old = v.clone();
         for p in old["input"]["pols"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
             p.remove("digitiser_clip_heaps");
             p.remove("digitiser_clip_samples");
         }
+        old.as_object_mut().unwrap().remove("fft_precision");
         let old: Status = serde_json::from_value(old).unwrap();
+        assert_eq!(old.fft_precision, "single");
         assert_eq!(old.input.pols[1].digitiser_clip_heaps, 0);
         assert_eq!(old.input.pols[1].heaps_missing, 4);
         assert_eq!(back.heaps_missing(), 7);

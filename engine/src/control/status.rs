@@ -80,6 +80,7 @@ pub fn build(
     let input = &cfg.input.geometry;
     Status {
         backend: backend.to_string(),
+        fft_precision: cfg.fft_precision.name().to_string(),
         running,
         uptime_s: uptime.as_secs_f64(),
         feng_id: cfg.feng_id,
@@ -184,10 +185,18 @@ mod tests {
         let st = build(&s.cfg, &s.stats, s.backend, true, Duration::ZERO, None);
         let v = serde_json::to_value(&st).unwrap();
         for key in [
-            "backend", "input", "outputs", "queues", "frames", "control", "delays",
+            "backend",
+            "fft_precision",
+            "input",
+            "outputs",
+            "queues",
+            "frames",
+            "control",
+            "delays",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }
+        assert_eq!(v["fft_precision"], "single");
         assert_eq!(v["outputs"]["wideband"]["channels"], 16);
         assert_eq!(v["outputs"]["wideband"]["heaps_sent"], 5);
         assert_eq!(v["outputs"]["wideband"]["saturated"][1], 3);
