@@ -166,7 +166,7 @@ fn wideband_kernels(t: &kernels::Tuning) -> String {
     }
     let rows = if t.half_rows { ", float16 rows" } else { "" };
     let two = match t.fused_chunk {
-        0 => format!("two passes (fused_fir, fused_post{rows}; fir column: both)"),
+        0 => format!("two passes (fused_fir in the fir column, fused_post in post{rows})"),
         k => format!("two passes in chunks of {k} spectra{rows} (fir column: both)"),
     };
     let sizes = match t.fused_max_channels {

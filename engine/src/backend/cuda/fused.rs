@@ -146,9 +146,21 @@ impl FusedRun {
         self.row_bytes
     }
 
+    /// Whether the passes run in chunks (and overlap on two streams).
+    pub fn chunked(&self) -> bool {
+        self.chunked.is_some()
+    }
+
     /// Enqueues the frame's two passes on `stream` (and, chunked, the post stream, joined back
-    /// into `stream` at the end).
-    pub fn enqueue(&self, args: &FusedArgs, spectra: u32, stream: &CudaStream) -> Result<()> {
+    /// into `stream` at the end). `between` enqueues what goes between them on `stream` (the
+    /// benchmark's timing events): after `fused_fir`, or chunked after both.
+    pub fn enqueue(
+        &self,
+        args: &FusedArgs,
+        spectra: u32,
+        stream: &CudaStream,
+        between: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
         let chunk = self.chunk as u32;
         if let Some(c) = &self.chunked {
             c.start
@@ -168,6 +180,7 @@ impl FusedRun {
             match &self.chunked {
                 None => {
                     self.launch_fir(args, rows, spectra, first, count, stream)?;
+                    between()?;
                     self.launch_post(args, rows, spectra, first, count, stream)?;
                 }
                 Some(c) => {
@@ -195,6 +208,7 @@ impl FusedRun {
             stream
                 .wait(&c.read[last])
                 .map_err(driver("waiting for an event"))?;
+            between()?;
         }
         Ok(())
     }

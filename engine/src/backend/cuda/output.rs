@@ -446,10 +446,12 @@ impl OutputStage {
                 saturated: s.output.at(g.output_bytes()),
                 row_key: s.row_key,
             };
-            run.enqueue(&args, m, stream)?;
-            // Both passes count as the first stage (chunked, they overlap).
-            mark(2)?;
-            return mark(3);
+            // fused_fir is the first stage and fused_post the last, with no FFT between (chunked,
+            // they overlap: both count as the first stage).
+            return run.enqueue(&args, m, stream, &|| {
+                mark(2)?;
+                mark(3)
+            });
         }
         match &self.narrowband {
             None => self.launch_fir(s, m, span, stream)?,
@@ -716,15 +718,17 @@ impl OutputStage {
             Some(_) => pols * spectra / 2.0,
         } + g.output_bytes() as f64;
         match &self.fused {
-            // Both passes are timed as the first stage; the rows are written once and read once,
-            // 8 or 4 bytes a value (float16 rows).
+            // The rows are written once and read once, 8 or 4 bytes a value (float16 rows).
             Some(run) => {
-                let rows = spectra / 8.0 * run.row_bytes() as f64;
-                [
-                    pols * (g.chunk_bytes() as f64 + 2.0 * rows) + g.output_bytes() as f64,
-                    0.0,
-                    0.0,
-                ]
+                let rows = pols * spectra / 8.0 * run.row_bytes() as f64;
+                let (fir, post) = (
+                    pols * g.chunk_bytes() as f64 + rows,
+                    rows + g.output_bytes() as f64,
+                );
+                match run.chunked() {
+                    true => [fir + post, 0.0, 0.0],
+                    false => [fir, 0.0, post],
+                }
             }
             None => [fir, fft, post],
         }
