@@ -300,6 +300,28 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
                 for (int k2 = 0; k2 < 16; k2++)
                     dst[k2 * F_A] = make_row(cmul(v[k2], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
             }
+        } else if constexpr (F_H == 2) {
+            // Radix 2 (L = 16) within the pair of threads fh = 0, 1 (lanes F_C apart): butterfly
+            // g = fh + 2 bb takes point g of each one's 16, the partner's by shuffle, with no
+            // shared memory or barrier (through shared memory, R = 32 took 15% longer than R = 16).
+#pragma unroll
+            for (int bb = 0; bb < 8; bb++) {
+                const int g = fh + 2 * bb;
+                const float2 mine = fh ? v[2 * bb + 1] : v[2 * bb]; // v[g]
+                const float2 give = fh ? v[2 * bb] : v[2 * bb + 1]; // the partner's g
+                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, F_C),
+                                               __shfl_xor_sync(0xffffffffu, give.y, F_C));
+                float2 a[2] = {fh ? got : mine, fh ? mine : got};
+                a[1] = cmul(a[1], tw_r[g]);
+                dft<2>(a);
+                if (live) {
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int k2 = g + 16 * q;
+                        dst[k2 * F_A] = make_row(cmul(a[q], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
+                    }
+                }
+            }
         } else {
             __syncthreads();
 #pragma unroll
