@@ -36,13 +36,37 @@ fn cuda_tuned(g: &Channelisation, tuning: Tuning) -> Option<CudaBackend> {
 /// A host copy of `frame`'s inputs, for the CPU backends.
 fn host_copy(g: &Channelisation, frame: &Frame) -> Frame {
     let mut f = host_frame(g);
-    for pol in 0..POLS {
-        f.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
-        f.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
-    }
-    f.input.timestamp = frame.input.timestamp;
-    f.outputs[0].timestamp = frame.outputs[0].timestamp;
+    copy_inputs(frame, &mut f);
     f
+}
+
+/// `from`'s samples, delays and timestamps into `to` (of the same geometry).
+fn copy_inputs(from: &Frame, to: &mut Frame) {
+    for pol in 0..POLS {
+        to.input.chunk[pol].copy_from_slice(&from.input.chunk[pol]);
+        to.outputs[0].delays[pol].clone_from(&from.outputs[0].delays[pol]);
+    }
+    to.input.timestamp = from.input.timestamp;
+    to.outputs[0].timestamp = from.outputs[0].timestamp;
+}
+
+/// Frame `f` of a two-frame check: random noise, then random delays (f = 0) or nominal ones.
+fn load_check_frame(
+    rng: &mut rand::rngs::StdRng,
+    g: &Channelisation,
+    margin: usize,
+    f: usize,
+    frame: &mut Frame,
+) {
+    let bits = g.input.sample_bits;
+    let s0 = noise(rng, bits, g.chunk_samples());
+    let s1 = noise(rng, bits, g.chunk_samples());
+    load_chunk(frame, bits, [&s0, &s1]);
+    if f == 0 {
+        random_delays(rng, g, margin, frame);
+    } else {
+        nominal_delays(g, margin, frame);
+    }
 }
 
 /// Nominal delays: window of spectrum m at `margin + m 2n`, no fine delay or phase.
@@ -197,11 +221,6 @@ fn kernel_set(fused: bool) -> Tuning {
     }
 }
 
-/// The two-pass kernels at every size they take, with float16 rows.
-fn half_rows() -> Tuning {
-    Tuning::half_rows()
-}
-
 /// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
 fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
     check_tuned(channels, taps, bits, kernel_set(fused), |_| ())
@@ -254,14 +273,7 @@ fn check_tuned(
             cpu.set_gains(0, pol, gain).unwrap();
         }
         let mut frame = gpu.alloc_frame().unwrap();
-        let s0 = noise(&mut rng, bits, g.chunk_samples());
-        let s1 = noise(&mut rng, bits, g.chunk_samples());
-        load_chunk(&mut frame, bits, [&s0, &s1]);
-        if f == 0 {
-            random_delays(&mut rng, &g, margin, &mut frame);
-        } else {
-            nominal_delays(&g, margin, &mut frame);
-        }
+        load_check_frame(&mut rng, &g, margin, f, &mut frame);
         let mut rf = host_copy(&g, &frame);
         let mut cf = host_copy(&g, &frame);
         poison(&mut frame);
@@ -768,7 +780,7 @@ fn half_rows_match_their_float64_model() {
         g.output.bits = out_bits;
         g.output.dither = dithered.then_some(99);
         let (Some(mut half), Some(mut single)) = (
-            cuda_tuned(&g, half_rows()),
+            cuda_tuned(&g, Tuning::half_rows()),
             cuda_tuned(&g, kernel_set(true)),
         ) else {
             return;
@@ -790,23 +802,11 @@ fn half_rows_match_their_float64_model() {
                 plain.set_gains(0, pol, gain).unwrap();
             }
             let mut frame = half.alloc_frame().unwrap();
-            let s0 = noise(&mut rng, bits, g.chunk_samples());
-            let s1 = noise(&mut rng, bits, g.chunk_samples());
-            load_chunk(&mut frame, bits, [&s0, &s1]);
-            if f == 0 {
-                random_delays(&mut rng, &g, margin, &mut frame);
-            } else {
-                nominal_delays(&g, margin, &mut frame);
-            }
+            load_check_frame(&mut rng, &g, margin, f, &mut frame);
             let mut mf = host_copy(&g, &frame);
             let mut pf = host_copy(&g, &frame);
             let mut sf = single.alloc_frame().unwrap();
-            for pol in 0..POLS {
-                sf.input.chunk[pol].copy_from_slice(&frame.input.chunk[pol]);
-                sf.outputs[0].delays[pol].clone_from(&frame.outputs[0].delays[pol]);
-            }
-            sf.input.timestamp = frame.input.timestamp;
-            sf.outputs[0].timestamp = frame.outputs[0].timestamp;
+            copy_inputs(&frame, &mut sf);
             poison(&mut frame);
             poison(&mut sf);
             half.submit(frame).unwrap();
@@ -970,7 +970,7 @@ fn dithered_tone_has_no_spurs() {
     for (tuning, what) in [
         (kernel_set(false), "3 passes"),
         (kernel_set(true), "2 passes"),
-        (half_rows(), "2 passes, float16 rows"),
+        (Tuning::half_rows(), "2 passes, float16 rows"),
     ] {
         if let Some(worst) = tone_spurs(tuning, what) {
             assert!(
