@@ -89,6 +89,10 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_TILE") {
         opts.tuning.fused_tile = k;
     }
+    // FENGINE_BENCH_MAX_R=64: the two passes' split takes up to 64 rows (A = 1024 at 65536).
+    if let Some(k) = env_number("FENGINE_BENCH_MAX_R") {
+        opts.tuning.fused_max_r = k;
+    }
     // FENGINE_BENCH_FIR_COLUMNS=8: fused_fir blocks of 8 columns a group.
     if let Some(k) = env_number("FENGINE_BENCH_FIR_COLUMNS") {
         opts.tuning.fused_fir_columns = k;

@@ -24,7 +24,8 @@
 //
 // Configuration (prepended by kernels::source): F_R, F_A, F_C (pass 1 takes F_C columns of each
 // of the R column groups: F_R * F_C threads), F_SB (spectra a pass-2 block transforms at once:
-// 1024 / A), F_M (spectra per pass-2 block, a multiple of F_SB), F2_THREADS (256), ROW_HALF.
+// 1024 / A, or 1 where A = 2048), F_M (spectra per pass-2 block, a multiple of F_SB),
+// F2_THREADS (256, or 512 where A = 2048), ROW_HALF.
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
@@ -377,7 +378,8 @@ __device__ __forceinline__ u32 tile_at(u32 s, u32 mm) {
 // Dynamic shared memory of a block (kernels::Config::fused_post_smem says the same).
 #define F2_SMEM_FLOAT2 (F2_T * F2_PAD + F2_TW)
 
-extern "C" __global__ void __launch_bounds__(F2_THREADS, 2) fused_post(
+// Two blocks an SM of 256 threads, or one of 512 (A = 2048): 128 registers a thread either way.
+extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused_post(
     const row_t *__restrict__ rows_in,   // [pol][rows_spectra][F_R][F_A], from fused_fir
     const float2 *__restrict__ fixup,    // [CHANNELS]: exp(-i pi k / n)
     const float2 *__restrict__ wn,       // [CHANNELS]: W_n^t

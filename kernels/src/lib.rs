@@ -39,7 +39,8 @@ pub const FUSED_FIR_KERNEL: &str = "fused_fir";
 pub const FUSED_POST_KERNEL: &str = "fused_post";
 /// The fewest channels the two-pass wideband kernels take (their R x A split needs A >= 128).
 pub const FUSED_MIN_CHANNELS: usize = 1024;
-/// Threads per block of `fused_post`.
+/// Threads per block of `fused_post` where A <= 1024 (two blocks an SM); where A = 2048, A / 4
+/// (one block an SM).
 pub const FUSED_POST_THREADS: usize = 256;
 /// The fewest values in a `fused_post` block's output tile (2A channels x spectra per block)
 /// unless [`Tuning::fused_tile`] says otherwise: 32 KB at 8 bits. Where A = 1024 it takes 16384
@@ -117,19 +118,24 @@ pub struct Tuning {
     /// instead of three (`pfb_fir`, cuFFT, `postproc`): the default, faster at those sizes
     /// (kernels/NOTES.md). Off, the three passes are the fallback.
     pub fused: bool,
-    /// The most channels for which [`Tuning::fused`] takes two passes: 32768. At 65536 three
-    /// passes measured 1% faster (64.5 against 63.6-63.7 Gsample/s per polarisation, H100), so
-    /// they stay the default there.
+    /// The most channels for which [`Tuning::fused`] takes two passes: all (65536 included,
+    /// where they measured 900 µs a frame against the three passes' 1040, H100).
     pub fused_max_channels: usize,
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
     pub fused_chunk: usize,
-    /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 8T, fewer where the
-    /// GPU would be short of blocks).
+    /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 512, fewer where
+    /// fewer blocks than fit on the GPU at once would have all the work).
     pub fused_fir_spectra: usize,
     /// Columns of each column group a `fused_fir` block takes: 4, 8 or 16, at most 512 / R
     /// (0: 8, so R x 8 threads).
     pub fused_fir_columns: usize,
+    /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32 with
+    /// float32 rows, 64 with float16). At 65536 channels, 32 makes A = 2048: `fused_post` blocks
+    /// of 512 threads, one an SM (rows and tile take 214 KB of shared memory), which beat R = 64
+    /// with float32 rows (900 against 930 µs a frame, H100) and lost with float16 (862 against
+    /// 849).
+    pub fused_max_r: usize,
     /// Values in a `fused_post` block's output tile, 2A channels x its spectra: a power of two
     /// (0: [`FUSED_TILE`] or 16 A, whichever is more, so that each channel's run is at least 8
     /// spectra).
@@ -147,14 +153,20 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// The defaults with float16 rows ([`Tuning::half_rows`]): two passes from
-    /// [`FUSED_MIN_CHANNELS`] up, 65536 included, where with float16 rows they beat three passes
-    /// (69.7 against 64.6 Gsample/s per polarisation, H100; kernels/NOTES.md).
+    /// The defaults with float16 rows ([`Tuning::half_rows`]).
     pub fn half_rows() -> Self {
         Self {
             half_rows: true,
-            fused_max_channels: usize::MAX,
             ..Self::default()
+        }
+    }
+
+    /// [`Tuning::fused_max_r`], or its default for the rows' precision.
+    pub fn max_r(&self) -> usize {
+        match (self.fused_max_r, self.half_rows) {
+            (0, false) => 32,
+            (0, true) => 64,
+            (r, _) => r,
         }
     }
 }
@@ -175,10 +187,11 @@ impl Default for Tuning {
             ddc_set_span: 8192,
             nb_unzip_from: 32768,
             fused: true,
-            fused_max_channels: 32768,
+            fused_max_channels: usize::MAX,
             fused_chunk: 0,
             fused_fir_spectra: 0,
             fused_fir_columns: 0,
+            fused_max_r: 0,
             fused_tile: 0,
             half_rows: false,
             concurrent_outputs: true,
@@ -186,10 +199,10 @@ impl Default for Tuning {
     }
 }
 
-/// The two-pass split n = R x A of an n-channel output's complex FFT: (R, A), as
-/// [`Config::fused_split`] says.
-pub fn fused_split(channels: usize) -> (usize, usize) {
-    let a = (channels / 16).clamp(1, 1024);
+/// The two-pass split n = R x A of an n-channel output's complex FFT with R at most `max_r`
+/// ([`Tuning::max_r`]): (R, A), as [`Config::fused_split`] says.
+pub fn fused_split(channels: usize, max_r: usize) -> (usize, usize) {
+    let a = (channels / 16).clamp(1, 1024).max(channels / max_r);
     (channels / a, a)
 }
 
@@ -232,10 +245,16 @@ impl Config {
     }
 
     /// The two-pass split n = R x A of the n-point complex FFT: (R, A). R is 16 up to 16384
-    /// channels (A up to 1024), then A stays 1024 (a `fused_post` block's rows and tile fit twice
-    /// in an SM's shared memory) and R grows to 32 and 64.
+    /// channels (A up to 1024), then A stays 1024 while R grows to [`Tuning::fused_max_r`], and
+    /// then A grows (to 2048: 65536 channels with R = 32).
     pub fn fused_split(&self) -> (usize, usize) {
-        fused_split(self.channels)
+        fused_split(self.channels, self.tuning.max_r())
+    }
+
+    /// Threads per `fused_post` block: 16 points of one transform each, 4 transforms at once
+    /// (256 where A <= 1024, A / 4 above).
+    pub fn fused_post_threads(&self) -> usize {
+        FUSED_POST_THREADS.max(self.fused_split().1 / 4)
     }
 
     /// Bytes of one complex value of the rows between the two passes: 4 in float16
@@ -263,15 +282,17 @@ impl Config {
         8 * self.tuning.fir_batch * r * self.fused_columns()
     }
 
-    /// Spectra a `fused_post` block transforms at once (1024 / A: 16 points a thread, 256
-    /// threads), and spectra per block (its tile's: at least 8; see [`Tuning::fused_tile`]).
+    /// Spectra a `fused_post` block transforms at once (4 transforms a spectrum, 16 points a
+    /// thread: 1024 / A where A <= 1024, else 1), and spectra per block (its tile's: at least 8;
+    /// see [`Tuning::fused_tile`]).
     pub fn fused_post_spectra(&self) -> (usize, usize) {
         let a = self.fused_split().1;
         let tile = match self.tuning.fused_tile {
             0 => FUSED_TILE.max(16 * a),
             t => t,
         };
-        (1024 / a, (tile / (2 * a)).max(1024 / a))
+        let at_once = 4 * self.fused_post_threads() / a;
+        (at_once, (tile / (2 * a)).max(at_once))
     }
 
     /// Dynamic shared memory of a `fused_post` block: its rows (padded one value in 16), the
@@ -486,6 +507,12 @@ impl Config {
                 self.fused_split().0
             ));
         }
+        if ![0, 32, 64].contains(&t.fused_max_r) {
+            return Err(format!(
+                "the two passes split their FFT into at most 32 or 64 rows, not {}",
+                t.fused_max_r
+            ));
+        }
         if t.fused_tile != 0 && (!t.fused_tile.is_power_of_two() || t.fused_tile > 32768) {
             return Err(format!(
                 "fused_post's tile takes a power of two of values up to 32768, not {}",
@@ -549,7 +576,7 @@ pub fn source(cfg: &Config) -> String {
         ("F_C", cfg.fused_columns().to_string()),
         ("F_SB", cfg.fused_post_spectra().0.to_string()),
         ("F_M", cfg.fused_post_spectra().1.to_string()),
-        ("F2_THREADS", FUSED_POST_THREADS.to_string()),
+        ("F2_THREADS", cfg.fused_post_threads().to_string()),
         ("ROW_HALF", u32::from(cfg.tuning.half_rows).to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
@@ -867,13 +894,22 @@ mod tests {
             16
         );
         // The two passes' launch shapes: columns 4, 8 or 16 (at most 512 threads), tiles a power
-        // of two; each channel's run at least 8 spectra by default. Two passes run from 1024 to
-        // 32768 channels unless told otherwise.
+        // of two; each channel's run at least 8 spectra by default. Two passes run from 1024
+        // channels up unless told otherwise.
         let three_pass = Config {
             channels: 65536,
+            tuning: Tuning {
+                fused_max_channels: 32768,
+                ..Tuning::default()
+            },
             ..cfg()
         };
         assert!(three_pass.validate().is_ok() && !three_pass.fused());
+        assert!(Config {
+            channels: 65536,
+            ..cfg()
+        }
+        .fused());
         let wide = |channels, fused_fir_columns, fused_tile| Config {
             channels,
             tuning: Tuning {
@@ -886,7 +922,27 @@ mod tests {
         };
         assert!(wide(65536, 8, 0).fused());
         assert!(wide(65536, 8, 0).validate().is_ok());
-        assert!(wide(65536, 16, 0).validate().is_err());
+        assert!(wide(65536, 16, 0).validate().is_ok(), "R = 32: 512 threads");
+        let mut r64 = wide(65536, 16, 0);
+        r64.tuning.fused_max_r = 64;
+        assert!(r64.validate().is_err(), "R = 64: 1024 threads");
+        r64.tuning.fused_max_r = 48;
+        assert!(r64.validate().is_err());
+        // The splits: R = 16 up to 16384 channels, then A = 1024 up to R = 32 (or 64), then A grows.
+        for (channels, max_r, split, post_threads) in [
+            (1024, 0, (16, 64), 256),
+            (16384, 0, (16, 1024), 256),
+            (32768, 0, (32, 1024), 256),
+            (65536, 0, (32, 2048), 512),
+            (65536, 64, (64, 1024), 256),
+        ] {
+            let mut c = wide(channels, 0, 0);
+            c.tuning.fused_max_r = max_r;
+            assert_eq!(c.fused_split(), split, "{channels} {max_r}");
+            assert_eq!(c.fused_post_threads(), post_threads, "{channels} {max_r}");
+            assert!(c.fused_post_smem() <= 227 * 1024, "{channels} {max_r}");
+        }
+        assert_eq!(fused_split(65536, Tuning::half_rows().max_r()), (64, 1024));
         assert!(wide(4096, 12, 0).validate().is_err());
         assert!(wide(4096, 0, 3000).validate().is_err());
         for channels in [1024, 4096, 16384, 32768, 65536] {

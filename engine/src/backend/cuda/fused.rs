@@ -14,6 +14,9 @@ use crate::backend::{Result, POLS};
 
 /// Ring slots of a chunked run: `fused_fir` may be this many chunks ahead of `fused_post`.
 const RING: usize = 3;
+/// Spectra a `fused_fir` block slides through unless [`kernels::Tuning::fused_fir_spectra`] says:
+/// 512 measured 3-7% faster than 8T = 128 at 4096-65536 channels, 16 taps (kernels/NOTES.md).
+const FUSED_FIR_SPECTRA: usize = 512;
 
 /// Device pointers of one frame's pass over an output.
 pub(crate) struct FusedArgs {
@@ -88,13 +91,18 @@ impl FusedRun {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("reading the multiprocessor count"))? as usize;
-        // Runs of 8T spectra per block (few window reloads), unless that leaves the GPU short of
-        // blocks (4 per SM).
+        // Runs of FUSED_FIR_SPECTRA per block (few window reloads and block starts, and few
+        // waves, so that the last one's idle SMs cost little), unless that leaves fewer blocks
+        // than fit at once (16 warps an SM, as registers allow).
         let mut per_block = match cfg.tuning.fused_fir_spectra {
-            0 => (8 * cfg.taps).div_ceil(batch) * batch,
+            0 => FUSED_FIR_SPECTRA,
             k => k.next_multiple_of(batch),
         };
-        while per_block > batch && (a / cols) * chunk.div_ceil(per_block) * POLS < 4 * sms {
+        let wave = 512 / (r * cols) * sms;
+        while cfg.tuning.fused_fir_spectra == 0
+            && per_block > batch
+            && (a / cols) * chunk.div_ceil(per_block) * POLS < wave
+        {
             per_block /= 2;
         }
         let per_block = per_block.clamp(batch, chunk.next_multiple_of(batch));
@@ -128,7 +136,7 @@ impl FusedRun {
             fir_spectra_per_block: per_block as u32,
             post: LaunchConfig {
                 grid_dim: ((r / 2) as u32, 1, 1),
-                block_dim: (kernels::FUSED_POST_THREADS as u32, 1, 1),
+                block_dim: (cfg.fused_post_threads() as u32, 1, 1),
                 shared_mem_bytes: cfg.fused_post_smem() as u32,
             },
             post_spectra_per_block: post_spectra as u32,
@@ -270,9 +278,12 @@ impl FusedRun {
             .arg(&first)
             .arg(&count)
             .arg(&chunk);
-        // Two blocks an SM, twice over; each block takes every gridDim.y-th group of spectra.
+        // One wave: as many blocks as fit at once (two an SM of 256 threads, one of 512), each
+        // taking every gridDim.y-th group of spectra. Twice that many (as before) left a third
+        // wave of a few blocks wherever R / 2 does not divide them: 65536 channels 552 -> 458 µs.
         let groups = count.div_ceil(self.post_spectra_per_block);
-        let rows = (4 * self.sms).div_ceil(self.post.grid_dim.0).max(1);
+        let per_sm = 512 / self.post.block_dim.0;
+        let rows = (per_sm * self.sms / self.post.grid_dim.0).max(1);
         let shape = LaunchConfig {
             grid_dim: (self.post.grid_dim.0, groups.min(rows), 1),
             ..self.post

@@ -221,9 +221,13 @@ fn kernel_set(fused: bool) -> Tuning {
     }
 }
 
-/// [`check_tuned`] with the two-pass kernels (`fused`) or the three-pass ones.
-fn check_kernels(channels: usize, taps: usize, bits: u32, fused: bool) -> Option<Vec<Comparison>> {
-    check_tuned(channels, taps, bits, kernel_set(fused), |_| ())
+/// The two-pass kernels with the split R x A taking up to 64 rows: at 65536 channels R = 64
+/// and A = 1024 (the float16 rows' split) instead of the default 32 x 2048.
+fn rows_up_to_64() -> Tuning {
+    Tuning {
+        fused_max_r: 64,
+        ..kernel_set(true)
+    }
 }
 
 /// [`check_tuned`] with a filter design of its own.
@@ -336,8 +340,14 @@ fn kernels_compile_for_sm90() {
             }
         }
     }
-    // The two-pass kernels at every split R x A (R 8 to 64), 4- and 8-bit output.
-    for channels in [2048, 8192, 16384, 32768] {
+    // The two-pass kernels at every split R x A (R 8 to 64, A up to 2048), 4- and 8-bit output.
+    for (channels, tuning) in [
+        (2048, Tuning::default()),
+        (8192, Tuning::default()),
+        (16384, Tuning::default()),
+        (32768, Tuning::default()),
+        (65536, rows_up_to_64()),
+    ] {
         configs.push(kernels::Config {
             channels,
             taps: 16,
@@ -347,7 +357,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 32768,
             decimation: 1,
             ddc_taps: 0,
-            tuning: Tuning::default(),
+            tuning,
         });
     }
     // And with float16 rows.
@@ -361,11 +371,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 1024,
             decimation: 1,
             ddc_taps: 0,
-            tuning: Tuning {
-                half_rows: true,
-                fused_max_channels: usize::MAX,
-                ..Tuning::default()
-            },
+            tuning: Tuning::half_rows(),
         });
     }
     configs.par_iter().for_each(|cfg| {
@@ -406,8 +412,13 @@ fn matches_reference_and_cpu() {
     for channels in [1024, 4096, 8192, 32768, 65536] {
         for taps in [4, 16, 32] {
             for bits in [8, 10, 12, 16] {
-                for fused in [true, false] {
-                    configs.push((channels, taps, bits, fused));
+                for (what, tuning) in [("2-pass", kernel_set(true)), ("3-pass", kernel_set(false))]
+                {
+                    configs.push((channels, taps, bits, what, tuning));
+                }
+                // At 65536 channels, the other split too (R = 64, A = 1024).
+                if channels == 65536 && taps == 16 {
+                    configs.push((channels, taps, bits, "2-pass, R = 64", rows_up_to_64()));
                 }
             }
         }
@@ -415,9 +426,9 @@ fn matches_reference_and_cpu() {
     let results: Vec<_> = configs
         .par_iter()
         .with_max_len(1)
-        .map(|&(n, t, b, f)| {
-            let frames = check_kernels(n, t, b, f).expect("CUDA was present");
-            ((n, t, b, if f { "2-pass" } else { "3-pass" }), frames)
+        .map(|(n, t, b, what, tuning)| {
+            let frames = check_tuned(*n, *t, *b, *tuning, |_| ()).expect("CUDA was present");
+            ((*n, *t, *b, *what), frames)
         })
         .collect();
     println!("channels taps bits kernels | frame: off-by-1 vs f64 | GPU != CPU (clear of boundary) | near boundary, tol | sat gap/allowed");
@@ -682,10 +693,20 @@ fn fused_launch_shapes_give_the_same_bytes() {
             65536,
             16,
             4,
-            "4 columns, a tile of 32768",
+            "4 columns, a tile of 16384 (4 spectra where A = 2048)",
             Tuning {
                 fused_fir_columns: 4,
-                fused_tile: 32768,
+                fused_tile: 16384,
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "blocks of 64 spectra",
+            Tuning {
+                fused_fir_spectra: 64,
                 ..Tuning::default()
             },
         ),
@@ -786,7 +807,7 @@ fn half_rows_match_their_float64_model() {
             return;
         };
         let mut modelled = ReferenceBackend::new(g.input, &[g.output]).unwrap();
-        let (r, _) = kernels::fused_split(channels);
+        let (r, _) = kernels::fused_split(channels, Tuning::half_rows().max_r());
         modelled.model_half_rows(0, r).unwrap();
         let mut modelled = Synchronous::new(modelled);
         let mut plain = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
