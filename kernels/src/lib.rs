@@ -12,7 +12,7 @@
 //!   the transpose into heap layout through shared memory.
 //! - `input_power`: the input sensors, the chunk's integer sum of squares and full-scale samples
 //!   per polarisation (after `pfb_fir`'s `load_pair`, which it reuses).
-//! - `fused_fir` and `fused_post` ([`Tuning::fused`], the default from 1024 to 32768 channels): the
+//! - `fused_fir` and `fused_post` ([`Tuning::fused`], the default from 1024 channels up): the
 //!   wideband output in two passes instead of three, the FFT our own (n = R x A: the R-point FFTs
 //!   after the FIR, the A-point ones before the post-processing).
 //! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
