@@ -336,7 +336,7 @@ pub struct RunArgs {
     pub backend: BackendKind,
     /// Precision of the CUDA backend's wideband FFT between its two passes: single (float32), or
     /// half (the values between the passes in float16, rounded stochastically, arithmetic in
-    /// float32; wideband outputs of 1024 channels and more): 6-12% faster, the
+    /// float32; wideband outputs of 1024 channels and more): 8-15% faster, the
     /// noise floor 0.006 dB higher, the worst spur of a dithered tone -119 dB instead of -125,
     /// up to 0.9% of output values one LSB from float64. Needs --backend cuda (or auto with a
     /// GPU).

@@ -10,15 +10,19 @@
 
 // Two consecutive samples starting at sample index x of a packed span: one funnel shift over two
 // aligned words covers them (2 * SAMPLE_BITS <= 32 bits from any bit position).
-__device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u64 x) {
-    const u64 bit = x * SAMPLE_BITS;
-    const u64 w = bit >> 5;
-    const u32 hi = bswap32(__ldg(span + w));
-    const u32 lo = bswap32(__ldg(span + w + 1));
-    const u32 top = __funnelshift_l(lo, hi, (u32)bit & 31u);
+// The sample pair whose first bit is bit `sh` (< 32) of word p[0].
+__device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
+    const u32 hi = bswap32(__ldg(p));
+    const u32 lo = bswap32(__ldg(p + 1));
+    const u32 top = __funnelshift_l(lo, hi, sh);
     const int s0 = (int)top >> (32 - SAMPLE_BITS);
     const int s1 = (int)(top << SAMPLE_BITS) >> (32 - SAMPLE_BITS);
     return make_float2((float)s0, (float)s1);
+}
+
+__device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u64 x) {
+    const u64 bit = x * SAMPLE_BITS;
+    return pair_at(span + (bit >> 5), (u32)bit & 31u);
 }
 
 __device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 (&w)[TAPS]) {
