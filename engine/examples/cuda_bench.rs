@@ -66,16 +66,10 @@ fn main() {
     if std::env::var_os("FENGINE_BENCH_THREE_PASS").is_some() {
         opts.tuning.fused = false;
     }
-    // FENGINE_BENCH_TWO_PASS=1 runs two passes at every size from 1024 channels (by default
-    // 65536 runs three).
-    if std::env::var_os("FENGINE_BENCH_TWO_PASS").is_some() {
-        opts.tuning.fused_max_channels = usize::MAX;
-    }
     // FENGINE_BENCH_HALF=1 keeps the two passes' rows in float16, at every size from 1024
     // channels (`--fft-precision half`).
     if std::env::var_os("FENGINE_BENCH_HALF").is_some() {
         opts.tuning.half_rows = true;
-        opts.tuning.fused_max_channels = usize::MAX;
     }
     // FENGINE_BENCH_CHUNK=128 runs the two passes in chunks of 128 spectra.
     if let Some(k) = env_number("FENGINE_BENCH_CHUNK") {

@@ -915,7 +915,6 @@ mod tests {
             tuning: Tuning {
                 fused_fir_columns,
                 fused_tile,
-                fused_max_channels: usize::MAX,
                 ..Tuning::default()
             },
             ..cfg()

@@ -59,12 +59,8 @@ pub(crate) struct FusedRun {
     fir_spectra_per_block: u32,
     post: LaunchConfig,
     post_spectra_per_block: u32,
-    /// Waves of `fused_post` blocks: one where A >= 1024 (groups of 8 spectra, 1-3% faster than
-    /// two), two where A <= 512 (groups of 16-64 spectra, balanced better over twice the blocks:
-    /// 0.3-0.6% faster than one).
-    post_waves: u32,
-    /// The GPU's multiprocessors.
-    sms: u32,
+    /// The most `fused_post` blocks a launch takes: whole waves of as many as fit at once.
+    post_blocks: u32,
     chunked: Option<Chunked>,
     /// [slot][pol][chunk][R][A] complex float32 or float16.
     rows: DeviceBuffer,
@@ -111,6 +107,12 @@ impl FusedRun {
             per_block /= 2;
         }
         let per_block = per_block.clamp(batch, chunk.next_multiple_of(batch));
+        // fused_post in whole waves (two blocks an SM of 256 threads, one of 512): one where
+        // A >= 1024 (groups of 8 spectra, 1-3% faster than two), two where A <= 512 (groups of
+        // 16-64 spectra balance better over twice the blocks: 0.3-0.6% faster than one).
+        let post_threads = cfg.fused_post_threads();
+        let post_waves = if a >= 1024 { 1 } else { 2 };
+        let post_blocks = post_waves * (512 / post_threads) * sms;
         let event = || {
             ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
                 .map_err(driver("creating an event"))
@@ -141,12 +143,11 @@ impl FusedRun {
             fir_spectra_per_block: per_block as u32,
             post: LaunchConfig {
                 grid_dim: ((r / 2) as u32, 1, 1),
-                block_dim: (cfg.fused_post_threads() as u32, 1, 1),
+                block_dim: (post_threads as u32, 1, 1),
                 shared_mem_bytes: cfg.fused_post_smem() as u32,
             },
             post_spectra_per_block: post_spectra as u32,
-            post_waves: if a >= 1024 { 1 } else { 2 },
-            sms: sms as u32,
+            post_blocks: post_blocks as u32,
             chunked,
             rows: DeviceBuffer::new(
                 ctx,
@@ -284,12 +285,11 @@ impl FusedRun {
             .arg(&first)
             .arg(&count)
             .arg(&chunk);
-        // Whole waves of blocks (two an SM of 256 threads, one of 512), each taking every
-        // gridDim.y-th group of spectra. Rounded up, the rows had left a last wave of a few
-        // blocks alone wherever R / 2 does not divide them: 65536 channels 552 -> 458 µs.
+        // Whole waves of blocks (post_blocks), each taking every gridDim.y-th group of spectra.
+        // Rounded up, the rows had left a last wave of a few blocks alone wherever R / 2 does
+        // not divide them: 65536 channels 552 -> 458 µs.
         let groups = count.div_ceil(self.post_spectra_per_block);
-        let per_sm = 512 / self.post.block_dim.0;
-        let rows = (self.post_waves * per_sm * self.sms / self.post.grid_dim.0).max(1);
+        let rows = (self.post_blocks / self.post.grid_dim.0).max(1);
         let shape = LaunchConfig {
             grid_dim: (self.post.grid_dim.0, groups.min(rows), 1),
             ..self.post

@@ -211,12 +211,11 @@ fn compare(
     c
 }
 
-/// The default tuning with the two-pass kernels (`fused`) at every size they take, 65536
-/// channels included, or the three-pass ones everywhere.
+/// The default tuning with the two-pass kernels (`fused`) at every size they take, or the
+/// three-pass ones everywhere.
 fn kernel_set(fused: bool) -> Tuning {
     Tuning {
         fused,
-        fused_max_channels: usize::MAX,
         ..Tuning::default()
     }
 }
@@ -715,12 +714,7 @@ fn fused_launch_shapes_give_the_same_bytes() {
         let margin = 1000;
         let mut g = geometry(channels, 16, 10, s, h, margin);
         g.output.dither = Some(5);
-        // Two passes at every size here, 65536 channels included.
         let whole = kernel_set(true);
-        let shaped = Tuning {
-            fused_max_channels: whole.fused_max_channels,
-            ..shaped
-        };
         let Some(mut a) = cuda_tuned(&g, whole) else {
             return;
         };
