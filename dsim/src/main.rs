@@ -33,30 +33,33 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
-    let handle = Dsim::start(cli.run.to_config())?;
-    let controller = handle.controller().clone();
-    // Signals arrive on a small runtime of their own; they ask the send threads to stop.
+    // Signals arrive on a small runtime of their own; they ask the send threads to stop. The
+    // handlers are installed before sending starts: a SIGTERM just after `sending` used to find
+    // none and kill the process outright.
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let watched = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _runtime = signals.enter();
+        signal(SignalKind::terminate())
+            .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+    };
+    let handle = Dsim::start(cli.run.to_config())?;
+    let controller = handle.controller().clone();
     std::thread::Builder::new()
         .name("dsim-signals".into())
         .spawn(move || {
             signals.block_on(async {
-                let mut term =
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(t) => t,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot watch SIGTERM");
-                            let _ = tokio::signal::ctrl_c().await;
-                            controller.request_stop();
-                            return;
-                        }
-                    };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
-                    _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+                match watched {
+                    Ok((mut term, mut int)) => tokio::select! {
+                        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+                        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch SIGTERM");
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
                 }
                 controller.request_stop();
             });
