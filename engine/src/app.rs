@@ -120,6 +120,8 @@ pub fn make_backend(
 /// `fengine run`: runs until SIGINT or SIGTERM (or a fatal error).
 pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     let cfg = EngineConfig::from_args(args)?;
+    // Signals are watched from before the first line the engine logs (ControlRuntime).
+    let runtime = control::ControlRuntime::new().map_err(EngineError::Start)?;
     let input = &cfg.input.geometry;
     tracing::info!(
         sample_bits = input.sample_bits,
@@ -171,7 +173,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         pipeline.commands.clone(),
         stop.clone(),
     );
-    let control = match control::start(state) {
+    let control = match control::start(state, runtime) {
         Ok((_, handle)) => handle,
         Err(e) => {
             stop.store(true, Ordering::Relaxed);

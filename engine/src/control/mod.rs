@@ -148,9 +148,36 @@ pub fn limits(cfg: &EngineConfig) -> fgpu_serve::Limits {
     fgpu_serve::Limits::new(max_body(cfg), cfg.control_token.clone())
 }
 
-/// Binds `state.cfg.control`, logs `control listening on ADDR:PORT`, and serves until the stop
-/// flag is set.
-pub fn start(state: ControlState) -> Result<(SocketAddr, JoinHandle<()>), String> {
+/// The control thread's runtime, with SIGINT and SIGTERM already watched: made before the
+/// pipeline starts, so that a signal sent as soon as the engine logs anything stops it cleanly
+/// instead of finding no handler and killing the process.
+pub struct ControlRuntime {
+    rt: tokio::runtime::Runtime,
+    signals: Signals,
+}
+
+impl ControlRuntime {
+    pub fn new() -> Result<Self, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the control runtime: {e}."))?;
+        let signals = {
+            use tokio::signal::unix::{signal, SignalKind};
+            let _runtime = rt.enter();
+            signal(SignalKind::interrupt())
+                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+        };
+        Ok(Self { rt, signals })
+    }
+}
+
+/// Binds `state.cfg.control`, logs `control listening on ADDR:PORT`, and serves on `runtime`
+/// until the stop flag is set (or SIGINT or SIGTERM sets it).
+pub fn start(
+    state: ControlState,
+    runtime: ControlRuntime,
+) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let addr = state.cfg.control;
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| format!("cannot listen for control requests on {addr}: {e}."))?;
@@ -162,27 +189,17 @@ pub fn start(state: ControlState) -> Result<(SocketAddr, JoinHandle<()>), String
         .map_err(|e| format!("cannot set up the control socket: {e}."))?;
     tracing::info!("control listening on {local}");
     let state = Arc::new(state);
+    let ControlRuntime { rt, signals } = runtime;
     let handle = std::thread::Builder::new()
         .name("fengine-control".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("cannot start the control runtime: {e}");
-                    state.stop.store(true, Relaxed);
-                    return;
-                }
-            };
-            rt.block_on(serve(listener, state));
-        })
+        .spawn(move || rt.block_on(serve(listener, state, signals)))
         .map_err(|e| format!("cannot start the control thread: {e}."))?;
     Ok((local, handle))
 }
 
-async fn serve(listener: std::net::TcpListener, state: Shared) {
+type Signals = std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+
+async fn serve(listener: std::net::TcpListener, state: Shared, signals: Signals) {
     let stop = state.stop.clone();
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -192,7 +209,7 @@ async fn serve(listener: std::net::TcpListener, state: Shared) {
             return;
         }
     };
-    tokio::spawn(watch_signals(stop.clone()));
+    tokio::spawn(watch_signals(signals, stop.clone()));
     let wait = {
         let stop = stop.clone();
         async move {
@@ -205,15 +222,14 @@ async fn serve(listener: std::net::TcpListener, state: Shared) {
     fgpu_serve::serve(listener, router(state), &limits, wait).await;
 }
 
-/// SIGINT or SIGTERM: stop the engine cleanly.
-async fn watch_signals(stop: Arc<AtomicBool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot watch for signals; stop the engine with SIGKILL");
-        return;
+/// SIGINT or SIGTERM (`signals`, installed by [`ControlRuntime::new`]): stop the engine cleanly.
+async fn watch_signals(signals: Signals, stop: Arc<AtomicBool>) {
+    let (mut int, mut term) = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch for signals ({e}); stop the engine with SIGKILL");
+            return;
+        }
     };
     tokio::select! {
         _ = int.recv() => tracing::info!("SIGINT: stopping"),

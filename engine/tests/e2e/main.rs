@@ -21,6 +21,8 @@
 //!   n/4 and n channels to destinations of their own each carry the tone in the channel their
 //!   channel count predicts, in heaps of their own size and step, and `/status` keeps each
 //!   output's counters.
+//! - `sigterm_at_the_first_log_line_stops_the_engine_cleanly` (and `_once_running`): SIGTERM
+//!   however early gives exit status 0 and the engine's totals.
 //!
 //! The dsim binary is looked for next to the engine's (`target/<profile>/dsim`) and built with
 //! `cargo build -p dsim` first (a no-op when it is fresh; set FENGINE_E2E_NO_BUILD=1 to skip).
@@ -40,7 +42,7 @@
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
 //! - [`capture`]: the receiver of the engine's output heaps (one per output).
 //! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`stream_faults`],
-//!   [`delays`], [`token`], [`digitiser_status`], [`outputs`].
+//!   [`delays`], [`token`], [`digitiser_status`], [`outputs`], [`signals`].
 
 mod capture;
 mod client;
@@ -52,6 +54,7 @@ mod digitiser_status;
 mod dropped_heaps;
 mod outputs;
 mod restart;
+mod signals;
 mod stream_faults;
 mod token;
 mod tone;

@@ -24,7 +24,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn spawn(name: &'static str, mut cmd: Command) -> Self {
+    pub fn spawn(name: &'static str, mut cmd: Command) -> Self {
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
@@ -46,7 +46,7 @@ impl Proc {
     }
 
     /// Waits for a log line containing `needle`; returns the text after it.
-    fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
         let end = Instant::now() + timeout;
         loop {
             if let Some(rest) = self
@@ -66,7 +66,8 @@ impl Proc {
                 "{} did not log {needle:?} in time",
                 self.name
             );
-            std::thread::sleep(Duration::from_millis(20));
+            // Short: a test may have to act within milliseconds of a line (tests/e2e/signals.rs).
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -77,6 +78,25 @@ impl Proc {
         token
             .parse()
             .unwrap_or_else(|_| panic!("{}: bad control address {token:?}", self.name))
+    }
+
+    /// Sends SIGTERM and waits (at most `timeout`) for the process to exit; its exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        // Directly, not by running `kill`: that would take milliseconds.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "kill(SIGTERM) of {} failed", self.child.id());
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the child") {
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "{} still runs {timeout:?} after SIGTERM",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn alive(&mut self) -> bool {
