@@ -27,6 +27,19 @@ typedef unsigned long long u64;
 // Byte swap: the samples are big-endian bit streams; a little-endian word load reverses bytes.
 __device__ __forceinline__ u32 bswap32(u32 x) { return __byte_perm(x, 0, 0x0123); }
 
+// Plain global stores, for where the compiler cannot see that a pointer is global (past an
+// opaque asm that keeps it in registers) or that it is aligned for a vector store; __stwb and
+// friends would make them strong (ordered) stores.
+__device__ __forceinline__ void st_global(float2 *p, float2 v) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" : : "l"(p), "f"(v.x), "f"(v.y));
+}
+__device__ __forceinline__ void st_global(u32 *p, u32 v) {
+    asm volatile("st.global.u32 [%0], %1;" : : "l"(p), "r"(v));
+}
+__device__ __forceinline__ void st_global(uint4 *p, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
 __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
     return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }

@@ -190,7 +190,7 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
 // it through the block's spectra. Per batch of 16 spectra the block's values go to shared memory
 // as [b][j][c]: transform (b, c) has its R points at stride F_C. Each transform is then F_H
 // threads (c fastest, so that shared-memory accesses are consecutive): a radix-16 stage, and for
-// R > 16 one more of radix F_H.
+// R > 16 one more of radix F_H = 2 or 4 across those threads, lanes of one warp, by shuffles.
 
 // Whether spectra m..m + FIR_BATCH (all below m1) each start one spectrum after the one before
 // (`first_batch`: spectrum m starts where the window was loaded for). A barrier for the block.
@@ -236,6 +236,11 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     }
 
     span += pol * stride;
+#if !FIR_WORD_STEPS
+    // Opaque to the compiler, so that it keeps this pointer rather than rebuild it (a 64-bit
+    // multiply-add and two more) for each of a batch's 16 sample loads.
+    asm("" : "+l"(span));
+#endif
     offsets += (u64)pol * spectra;
 
     // The FIR's thread: column (c, j).
@@ -252,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     float2 x[TAPS];
     const u32 off0 = __ldg(offsets + m0);
 #pragma unroll
-    for (int t = 0; t < TAPS - 1; t++) x[t + 1] = load_pair(span, (u64)off0 + 2 * u + (u64)STEP * t);
+    for (int t = 0; t < TAPS - 1; t++) x[t + 1] = load_pair(span, off0 + 2 * u + STEP * t);
     u32 prev = off0 - STEP; // wraps harmlessly: prev + STEP == off0
 
     for (u32 m = m0; m < m1; m += FIR_BATCH) {
@@ -266,15 +271,14 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             // The batch's offsets step by one spectrum (the vote), which is a whole number of
             // words: its new pairs share one bit offset, at constant word steps from the first.
             const u32 off = __ldg(offsets + m);
-            const u64 bit = ((u64)off + 2 * u + (u64)STEP * (TAPS - 1)) * SAMPLE_BITS;
-            const u32 *first_word = span + (bit >> 5);
-            const u32 sh = (u32)bit & 31u;
+            const u32 s0 = off + 2 * u + STEP * (TAPS - 1), sh = SAMPLE_BITS * (s0 & 31u);
+            const u32 *first_word = span + SAMPLE_BITS * (s0 >> 5) + (sh >> 5); // as load_pair
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++) fresh[b] = pair_at(first_word + b * SPECTRUM_WORDS, sh);
 #else
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++)
-                fresh[b] = load_pair(span, (u64)__ldg(offsets + m + b) + 2 * u + (u64)STEP * (TAPS - 1));
+                fresh[b] = load_pair(span, __ldg(offsets + m + b) + 2 * u + STEP * (TAPS - 1));
             const u32 off = __ldg(offsets + m);
 #endif
 #pragma unroll
@@ -292,14 +296,14 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
                     continue;
                 }
                 const u32 off = __ldg(offsets + m + b);
-                const u64 base = (u64)off + 2 * u;
+                const u32 base = off + 2 * u;
                 if (off == prev + STEP) {
 #pragma unroll
                     for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
-                    x[TAPS - 1] = load_pair(span, base + (u64)STEP * (TAPS - 1));
+                    x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
                 } else {
 #pragma unroll
-                    for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + (u64)STEP * t);
+                    for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + STEP * t);
                 }
                 prev = off;
                 z[b * F_R * F_C] = fir_sum(x, w);
@@ -324,44 +328,68 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             // Radix 2 (L = 16) within the pair of threads fh = 0, 1 (lanes F_C apart): butterfly
             // g = fh + 2 bb takes point g of each one's 16, the partner's by shuffle, with no
             // shared memory or barrier (through shared memory, R = 32 took 15% longer than R = 16).
+            // Row k2 = fh + 2 bb + 16 q and its twiddles at immediate offsets from these.
+            row_t *d = dst + fh * F_A;
+            const float2 *twi = tw_i + fh * F_C + fc, *twr = tw_r + fh;
+            asm("" : "+l"(d)); // kept, not rebuilt for every store (as `span`)
+            const u32 u0 = fh * F_A + i0 + fc;
 #pragma unroll
             for (int bb = 0; bb < 8; bb++) {
-                const int g = fh + 2 * bb;
                 const float2 mine = fh ? v[2 * bb + 1] : v[2 * bb]; // v[g]
                 const float2 give = fh ? v[2 * bb] : v[2 * bb + 1]; // the partner's g
                 const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, F_C),
                                                __shfl_xor_sync(0xffffffffu, give.y, F_C));
                 float2 a[2] = {fh ? got : mine, fh ? mine : got};
-                a[1] = cmul(a[1], tw_r[g]);
+                a[1] = cmul(a[1], twr[2 * bb]);
                 dft<2>(a);
                 if (live) {
 #pragma unroll
                     for (int q = 0; q < 2; q++) {
-                        const int k2 = g + 16 * q;
-                        dst[k2 * F_A] = make_row(cmul(a[q], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
+                        const int k2 = 2 * bb + 16 * q; // less fh
+                        st_global(d + k2 * F_A, make_row(cmul(a[q], twi[k2 * F_C]), row_key, m + fb, pol, u0 + k2 * F_A));
                     }
                 }
             }
-        } else {
-            __syncthreads();
+        } else { // F_H == 4
+            // Radix 4 (L = 16) over the 4 threads fh = t0 + 2 t1 of a transform (lanes F_C
+            // apart), as two radix-2 exchanges by shuffle like R = 32's, with no shared memory
+            // or barrier. Thread t holds V_t[k] (k < 16), and
+            //   X[k + 16 (q0 + 2 q1)] = sum_t0 W_2^{t0 q1} W_64^{t0 (k + 16 q0)} Y_t0[k, q0],
+            //   Y_t0[k, q0] = sum_t1 W_2^{t1 q0} W_32^{t1 k} V_{t0 + 2 t1}[k].
+            // First the pairs t1 = 0, 1 (lanes 2 F_C apart): thread t1 makes Y for k = t1 + 2 bb;
+            // then the pairs t0 = 0, 1 (lanes F_C apart): thread t0 makes X for q0 = t0.
+            const u32 t0 = fh & 1, t1 = fh >> 1;
+            float2 y[8][2];
 #pragma unroll
-            for (int q = 0; q < 16; q++) col[(16 * fh + q) * F_C] = v[q];
-            __syncthreads();
-            // Radix F_H (L = 16): butterflies g = fh + F_H bb; outputs k2 = g + 16 q.
+            for (int bb = 0; bb < 8; bb++) {
+                const float2 mine = t1 ? v[2 * bb + 1] : v[2 * bb];
+                const float2 give = t1 ? v[2 * bb] : v[2 * bb + 1];
+                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, 2 * F_C),
+                                               __shfl_xor_sync(0xffffffffu, give.y, 2 * F_C));
+                y[bb][0] = t1 ? got : mine;
+                y[bb][1] = cmul(t1 ? mine : got, tw_r[2 * t1 + 4 * bb]); // W_64^{2k}
+                dft<2>(y[bb]);
+            }
+            // Rows k2 = t1 + 2 bb + 16 t0 + 32 q1, their twiddles at immediate offsets.
+            const u32 r0 = t1 + 16 * t0;
+            row_t *d = dst + r0 * F_A;
+            const float2 *twi = tw_i + r0 * F_C + fc, *twr = tw_r + r0;
+            asm("" : "+l"(d)); // kept, not rebuilt for every store (as `span`)
+            const u32 u0 = r0 * F_A + i0 + fc;
 #pragma unroll
-            for (int bb = 0; bb < 16 / F_H; bb++) {
-                const int g = fh + F_H * bb;
-                float2 a[F_H];
-#pragma unroll
-                for (int q = 0; q < F_H; q++) a[q] = col[(g + 16 * q) * F_C];
-#pragma unroll
-                for (int q = 1; q < F_H; q++) a[q] = cmul(a[q], tw_r[q * g]);
-                dft<F_H>(a);
+            for (int bb = 0; bb < 8; bb++) {
+                const float2 mine = t0 ? y[bb][1] : y[bb][0];
+                const float2 give = t0 ? y[bb][0] : y[bb][1];
+                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, F_C),
+                                               __shfl_xor_sync(0xffffffffu, give.y, F_C));
+                float2 a[2] = {t0 ? got : mine, t0 ? mine : got};
+                a[1] = cmul(a[1], twr[2 * bb]); // W_64^{k + 16 q0}
+                dft<2>(a);
                 if (live) {
 #pragma unroll
-                    for (int q = 0; q < F_H; q++) {
-                        const int k2 = g + 16 * q;
-                        dst[k2 * F_A] = make_row(cmul(a[q], tw_i[k2 * F_C + fc]), row_key, m + fb, pol, k2 * F_A + i0 + fc);
+                    for (int q1 = 0; q1 < 2; q1++) {
+                        const int k2 = 2 * bb + 32 * q1; // less r0
+                        st_global(d + k2 * F_A, make_row(cmul(a[q1], twi[k2 * F_C]), row_key, m + fb, pol, u0 + k2 * F_A));
                     }
                 }
             }
@@ -389,10 +417,11 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 
 // The tile's index of (slot, spectrum): rows of F_M, the spectrum XOR-swizzled by the slot so that
 // both the writes (consecutive slots) and the reads (consecutive spectra) fall in distinct banks.
-__device__ __forceinline__ u32 tile_at(u32 s, u32 mm) {
+__device__ __forceinline__ u32 tile_swizzle(u32 s) {
     const u32 x = F_M >= 32 ? s : (s * F_M) >> 5;
-    return s * F_M + (mm ^ (x & (F_M - 1)));
+    return x & (F_M - 1);
 }
+__device__ __forceinline__ u32 tile_at(u32 s, u32 mm) { return s * F_M + (mm ^ tile_swizzle(s)); }
 
 // Dynamic shared memory of a block (kernels::Config::fused_post_smem says the same).
 #define F2_SMEM_FLOAT2 (F2_T * F2_PAD + F2_TW)
@@ -417,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     float2 *tw = smem + F2_T * F2_PAD;        // the later stages' twiddles
     qjones *tile = (qjones *)(tw + F2_TW);    // [2A][F_M], swizzled
     __shared__ u32 sat_block[2];
-    __shared__ float2 quarter[F_SB][2][4]; // [spectrum][pol][q]: exp(i p) exp(-i pi q r / 4)
+    __shared__ float2 quarter[F_SB][2][2][4]; // [spectrum][pol][row index][q]: exp(i p) exp(-i pi (q n/4 + row - r0) r / n)
     __shared__ float2 fine[F_SB][2];       // [spectrum][pol]: (r, dither key bits)
 
     const u32 tid = threadIdx.x;
@@ -475,9 +504,12 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
                 const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
                 const bool small = fabsf(rot.x) <= 1.0f;
                 const float2 step = fine_rotation(0.25f, rot.x, small);
+                // Row r1's channels are r1 - r0 (0 < r1 - r0 <= R) past row r0's.
+                const float2 to_row1 = fine_rotation((float)(row1 - row0) / (float)CHANNELS, rot.x, small);
                 float2 r = make_float2(rot.z, rot.w);
                 for (int q = 0; q < 4; q++) {
-                    quarter[sb][pol][q] = r;
+                    quarter[sb][pol][0][q] = r;
+                    quarter[sb][pol][1][q] = cmul(r, to_row1);
                     r = cmul(r, step);
                 }
                 fine[sb][pol] = make_float2(rot.x, rot.y);
@@ -485,44 +517,47 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
             __syncthreads();
             later_stages<F_A, 16, 0>(x, fh, tw);
 
-            // The fine-delay rotation exp(-i pi k r / n) is quarter j's (with the fringe phase) times
-            // exp(-i pi f r / n), |angle| <= pi/4: one polynomial a row.
+            // The fine-delay rotation exp(-i pi k r / n) of channel k = f + j n/4 in row r_ri is
+            // quarter[ri][j] (the fringe phase, quarter j's step, and for row r1 the step from r0)
+            // times exp(-i pi (R b + r0) r / n), |angle| <= pi/4: one polynomial a polarisation.
             {
                 const u32 sb = psb, b = pb;
                 const u32 mm = m0 - mg + sb;
                 if (m0 + sb < end) {
                     const float2 *xs = rows + 4 * sb * F2_PAD;
+                    float2 base[2];
+#pragma unroll
+                    for (int pol = 0; pol < 2; pol++) {
+                        const float r = fine[sb][pol].x;
+                        base[pol] = fine_rotation((float)(F_R * b + row0) / (float)CHANNELS, r, fabsf(r) <= 1.0f);
+                    }
 #pragma unroll
                     for (u32 ri = 0; ri < 2; ri++) {
                         const u32 row = ri ? row1 : row0;
                         const u32 pri = p == 0 ? ri : 1 - ri;
-                        const u32 f = F_R * b + row;
-                        const float f_n = (float)f / (float)CHANNELS;
-                        float2 base[2];
-#pragma unroll
-                        for (int pol = 0; pol < 2; pol++) {
-                            const float r = fine[sb][pol].x;
-                            base[pol] = fine_rotation(f_n, r, fabsf(r) <= 1.0f);
-                        }
+                        // Z_k at k1 = b + j A/4 and its partner at A - 1 - k1, or (A - k1) mod A in
+                        // row 0: both move by j A/4 17/16 padded values, immediates past j = 0
+                        // (A/4 is a multiple of 16).
+                        const float2 *zs = xs + ri * F2_PAD + pad16(b);
+                        const u32 p_top = row == 0 ? F_A - b : F_A - 1 - b; // k1' + j A/4
+                        const float2 *ps = xs + pri * F2_PAD + pad16(p_top);
+                        const float2 *ps0 = xs + pri * F2_PAD + pad16(p_top & (F_A - 1));
 #pragma unroll
                         for (u32 j = 0; j < 4; j++) {
-                            const u32 k1 = b + j * (F_A / 4), k = f + j * (CHANNELS / 4);
-                            const u32 pk1 = row == 0 ? (F_A - k1) & (F_A - 1) : F_A - 1 - k1;
+                            const u32 k1 = b + j * (F_A / 4);
                             char2 qv[2];
 #pragma unroll
                             for (int pol = 0; pol < 2; pol++) {
-                                const float2 zk = xs[(2 * pol + ri) * F2_PAD + pad16(k1)];
-                                const float2 pk = xs[(2 * pol + pri) * F2_PAD + pad16(pk1)];
+                                const float2 zk = zs[2 * pol * F2_PAD + j * (F_A / 4) / 16 * 17];
+                                const float2 pk = j == 0 ? ps0[2 * pol * F2_PAD] : ps[2 * pol * F2_PAD - (int)(j * (F_A / 4) / 16 * 17)];
                                 // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
                                 float2 xk = csub(cadd(zk, cconj(pk)), cmul(fx[ri][j], make_float2(-(zk.y + pk.y), zk.x - pk.x)));
-                                const float2 rg = cmul(cmul(quarter[sb][pol][j], base[pol]), gn[ri][j][pol]);
+                                const float2 rg = cmul(cmul(quarter[sb][pol][ri][j], base[pol]), gn[ri][j][pol]);
                                 xk = cmul(xk, rg);
 #if DITHER
-                                xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), k, pol));
+                                xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), F_R * b + row + j * (CHANNELS / 4), pol));
 #endif
-                                u32 cl = 0;
-                                qv[pol] = make_char2((signed char)quantise(xk.x, cl), (signed char)quantise(xk.y, cl));
-                                sat[pol] += cl;
+                                qv[pol] = quantise(xk, sat[pol]);
                             }
                             tile[tile_at(ri * F_A + k1, mm)] = make_qjones(qv[0], qv[1]);
                         }
@@ -532,8 +567,27 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
         }
         __syncthreads(); // the tile is whole
 
-        // Out: consecutive threads take consecutive spectra of a slot, so each channel's run of F_M
-        // spectra is written by neighbouring lanes.
+        // Out. A whole group that starts 16 bytes into a heap: each thread moves 4 spectra of a
+        // channel (16 bytes at 8 bits) with one load and one store. Spectrum mm of slot s lies at
+        // mm ^ c in the tile's row (c = tile_swizzle(s)), so quarter q of the run is the row's
+        // quarter q ^ c/4, its 4 values in the order j ^ (c mod 4).
+#if OUT_BITS == 8
+        if (SPECTRA_PER_HEAP % F_M == 0 && mg % 4 == 0 && mg + F_M <= end) {
+            const u32 heap = mg / SPECTRA_PER_HEAP, m_in = mg % SPECTRA_PER_HEAP;
+            const uint4 *tile4 = (const uint4 *)tile;
+            for (u32 e = tid; e < 2 * F_A * F_M / 4; e += F2_THREADS) {
+                const u32 s = e / (F_M / 4), q = e % (F_M / 4), c = tile_swizzle(s);
+                uint4 v = tile4[s * (F_M / 4) + (q ^ (c >> 2))];
+                if (c & 1) v = make_uint4(v.y, v.x, v.w, v.z);
+                if (c & 2) v = make_uint4(v.z, v.w, v.x, v.y);
+                const u32 k = F_R * (s % F_A) + (s < F_A ? row0 : row1);
+                st_global((uint4 *)(out + ((u64)heap * CHANNELS + k) * SPECTRA_PER_HEAP + m_in + 4 * q), v);
+            }
+            continue; // the next group's first barrier keeps the tile until all have read it
+        }
+#endif
+        // Else one value a thread: consecutive threads take consecutive spectra of a slot, so
+        // each channel's run of F_M spectra is written by neighbouring lanes.
         for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
             const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
             if (m >= end) continue;

@@ -18,7 +18,7 @@ extern "C" __global__ void __launch_bounds__(256) input_power(
     u64 squares = 0;
     u32 full = 0;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += (u64)gridDim.x * blockDim.x) {
-        const float2 v = load_pair(span, 2 * (first_pair + i));
+        const float2 v = load_pair(span, (u32)(2 * (first_pair + i))); // spans < 2^32 samples (host)
         const int a = (int)v.x, b = (int)v.y;
         squares += (u64)((u32)(a * a) + (u32)(b * b)); // each square <= 2^30
         full += (a == SAMPLE_MIN || a == SAMPLE_MAX) + (b == SAMPLE_MIN || b == SAMPLE_MAX);

@@ -272,9 +272,7 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
 #if DITHER
                     v = cadd(v, dither(__float_as_uint(rot.y), ch[h], pol));
 #endif
-                    u32 clip = 0;
-                    q[h][pol] = make_char2((signed char)quantise(v.x, clip), (signed char)quantise(v.y, clip));
-                    clamped[pol] += clip;
+                    q[h][pol] = quantise(v, clamped[pol]);
                 }
             }
 #pragma unroll

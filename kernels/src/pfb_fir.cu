@@ -20,9 +20,12 @@ __device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
     return make_float2((float)s0, (float)s1);
 }
 
-__device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u64 x) {
-    const u64 bit = x * SAMPLE_BITS;
-    return pair_at(span + (bit >> 5), (u32)bit & 31u);
+// The pair from sample x on, x < 2^32 (the host keeps spans under that). 32-bit arithmetic: sample
+// 32 a + b starts at bit 32 SAMPLE_BITS a + SAMPLE_BITS b, so word SAMPLE_BITS a + (t >> 5) and
+// bit t & 31 with t = SAMPLE_BITS b (half the instructions of the 64-bit product).
+__device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u32 x) {
+    const u32 t = SAMPLE_BITS * (x & 31u);
+    return pair_at(span + SAMPLE_BITS * (x >> 5) + (t >> 5), t); // the funnel shift takes it mod 32
 }
 
 __device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 (&w)[TAPS]) {
@@ -63,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
     float2 x[TAPS];
     const u32 off0 = __ldg(offsets + m0);
 #pragma unroll
-    for (int j = 0; j < TAPS - 1; j++) x[j + 1] = load_pair(span, (u64)off0 + 2 * u + (u64)STEP * j);
+    for (int j = 0; j < TAPS - 1; j++) x[j + 1] = load_pair(span, off0 + 2 * u + STEP * j);
     u32 prev = off0 - STEP; // wraps harmlessly: prev + STEP == off0
 
     u32 m = m0;
@@ -82,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
                 float2 fresh[FIR_BATCH];
 #pragma unroll
                 for (int i = 0; i < FIR_BATCH; i++)
-                    fresh[i] = load_pair(span, (u64)offs[i] + 2 * u + (u64)STEP * (TAPS - 1));
+                    fresh[i] = load_pair(span, offs[i] + 2 * u + STEP * (TAPS - 1));
 #pragma unroll
                 for (int i = 0; i < FIR_BATCH; i++) {
 #pragma unroll
@@ -97,14 +100,14 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
         }
         // One spectrum: slide if the delay is unchanged, else reload the whole window.
         const u32 off = __ldg(offsets + m);
-        const u64 base = (u64)off + 2 * u;
+        const u32 base = off + 2 * u;
         if (off == prev + STEP) {
 #pragma unroll
             for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
-            x[TAPS - 1] = load_pair(span, base + (u64)STEP * (TAPS - 1));
+            x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
         } else {
 #pragma unroll
-            for (int j = 0; j < TAPS; j++) x[j] = load_pair(span, base + (u64)STEP * j);
+            for (int j = 0; j < TAPS; j++) x[j] = load_pair(span, base + STEP * j);
         }
         prev = off;
         dst[(u64)m * (UNZIP * FFT_LEN)] = fir_sum(x, w);

@@ -30,11 +30,18 @@ typedef char4 qjones;  // (pol 0 re, im, pol 1 re, im)
 #define QMAX 127
 #endif
 
-__device__ __forceinline__ int quantise(float v, u32 &clamped) {
-    int q = __float2int_rn(v); // round to nearest, ties to even (cvt.rni)
-    if (q > QMAX) { q = QMAX; clamped = 1; }
-    if (q < -QMAX) { q = -QMAX; clamped = 1; }
-    return q;
+// Both parts of v rounded to nearest (ties to even) and clamped to +-QMAX; adds 1 to `clamped`
+// if either had to be. The clamp comes first, in float, and the rounding is an add of 1.5 x 2^23
+// (whose float has a unit last place: the integer is in the low bits), not a conversion: for
+// finite v the integer is the same as rounding then clamping, since a part in (QMAX, QMAX + 1/2)
+// rounds to QMAX either way, and a part was clamped exactly when its magnitude is at least
+// QMAX + 1/2 (QMAX is odd, so the tie rounds to QMAX + 1).
+__device__ __forceinline__ int round_clamped(float v) {
+    return __float_as_int(fminf(fmaxf(v, (float)-QMAX), (float)QMAX) + 12582912.0f) - 0x4B400000;
+}
+__device__ __forceinline__ char2 quantise(float2 v, u32 &clamped) {
+    clamped += fmaxf(fabsf(v.x), fabsf(v.y)) >= QMAX + 0.5f;
+    return make_char2((signed char)round_clamped(v.x), (signed char)round_clamped(v.y));
 }
 
 __device__ __forceinline__ qjones make_qjones(char2 p0, char2 p1) {
@@ -182,10 +189,8 @@ extern "C" __global__ void __launch_bounds__(PP_TILE * PP_ROWS) postproc(
                     xa = cadd(xa, dither(key, ka + FFT_LEN * k2, pol));
                     xb = cadd(xb, dither(key, kb + FFT_LEN * k2, pol));
 #endif
-                    u32 ca = 0, cb = 0;
-                    qa[pol][k2] = make_char2((signed char)quantise(xa.x, ca), (signed char)quantise(xa.y, ca));
-                    qb[pol][k2] = make_char2((signed char)quantise(xb.x, cb), (signed char)quantise(xb.y, cb));
-                    sat[pol] += ca + cb;
+                    qa[pol][k2] = quantise(xa, sat[pol]);
+                    qb[pol][k2] = quantise(xb, sat[pol]);
                     ra = cmul(ra, step);
                     rb = cmul(rb, step);
                 }

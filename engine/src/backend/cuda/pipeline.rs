@@ -117,6 +117,15 @@ impl SpanRing {
     fn new(ctx: &Arc<CudaContext>, input: &InputGeometry) -> Result<Self> {
         let bytes = |samples: usize| samples * input.sample_bits as usize / 8;
         let (overlap, chunk) = (bytes(input.overlap_samples), input.chunk_bytes());
+        // The kernels index a frame's span (overlap and chunk) with 32-bit sample offsets.
+        let span = input.overlap_samples + input.chunk_samples;
+        if span > u32::MAX as usize {
+            return Err(crate::backend::BackendError::Misuse(format!(
+                "a frame's span of {span} samples (overlap and chunk) is more than the CUDA \
+                 kernels' 32-bit sample offsets reach ({}); use fewer heaps a frame",
+                u32::MAX
+            )));
+        }
         if !chunk.is_multiple_of(4) {
             return Err(crate::backend::BackendError::Misuse(format!(
                 "a chunk of {chunk} bytes is not a whole number of 32-bit words"
