@@ -91,6 +91,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_FIR_COLUMNS") {
         opts.tuning.fused_fir_columns = k;
     }
+    // FENGINE_BENCH_WORD_STEPS=0 or 1: a sliding fused_fir batch loads each pair from its own
+    // offset, or at word steps from one (unset: word steps except at R = 32 in float32).
+    if let Some(k) = env_number("FENGINE_BENCH_WORD_STEPS") {
+        opts.tuning.fused_fir_word_steps = Some(k != 0);
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

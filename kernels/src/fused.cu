@@ -66,12 +66,12 @@ __device__ __forceinline__ float2 from_row(row_t r) { return r; }
 #define F1_THREADS (F_R * F_C)
 #define F_H (F_R / 16) // pass-1 threads per R-point FFT
 #define SPECTRUM_WORDS (STEP * SAMPLE_BITS / 32) // packed words a spectrum (2n samples) spans
-// How a sliding batch finds its 16 new sample pairs: at constant word steps from the first (one
-// offset load, one address, 32 loads back to back: 12% fewer instructions), or each from its
-// own offset. At R = 32 with float32 rows the burst throttles the load/store queue, which the
-// radix-2 shuffles and the 8-byte row stores share (ncu: 0.47 cycles an instruction stalled on
-// it, against 0.02), and measured 0.8% slower; elsewhere 2-5% faster (kernels/NOTES.md).
-#define FIR_WORD_STEPS (F_H != 2 || ROW_HALF)
+// FIR_WORD_STEPS (kernels::Config::fused_fir_word_steps): how a sliding batch finds its 16 new
+// sample pairs: at constant word steps from the first (one offset load, one address, 32 loads
+// back to back: 12% fewer instructions), or each from its own offset. Word steps only at R = 16:
+// at R = 32 and 64 the burst throttles the load/store queue, which the shuffles and the row
+// stores share (ncu: 0.92 cycles an instruction stalled on it at R = 64), and per-offset loads
+// measured 2.5-5.5% faster (kernels/NOTES.md, "Version 12").
 
 // W_16^j, exact constants (j < 16).
 __device__ __forceinline__ float2 w16(int j) {

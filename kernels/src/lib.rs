@@ -130,6 +130,12 @@ pub struct Tuning {
     /// Columns of each column group a `fused_fir` block takes: 4, 8 or 16, at most 512 / R
     /// (0: 8, so R x 8 threads).
     pub fused_fir_columns: usize,
+    /// How a sliding `fused_fir` batch finds its 16 new sample pairs: at constant word steps from
+    /// one offset (`Some(true)`: 32 loads back to back, no offsets read), or each from its own
+    /// offset (`Some(false)`). `None`: word steps at R = 16 only; at R = 32 and 64 their burst of
+    /// loads throttles the load/store queue, and per-offset loads measured 2.5-5.5% faster in
+    /// `fused_fir` with float32 or float16 rows (H200; kernels/NOTES.md, "Version 12").
+    pub fused_fir_word_steps: Option<bool>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32 with
     /// float32 rows, 64 with float16). At 65536 channels, 32 makes A = 2048: `fused_post` blocks
     /// of 512 threads, one an SM (rows and tile take 214 KB of shared memory), which beat R = 64
@@ -191,6 +197,7 @@ impl Default for Tuning {
             fused_chunk: 0,
             fused_fir_spectra: 0,
             fused_fir_columns: 0,
+            fused_fir_word_steps: None,
             fused_max_r: 0,
             fused_tile: 0,
             half_rows: false,
@@ -274,6 +281,12 @@ impl Config {
             0 => 8,
             c => c,
         }
+    }
+
+    /// Whether a sliding `fused_fir` batch loads at word steps ([`Tuning::fused_fir_word_steps`]).
+    pub fn fused_fir_word_steps(&self) -> bool {
+        let r = self.fused_split().0;
+        self.tuning.fused_fir_word_steps.unwrap_or(r == 16)
     }
 
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
@@ -578,6 +591,10 @@ pub fn source(cfg: &Config) -> String {
         ("F_M", cfg.fused_post_spectra().1.to_string()),
         ("F2_THREADS", cfg.fused_post_threads().to_string()),
         ("ROW_HALF", u32::from(cfg.tuning.half_rows).to_string()),
+        (
+            "FIR_WORD_STEPS",
+            u32::from(cfg.fused_fir_word_steps()).to_string(),
+        ),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };

@@ -641,8 +641,8 @@ fn output_counts_are_checked() {
 /// The two passes' launch shapes change only who computes what, so each gives the same bytes as
 /// the defaults: in chunks (each chunk's rows in a ring slot, post-processed on a stream of its
 /// own; a last chunk shorter than the rest, 104 = 3 x 32 + 8, and the ring of 3 slots wrapping
-/// within a frame), other `fused_fir` columns, other `fused_post` tiles. Frames in flight, random
-/// delays, a dithered output.
+/// within a frame), other `fused_fir` columns and sample loads, other `fused_post` tiles.
+/// Frames in flight, random delays, a dithered output.
 #[test]
 fn fused_launch_shapes_give_the_same_bytes() {
     let shapes = [
@@ -664,6 +664,26 @@ fn fused_launch_shapes_give_the_same_bytes() {
             Tuning {
                 fused_fir_columns: 16,
                 fused_tile: 2048,
+                ..Tuning::default()
+            },
+        ),
+        (
+            4096,
+            8,
+            13,
+            "each sample pair from its own offset",
+            Tuning {
+                fused_fir_word_steps: Some(false),
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "sample pairs at word steps",
+            Tuning {
+                fused_fir_word_steps: Some(true),
                 ..Tuning::default()
             },
         ),
