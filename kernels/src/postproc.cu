@@ -31,17 +31,26 @@ typedef char4 qjones;  // (pol 0 re, im, pol 1 re, im)
 #endif
 
 // Both parts of v rounded to nearest (ties to even) and clamped to +-QMAX; adds 1 to `clamped`
-// if either had to be. The clamp comes first, in float, and the rounding is an add of 1.5 x 2^23
-// (whose float has a unit last place: the integer is in the low bits), not a conversion: for
-// finite v the integer is the same as rounding then clamping, since a part in (QMAX, QMAX + 1/2)
-// rounds to QMAX either way, and a part was clamped exactly when its magnitude is at least
-// QMAX + 1/2 (QMAX is odd, so the tie rounds to QMAX + 1).
-__device__ __forceinline__ int round_clamped(float v) {
-    return __float_as_int(fminf(fmaxf(v, (float)-QMAX), (float)QMAX) + 12582912.0f) - 0x4B400000;
+// if either had to be; NaN gives 0, not counted (docs/signal-path.md). The clamp comes first, in
+// float with NaN kept (two instructions instead of integer compares and selects after the
+// conversion), and one compare of the larger magnitude counts it: for finite v the integer is
+// the same as rounding then clamping, since a part in (QMAX, QMAX + 1/2) rounds to QMAX either
+// way, and a part was clamped exactly when its magnitude is at least QMAX + 1/2 (QMAX is odd,
+// so the tie rounds to QMAX + 1).
+__device__ __forceinline__ float clamp_keeping_nan(float v) {
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(v), "f"((float)QMAX));
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(r), "f"((float)-QMAX));
+    return r;
+#else
+    return v != v ? v : fminf(fmaxf(v, (float)-QMAX), (float)QMAX);
+#endif
 }
 __device__ __forceinline__ char2 quantise(float2 v, u32 &clamped) {
-    clamped += fmaxf(fabsf(v.x), fabsf(v.y)) >= QMAX + 0.5f;
-    return make_char2((signed char)round_clamped(v.x), (signed char)round_clamped(v.y));
+    clamped += fmaxf(fabsf(v.x), fabsf(v.y)) >= QMAX + 0.5f; // fmaxf: a NaN part is passed over
+    return make_char2((signed char)__float2int_rn(clamp_keeping_nan(v.x)), // cvt.rni: NaN -> 0
+                      (signed char)__float2int_rn(clamp_keeping_nan(v.y)));
 }
 
 __device__ __forceinline__ qjones make_qjones(char2 p0, char2 p1) {
