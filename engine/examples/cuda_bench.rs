@@ -92,7 +92,7 @@ fn main() {
         opts.tuning.fused_fir_columns = k;
     }
     // FENGINE_BENCH_WORD_STEPS=0 or 1: a sliding fused_fir batch loads each pair from its own
-    // offset, or at word steps from one (unset: word steps except at R = 32 in float32).
+    // offset, or at word steps from one (unset: word steps at R = 16 only).
     if let Some(k) = env_number("FENGINE_BENCH_WORD_STEPS") {
         opts.tuning.fused_fir_word_steps = Some(k != 0);
     }

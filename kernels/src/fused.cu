@@ -130,6 +130,17 @@ __device__ __forceinline__ void dft(float2 (&a)[P]) {
     }
 }
 
+// A radix-2 butterfly across a pair of lanes `lanes` apart, each holding one value of each of
+// two butterflies (`lo` for the lower thread's, `hi` for the upper's): this thread keeps its own
+// butterfly's value, gives the partner the other by shuffle, and gets its inputs in order in `a`.
+__device__ __forceinline__ void pair_inputs(float2 lo, float2 hi, bool upper, int lanes, float2 (&a)[2]) {
+    const float2 mine = upper ? hi : lo, give = upper ? lo : hi;
+    const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, lanes),
+                                   __shfl_xor_sync(0xffffffffu, give.y, lanes));
+    a[0] = upper ? got : mine;
+    a[1] = upper ? mine : got;
+}
+
 // Shared-memory index of point p: one value of padding per 16.
 __device__ __forceinline__ int pad16(int p) { return p + (p >> 4); }
 
@@ -271,8 +282,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             // The batch's offsets step by one spectrum (the vote), which is a whole number of
             // words: its new pairs share one bit offset, at constant word steps from the first.
             const u32 off = __ldg(offsets + m);
-            const u32 s0 = off + 2 * u + STEP * (TAPS - 1), sh = SAMPLE_BITS * (s0 & 31u);
-            const u32 *first_word = span + SAMPLE_BITS * (s0 >> 5) + (sh >> 5); // as load_pair
+            u32 sh;
+            const u32 *first_word = sample_word(span, off + 2 * u + STEP * (TAPS - 1), sh);
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++) fresh[b] = pair_at(first_word + b * SPECTRUM_WORDS, sh);
 #else
@@ -335,11 +346,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             const u32 u0 = fh * F_A + i0 + fc;
 #pragma unroll
             for (int bb = 0; bb < 8; bb++) {
-                const float2 mine = fh ? v[2 * bb + 1] : v[2 * bb]; // v[g]
-                const float2 give = fh ? v[2 * bb] : v[2 * bb + 1]; // the partner's g
-                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, F_C),
-                                               __shfl_xor_sync(0xffffffffu, give.y, F_C));
-                float2 a[2] = {fh ? got : mine, fh ? mine : got};
+                float2 a[2]; // butterfly g = fh + 2 bb
+                pair_inputs(v[2 * bb], v[2 * bb + 1], fh, F_C, a);
                 a[1] = cmul(a[1], twr[2 * bb]);
                 dft<2>(a);
                 if (live) {
@@ -362,12 +370,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             float2 y[8][2];
 #pragma unroll
             for (int bb = 0; bb < 8; bb++) {
-                const float2 mine = t1 ? v[2 * bb + 1] : v[2 * bb];
-                const float2 give = t1 ? v[2 * bb] : v[2 * bb + 1];
-                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, 2 * F_C),
-                                               __shfl_xor_sync(0xffffffffu, give.y, 2 * F_C));
-                y[bb][0] = t1 ? got : mine;
-                y[bb][1] = cmul(t1 ? mine : got, tw_r[2 * t1 + 4 * bb]); // W_64^{2k}
+                pair_inputs(v[2 * bb], v[2 * bb + 1], t1, 2 * F_C, y[bb]);
+                y[bb][1] = cmul(y[bb][1], tw_r[2 * t1 + 4 * bb]); // W_64^{2k}
                 dft<2>(y[bb]);
             }
             // Rows k2 = t1 + 2 bb + 16 t0 + 32 q1, their twiddles at immediate offsets.
@@ -378,11 +382,8 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             const u32 u0 = r0 * F_A + i0 + fc;
 #pragma unroll
             for (int bb = 0; bb < 8; bb++) {
-                const float2 mine = t0 ? y[bb][1] : y[bb][0];
-                const float2 give = t0 ? y[bb][0] : y[bb][1];
-                const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, give.x, F_C),
-                                               __shfl_xor_sync(0xffffffffu, give.y, F_C));
-                float2 a[2] = {t0 ? got : mine, t0 ? mine : got};
+                float2 a[2];
+                pair_inputs(y[bb][0], y[bb][1], t0, F_C, a);
                 a[1] = cmul(a[1], twr[2 * bb]); // W_64^{k + 16 q0}
                 dft<2>(a);
                 if (live) {

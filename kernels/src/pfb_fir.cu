@@ -20,12 +20,20 @@ __device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
     return make_float2((float)s0, (float)s1);
 }
 
-// The pair from sample x on, x < 2^32 (the host keeps spans under that). 32-bit arithmetic: sample
-// 32 a + b starts at bit 32 SAMPLE_BITS a + SAMPLE_BITS b, so word SAMPLE_BITS a + (t >> 5) and
-// bit t & 31 with t = SAMPLE_BITS b (half the instructions of the 64-bit product).
+// Where sample x (< 2^32: the host keeps spans under that) starts: the word, and in `sh` its bit
+// (mod 32, as the funnel shift takes it). 32-bit arithmetic: sample 32 a + b starts at bit
+// 32 SAMPLE_BITS a + SAMPLE_BITS b, so word SAMPLE_BITS a + (t >> 5) and bit t mod 32 with
+// t = SAMPLE_BITS b (half the instructions of the 64-bit product).
+__device__ __forceinline__ const u32 *sample_word(const u32 *span, u32 x, u32 &sh) {
+    sh = SAMPLE_BITS * (x & 31u);
+    return span + SAMPLE_BITS * (x >> 5) + (sh >> 5);
+}
+
+// The pair from sample x on.
 __device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u32 x) {
-    const u32 t = SAMPLE_BITS * (x & 31u);
-    return pair_at(span + SAMPLE_BITS * (x >> 5) + (t >> 5), t); // the funnel shift takes it mod 32
+    u32 sh;
+    const u32 *p = sample_word(span, x, sh);
+    return pair_at(p, sh);
 }
 
 __device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 (&w)[TAPS]) {

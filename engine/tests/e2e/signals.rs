@@ -2,34 +2,16 @@
 //! right after the first line the engine logs, before the pipeline or the control server has
 //! started, and once it runs.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::setup::{serial, Setup};
-use crate::system::{fengine_binary, Proc};
+use crate::system::{engine_command, Proc};
 
+/// The engine on free ports, sending to the discard port, with no digitiser.
 fn engine(s: &Setup) -> Proc {
-    let mut cmd = Command::new(fengine_binary());
-    cmd.args([
-        "run",
-        "--src-pol0",
-        "127.0.0.1:0",
-        "--src-pol1",
-        "127.0.0.1:0",
-    ])
-    .args(["--dst", "127.0.0.1:9", "--control", "127.0.0.1:0"])
-    .args(["--channels", &s.channels.to_string()])
-    .args(["--taps", &s.taps.to_string()])
-    .args(["--spectra-per-heap", &s.spectra_per_heap.to_string()])
-    .args(["--heaps-per-frame", &s.heaps_per_frame.to_string()])
-    .args(["--heap-samples", &s.heap_samples.to_string()])
-    .args(["--sample-bits", &s.sample_bits.to_string()])
-    .args(["--adc-sample-rate", &s.rate.to_string()])
-    .args(["--max-delay", "1e-6"])
-    .args(["--backend", &s.backend])
-    .args(["--socket-buffer", &(4 << 20).to_string()])
-    .env("RUST_LOG", "info");
-    Proc::spawn("fengine", cmd)
+    let srcs = ["127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()];
+    let outputs = ["--dst".to_string(), "127.0.0.1:9".to_string()];
+    Proc::spawn("fengine", engine_command(s, &srcs, 1e-6, &outputs))
 }
 
 fn stops_cleanly_after(line: &str) {

@@ -186,6 +186,35 @@ fn dsim_binary() -> PathBuf {
         .clone()
 }
 
+/// `fengine run` with the setup's geometry, receive threads and backend: sources `srcs`, outputs
+/// `outputs_args` (its --dst or --wideband arguments), control on a free loopback port, logs at
+/// info.
+pub fn engine_command(
+    setup: &Setup,
+    srcs: &[String; 2],
+    max_delay: f64,
+    outputs_args: &[String],
+) -> Command {
+    let mut cmd = Command::new(fengine_binary());
+    cmd.args(["run", "--src-pol0", &srcs[0], "--src-pol1", &srcs[1]])
+        .args(["--recv-threads", &setup.recv_threads.to_string()])
+        .args(outputs_args)
+        .args(["--channels", &setup.channels.to_string()])
+        .args(["--taps", &setup.taps.to_string()])
+        .args(["--spectra-per-heap", &setup.spectra_per_heap.to_string()])
+        .args(["--heaps-per-frame", &setup.heaps_per_frame.to_string()])
+        .args(["--heap-samples", &setup.heap_samples.to_string()])
+        .args(["--sample-bits", &setup.sample_bits.to_string()])
+        .args(["--adc-sample-rate", &setup.rate.to_string()])
+        .args(["--max-delay", &max_delay.to_string()])
+        .args(["--backend", &setup.backend])
+        .args(["--control", "127.0.0.1:0"])
+        // Loopback never refuses data: keep the sockets within the kernel's default caps.
+        .args(["--socket-buffer", &(4 << 20).to_string()])
+        .env("RUST_LOG", "info");
+    cmd
+}
+
 /// The engine, a receiver for each of its outputs, and dsim once started.
 pub struct System {
     setup: Setup,
@@ -272,24 +301,8 @@ impl System {
             }
         };
         let srcs: [String; 2] = [0, 1].map(src);
-        let mut cmd = Command::new(fengine_binary());
-        cmd.args(["run", "--src-pol0", &srcs[0], "--src-pol1", &srcs[1]])
-            .args(["--recv-threads", &setup.recv_threads.to_string()])
-            .args(outputs_args)
-            .args(["--channels", &setup.channels.to_string()])
-            .args(["--taps", &setup.taps.to_string()])
-            .args(["--spectra-per-heap", &setup.spectra_per_heap.to_string()])
-            .args(["--heaps-per-frame", &setup.heaps_per_frame.to_string()])
-            .args(["--heap-samples", &setup.heap_samples.to_string()])
-            .args(["--sample-bits", &setup.sample_bits.to_string()])
-            .args(["--adc-sample-rate", &setup.rate.to_string()])
-            .args(["--max-delay", &max_delay.to_string()])
-            .args(["--backend", &setup.backend])
-            .args(["--control", "127.0.0.1:0"])
-            // Loopback never refuses data: keep the sockets within the kernel's default caps.
-            .args(["--socket-buffer", &(4 << 20).to_string()])
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied());
+        let mut cmd = engine_command(&setup, &srcs, max_delay, outputs_args);
+        cmd.envs(env.iter().copied());
         let mut engine = Proc::spawn("fengine", cmd);
         let engine_ctl = Control::new(engine.control_addr());
         let status = engine_ctl.engine_status();
