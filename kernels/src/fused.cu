@@ -164,10 +164,11 @@ __device__ __forceinline__ void fill_twiddles(float2 *tw, const float2 *__restri
 }
 
 // The stages from L on (L >= 16) of NT transforms of N points in shared memory (transform t at
-// x + t * pad16(N)); thread `h` of its transform's N / 16 does 16 / P butterflies a stage. Starts
-// with the data written and synchronised; ends the same way, in natural order.
-template <int N, int L, int OFF>
-__device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw) {
+// x + t * pad16(N)); thread `h` of its transform's N / 16 does 16 / P butterflies a stage.
+// `sync` is the barrier of the threads that share the transforms. Starts with the data written
+// and synchronised; ends the same way, in natural order.
+template <int N, int L, int OFF, typename Sync>
+__device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw, Sync sync) {
     if constexpr (L < N) {
         constexpr int P = radix_after(N, L), B = 16 / P, TH = N / 16;
         float2 v[B][P];
@@ -183,7 +184,7 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
             for (int q = 1; q < P; q++) v[bb][q] = cmul(v[bb][q], tw[OFF + q * L + k]);
             dft<P>(v[bb]);
         }
-        __syncthreads();
+        sync();
 #pragma unroll
         for (int bb = 0; bb < B; bb++) {
             const int g = h + TH * bb, k = g % L;
@@ -191,8 +192,8 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw)
 #pragma unroll
             for (int q = 0; q < P; q++) o[q * L / 16 * 17] = v[bb][q];
         }
-        __syncthreads();
-        later_stages<N, L * P, OFF + P * L>(x, h, tw);
+        sync();
+        later_stages<N, L * P, OFF + P * L>(x, h, tw, sync);
     }
 }
 
@@ -400,21 +401,43 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 
 // Pass 2. Block (p, g): rows r0 = p and r1 = R - p (p = 0: rows 0 and R/2, each its own partner)
 // of F_M consecutive spectra from g F_M (8 where A >= 512, up to 64), both polarisations: 2A
-// channels. A step takes F_SB spectra: their 4 F_SB rows (spectrum, pol, row) are transformed
-// side by side, A / 16 threads each; each thread then makes whole channels, both polarisations,
-// into a shared tile [slot][spectrum], written out at the end so that each channel's F_M spectra
-// go out as one run (32 bytes or more at 8 bits: shorter runs cost device memory a partial
-// sector each).
+// channels. Where A >= 512 the block is two halves, one a polarisation, that meet only at the
+// output tile: a half's transforms, fix-ups and rotations are its own, so it runs its steps
+// between barriers of its own (`bar.sync` over half the block) and the two drift apart as two
+// blocks would, instead of all warps waiting at each barrier for the slowest (where A = 2048 a
+// block has the SM to itself). Below 512 the block is one group, whose threads take both
+// polarisations (halves there cost more than they gave; kernels/NOTES.md, "Version 13").
+//
+// A step takes F_SB spectra: a group's rows (spectrum, polarisation, row) are transformed side by
+// side, A / 16 threads each; each thread then makes 16 values (channel, polarisation) of its
+// group into a shared tile [slot][spectrum], written out at the end so that each channel's F_M
+// spectra go out as one run (32 bytes or more at 8 bits: shorter runs cost device memory a
+// partial sector each).
 //
 // Slot s < 2A: row r_{s div A}, k1 = s mod A, channel k = R k1 + row. Its partner Z_{n-k} is in
 // row (R - row) mod R at k1' = (A - k1) mod A for row 0, A - 1 - k1 otherwise.
-#define F2_T (4 * F_SB)           // transforms at a time
-#define F2_PAD (F_A + F_A / 16)   // a transform's values in shared memory, padded
+#define F2_HALVES (F_A >= 512)
+#define F2_POLS (F2_HALVES ? 1 : 2)                // polarisations a thread takes
+#define F2_GROUP (F2_THREADS / (3 - F2_POLS))      // threads that share transforms and barriers
+#define F2_J (8 / F2_POLS)                         // channels a row, A / F2_J apart, a thread takes
+#define F2_PAD (F_A + F_A / 16)                    // a transform's values in shared memory, padded
 #define F2_TW twiddles_from(F_A, 16)
 
-#if F2_T * F_A / 16 != F2_THREADS || F_SB * F_A / 4 != F2_THREADS
-#error "fused_post: every thread takes 16 points of one transform, then 8 channels"
+#if 2 * F2_POLS * F_SB * F_A / 16 != F2_GROUP || F_SB * F_A / F2_J != F2_GROUP || F2_GROUP % 32 != 0
+#error "fused_post: every thread takes 16 points of one transform, then 8 channels of each of its polarisations"
 #endif
+#if (F_A / F2_J) % 16 != 0
+#error "fused_post: a thread's channels must lie a multiple of 16 slots apart (immediate offsets)"
+#endif
+
+// The barrier of a thread's group: the block's, or one half's (named barriers 1 and 2).
+struct GroupSync {
+    u32 id;
+    __device__ __forceinline__ void operator()() const {
+        if (F2_HALVES) asm volatile("bar.sync %0, %1;" : : "r"(id), "n"(F2_GROUP) : "memory");
+        else __syncthreads();
+    }
+};
 
 // The tile's index of (slot, spectrum): rows of F_M, the spectrum XOR-swizzled by the slot so that
 // both the writes (consecutive slots) and the reads (consecutive spectra) fall in distinct banks.
@@ -425,7 +448,7 @@ __device__ __forceinline__ u32 tile_swizzle(u32 s) {
 __device__ __forceinline__ u32 tile_at(u32 s, u32 mm) { return s * F_M + (mm ^ tile_swizzle(s)); }
 
 // Dynamic shared memory of a block (kernels::Config::fused_post_smem says the same).
-#define F2_SMEM_FLOAT2 (F2_T * F2_PAD + F2_TW)
+#define F2_SMEM_FLOAT2 (4 * F_SB * F2_PAD + F2_TW)
 
 // Two blocks an SM of 256 threads, or one of 512 (A = 2048): 128 registers a thread either way.
 extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused_post(
@@ -444,49 +467,54 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
 {
     extern __shared__ float2 smem[];
     float2 *rows = smem;                      // [spectrum][pol][2][F2_PAD]
-    float2 *tw = smem + F2_T * F2_PAD;        // the later stages' twiddles
+    float2 *tw = smem + 4 * F_SB * F2_PAD;    // the later stages' twiddles
     qjones *tile = (qjones *)(tw + F2_TW);    // [2A][F_M], swizzled
     __shared__ u32 sat_block[2];
-    __shared__ float2 quarter[F_SB][2][2][4]; // [spectrum][pol][row index][q]: exp(i p) exp(-i pi (q n/4 + row - r0) r / n)
-    __shared__ float2 fine[F_SB][2];       // [spectrum][pol]: (r, dither key bits)
+    __shared__ float2 steps[2][F_SB][2][F2_J]; // [pol][spectrum][row index][j]: exp(i p) exp(-i pi (j n/J + row - r0) r / n)
+    __shared__ float2 fine[2][F_SB];           // [pol][spectrum]: (r, dither key bits)
 
     const u32 tid = threadIdx.x;
+    // A half's polarisation (warp-uniform), or 0: the thread's polarisations are pol0 + pp.
+    const u32 pol0 = F2_HALVES ? tid / F2_GROUP : 0, t = F2_HALVES ? tid % F2_GROUP : tid;
+    const GroupSync group_sync{1 + pol0};
     const u32 p = blockIdx.x;
     const u32 row0 = p, row1 = p == 0 ? F_R / 2 : F_R - p;
     const u32 end = first + count;
     if (tid < 2) sat_block[tid] = 0;
     fill_twiddles<F_A, 16, 0, F2_THREADS>(tw, wn);
 
-    // The FFT's thread: transform ft = (spectrum, pol, row index), part fh.
-    const u32 fh = tid % (F_A / 16), ft = tid / (F_A / 16);
-    const u32 fsb = ft / 4, fpol = (ft / 2) & 1, fri = ft & 1;
-    float2 *x = rows + ft * F2_PAD;
+    // The FFT's thread: transform ft = (spectrum, polarisation, row index) of its group, part fh.
+    const u32 fh = t % (F_A / 16), ft = t / (F_A / 16);
+    const u32 fsb = ft / (2 * F2_POLS), fpol = pol0 + (ft / 2) % F2_POLS, fri = ft & 1;
+    float2 *x = rows + (4 * fsb + 2 * fpol + fri) * F2_PAD;
 
-    // The post-processing's thread (sb, b): channels k = f + j n/4 (j < 4) of each row, with
-    // f = R b + row (b < A/4), at slots k1 = b + j A/4. Their fix-up twiddles and gains stay in
-    // registers for the block's spectra (read from L2 per spectrum, they outweighed the rows).
-    const u32 psb = tid / (F_A / 4), pb = tid % (F_A / 4);
-    float2 fx[2][4], gn[2][4][2];
+    // The post-processing's thread (sb, b): channels k = f + j n/J (j < J) of each row, with
+    // f = R b + row (b < A/J), at slots k1 = b + j A/J. Their gains and fix-up twiddles stay in
+    // registers for the block's spectra (read from L2 per spectrum, they outweighed the rows);
+    // of the fix-ups only j < 4: exp(-i pi (k + n/2) / n) is -i exp(-i pi k / n).
+    const u32 psb = t / (F_A / F2_J), pb = t % (F_A / F2_J);
+    float2 fx[2][4], gn[2][F2_J][F2_POLS];
 #pragma unroll
     for (u32 ri = 0; ri < 2; ri++) {
 #pragma unroll
-        for (u32 j = 0; j < 4; j++) {
-            const u32 k = F_R * pb + (ri ? row1 : row0) + j * (CHANNELS / 4);
-            fx[ri][j] = __ldg(fixup + k);
+        for (u32 j = 0; j < F2_J; j++) {
+            const u32 k = F_R * pb + (ri ? row1 : row0) + j * (CHANNELS / F2_J);
+            if (j < 4) fx[ri][j] = __ldg(fixup + k);
 #pragma unroll
-            for (int pol = 0; pol < 2; pol++) {
-                const float2 gk = __ldg(gains + pol * CHANNELS + k);
-                gn[ri][j][pol] = make_float2(gk.x * row_unscale, gk.y * row_unscale);
+            for (u32 pp = 0; pp < F2_POLS; pp++) {
+                const float2 gk = __ldg(gains + (pol0 + pp) * CHANNELS + k);
+                gn[ri][j][pp] = make_float2(gk.x * row_unscale, gk.y * row_unscale);
             }
         }
     }
+    __syncthreads(); // the twiddles are in
 
     // The block's groups of F_M spectra: blockIdx.y, then every gridDim.y-th, so that its start
     // (twiddles, gains) is paid once for several.
-    u32 sat[2] = {0, 0};
+    u32 sat[F2_POLS] = {};
     for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
-            __syncthreads(); // the step before is done with `rows`, `quarter` and the tile
+            group_sync(); // the group's step before is done with its rows and rotations
             // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
             {
                 const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
@@ -498,69 +526,72 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
 #pragma unroll
                 for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)
             }
-            // The spectra's rotations: exp(i p) exp(-i pi q r / 4) for quarter q of the band, as
-            // postproc's steps.
-            if (tid < 2 * F_SB) {
-                const u32 sb = tid / 2, pol = tid & 1, m = min(m0 + sb, end - 1);
+            // The spectra's rotations: exp(i p) exp(-i pi j r / J) for part j of the band, as
+            // postproc's steps, for row r0 and (times the step from r0) r1.
+            if (t < 2 * F2_POLS * F_SB) {
+                const u32 ri = t & 1, pol = pol0 + (t / 2) % F2_POLS, sb = t / (2 * F2_POLS);
+                const u32 m = min(m0 + sb, end - 1);
                 const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
                 const bool small = fabsf(rot.x) <= 1.0f;
-                const float2 step = fine_rotation(0.25f, rot.x, small);
-                // Row r1's channels are r1 - r0 (0 < r1 - r0 <= R) past row r0's.
-                const float2 to_row1 = fine_rotation((float)(row1 - row0) / (float)CHANNELS, rot.x, small);
+                const float2 step = fine_rotation(1.0f / F2_J, rot.x, small);
                 float2 r = make_float2(rot.z, rot.w);
-                for (int q = 0; q < 4; q++) {
-                    quarter[sb][pol][0][q] = r;
-                    quarter[sb][pol][1][q] = cmul(r, to_row1);
+                // Row r1's channels are r1 - r0 (0 < r1 - r0 <= R) past row r0's.
+                if (ri) r = cmul(r, fine_rotation((float)(row1 - row0) / (float)CHANNELS, rot.x, small));
+#pragma unroll
+                for (int j = 0; j < F2_J; j++) {
+                    steps[pol][sb][ri][j] = r;
                     r = cmul(r, step);
                 }
-                fine[sb][pol] = make_float2(rot.x, rot.y);
+                if (!ri) fine[pol][sb] = make_float2(rot.x, rot.y);
             }
-            __syncthreads();
-            later_stages<F_A, 16, 0>(x, fh, tw);
+            group_sync();
+            later_stages<F_A, 16, 0>(x, fh, tw, group_sync);
 
-            // The fine-delay rotation exp(-i pi k r / n) of channel k = f + j n/4 in row r_ri is
-            // quarter[ri][j] (the fringe phase, quarter j's step, and for row r1 the step from r0)
-            // times exp(-i pi (R b + r0) r / n), |angle| <= pi/4: one polynomial a polarisation.
+            // The fine-delay rotation exp(-i pi k r / n) of channel k = f + j n/J in row r_ri is
+            // steps[ri][j] (the fringe phase, part j's step, and for row r1 the step from r0)
+            // times exp(-i pi (R b + r0) r / n), |angle| <= pi/J: one polynomial a polarisation.
             {
                 const u32 sb = psb, b = pb;
                 const u32 mm = m0 - mg + sb;
                 if (m0 + sb < end) {
-                    const float2 *xs = rows + 4 * sb * F2_PAD;
-                    float2 base[2];
+                    float2 base[F2_POLS];
 #pragma unroll
-                    for (int pol = 0; pol < 2; pol++) {
-                        const float r = fine[sb][pol].x;
-                        base[pol] = fine_rotation((float)(F_R * b + row0) / (float)CHANNELS, r, fabsf(r) <= 1.0f);
+                    for (u32 pp = 0; pp < F2_POLS; pp++) {
+                        const float r = fine[pol0 + pp][sb].x;
+                        base[pp] = fine_rotation((float)(F_R * b + row0) / (float)CHANNELS, r, fabsf(r) <= 1.0f);
                     }
 #pragma unroll
                     for (u32 ri = 0; ri < 2; ri++) {
                         const u32 row = ri ? row1 : row0;
                         const u32 pri = p == 0 ? ri : 1 - ri;
-                        // Z_k at k1 = b + j A/4 and its partner at A - 1 - k1, or (A - k1) mod A in
-                        // row 0: both move by j A/4 17/16 padded values, immediates past j = 0
-                        // (A/4 is a multiple of 16).
-                        const float2 *zs = xs + ri * F2_PAD + pad16(b);
-                        const u32 p_top = row == 0 ? F_A - b : F_A - 1 - b; // k1' + j A/4
-                        const float2 *ps = xs + pri * F2_PAD + pad16(p_top);
-                        const float2 *ps0 = xs + pri * F2_PAD + pad16(p_top & (F_A - 1));
+                        // Z_k at k1 = b + j A/J and its partner at A - 1 - k1, or (A - k1) mod A in
+                        // row 0: both move by j A/J 17/16 padded values, immediates past j = 0
+                        // (A/J is a multiple of 16).
+                        const u32 p_top = row == 0 ? F_A - b : F_A - 1 - b; // k1' + j A/J
 #pragma unroll
-                        for (u32 j = 0; j < 4; j++) {
-                            const u32 k1 = b + j * (F_A / 4);
-                            char2 qv[2];
+                        for (u32 j = 0; j < F2_J; j++) {
+                            const u32 k1 = b + j * (F_A / F2_J);
+                            const float2 f = j < 4 ? fx[ri][j] : cmul_mi(fx[ri][j - 4]);
+                            qpol q[F2_POLS];
 #pragma unroll
-                            for (int pol = 0; pol < 2; pol++) {
-                                const float2 zk = zs[2 * pol * F2_PAD + j * (F_A / 4) / 16 * 17];
-                                const float2 pk = j == 0 ? ps0[2 * pol * F2_PAD] : ps[2 * pol * F2_PAD - (int)(j * (F_A / 4) / 16 * 17)];
+                            for (u32 pp = 0; pp < F2_POLS; pp++) {
+                                const u32 pol = pol0 + pp;
+                                const float2 *xs = rows + (4 * sb + 2 * pol) * F2_PAD;
+                                const float2 zk = xs[ri * F2_PAD + pad16(b) + j * (F_A / F2_J) / 16 * 17];
+                                const float2 *ps = xs + pri * F2_PAD;
+                                const float2 pk = j == 0 ? ps[pad16(p_top & (F_A - 1))] : ps[pad16(p_top) - (int)(j * (F_A / F2_J) / 16 * 17)];
                                 // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
-                                float2 xk = csub(cadd(zk, cconj(pk)), cmul(fx[ri][j], make_float2(-(zk.y + pk.y), zk.x - pk.x)));
-                                const float2 rg = cmul(cmul(quarter[sb][pol][ri][j], base[pol]), gn[ri][j][pol]);
+                                float2 xk = csub(cadd(zk, cconj(pk)), cmul(f, make_float2(-(zk.y + pk.y), zk.x - pk.x)));
+                                const float2 rg = cmul(cmul(steps[pol][sb][ri][j], base[pp]), gn[ri][j][pp]);
                                 xk = cmul(xk, rg);
 #if DITHER
-                                xk = cadd(xk, dither(__float_as_uint(fine[sb][pol].y), F_R * b + row + j * (CHANNELS / 4), pol));
+                                xk = cadd(xk, dither(__float_as_uint(fine[pol][sb].y), F_R * b + row + j * (CHANNELS / F2_J), pol));
 #endif
-                                qv[pol] = quantise(xk, sat[pol]);
+                                q[pp] = make_qpol(quantise(xk, sat[pp]));
                             }
-                            tile[tile_at(ri * F_A + k1, mm)] = make_qjones(qv[0], qv[1]);
+                            const u32 at = tile_at(ri * F_A + k1, mm);
+                            if constexpr (F2_POLS == 2) tile[at] = join_pols(q[0], q[1]);
+                            else ((qpol *)tile)[2 * at + pol0] = q[0];
                         }
                     }
                 }
@@ -584,22 +615,26 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
                 const u32 k = F_R * (s % F_A) + (s < F_A ? row0 : row1);
                 st_global((uint4 *)(out + ((u64)heap * CHANNELS + k) * SPECTRA_PER_HEAP + m_in + 4 * q), v);
             }
-            continue; // the next group's first barrier keeps the tile until all have read it
-        }
+        } else
 #endif
-        // Else one value a thread: consecutive threads take consecutive spectra of a slot, so
-        // each channel's run of F_M spectra is written by neighbouring lanes.
-        for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
-            const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
-            if (m >= end) continue;
-            const u32 ri = s / F_A, k1 = s % F_A;
-            const u32 k = F_R * k1 + (ri ? row1 : row0);
-            out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
+        {
+            // Else one value a thread: consecutive threads take consecutive spectra of a slot, so
+            // each channel's run of F_M spectra is written by neighbouring lanes.
+            for (u32 e = tid; e < 2 * F_A * F_M; e += F2_THREADS) {
+                const u32 s = e / F_M, mm = e % F_M, m = mg + mm;
+                if (m >= end) continue;
+                const u32 ri = s / F_A, k1 = s % F_A;
+                const u32 k = F_R * k1 + (ri ? row1 : row0);
+                out[((u64)(m / SPECTRA_PER_HEAP) * CHANNELS + k) * SPECTRA_PER_HEAP + m % SPECTRA_PER_HEAP] = tile[tile_at(s, mm)];
+            }
         }
-        // The next step's first barrier keeps the tile until every thread has read it.
+        // The tile is read before the next group writes it (with halves, their own barriers do
+        // not see to that).
+        if (F2_HALVES) __syncthreads();
     }
-    if (sat[0]) atomicAdd(&sat_block[0], sat[0]);
-    if (sat[1]) atomicAdd(&sat_block[1], sat[1]);
+#pragma unroll
+    for (u32 pp = 0; pp < F2_POLS; pp++)
+        if (sat[pp]) atomicAdd(&sat_block[pol0 + pp], sat[pp]);
     __syncthreads();
     if (tid < 2 && sat_block[tid]) atomicAdd(saturated + tid, (u64)sat_block[tid]);
 }

@@ -136,11 +136,11 @@ pub struct Tuning {
     /// loads throttles the load/store queue, and per-offset loads measured 2.5-5.5% faster in
     /// `fused_fir` with float32 or float16 rows (H200; kernels/NOTES.md, "Version 12").
     pub fused_fir_word_steps: Option<bool>,
-    /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32 with
-    /// float32 rows, 64 with float16). At 65536 channels, 32 makes A = 2048: `fused_post` blocks
-    /// of 512 threads, one an SM (rows and tile take 214 KB of shared memory), which beat R = 64
-    /// with float32 rows (900 against 930 µs a frame, H100) and lost with float16 (862 against
-    /// 849).
+    /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
+    /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
+    /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
+    /// and, since `fused_post`'s polarisation halves (version 13, H200), with float16 rows too
+    /// (722.8 against 747.3 µs a frame; kernels/NOTES.md).
     pub fused_max_r: usize,
     /// Values in a `fused_post` block's output tile, 2A channels x its spectra: a power of two
     /// (0: [`FUSED_TILE`] or 16 A, whichever is more, so that each channel's run is at least 8
@@ -167,12 +167,11 @@ impl Tuning {
         }
     }
 
-    /// [`Tuning::fused_max_r`], or its default for the rows' precision.
+    /// [`Tuning::fused_max_r`], or its default.
     pub fn max_r(&self) -> usize {
-        match (self.fused_max_r, self.half_rows) {
-            (0, false) => 32,
-            (0, true) => 64,
-            (r, _) => r,
+        match self.fused_max_r {
+            0 => 32,
+            r => r,
         }
     }
 }
@@ -958,7 +957,7 @@ mod tests {
             assert_eq!(c.fused_post_threads(), post_threads, "{channels} {max_r}");
             assert!(c.fused_post_smem() <= 227 * 1024, "{channels} {max_r}");
         }
-        assert_eq!(fused_split(65536, Tuning::half_rows().max_r()), (64, 1024));
+        assert_eq!(fused_split(65536, Tuning::half_rows().max_r()), (32, 2048));
         assert!(wide(4096, 12, 0).validate().is_err());
         assert!(wide(4096, 0, 3000).validate().is_err());
         for channels in [1024, 4096, 16384, 32768, 65536] {

@@ -53,13 +53,17 @@ __device__ __forceinline__ char2 quantise(float2 v, u32 &clamped) {
                       (signed char)__float2int_rn(clamp_keeping_nan(v.y)));
 }
 
-__device__ __forceinline__ qjones make_qjones(char2 p0, char2 p1) {
+// One polarisation's half of a qjones.
 #if OUT_BITS == 4
-    return make_uchar2((unsigned char)((p0.x << 4) | (p0.y & 0xf)), (unsigned char)((p1.x << 4) | (p1.y & 0xf)));
+typedef unsigned char qpol;
+__device__ __forceinline__ qpol make_qpol(char2 p) { return (unsigned char)((p.x << 4) | (p.y & 0xf)); }
+__device__ __forceinline__ qjones join_pols(qpol p0, qpol p1) { return make_uchar2(p0, p1); }
 #else
-    return make_char4(p0.x, p0.y, p1.x, p1.y);
+typedef char2 qpol;
+__device__ __forceinline__ qpol make_qpol(char2 p) { return p; }
+__device__ __forceinline__ qjones join_pols(qpol p0, qpol p1) { return make_char4(p0.x, p0.y, p1.x, p1.y); }
 #endif
-}
+__device__ __forceinline__ qjones make_qjones(char2 p0, char2 p1) { return join_pols(make_qpol(p0), make_qpol(p1)); }
 
 // The output dither (engine/src/signal/dither.rs, which the host and the float64 reference use):
 // lowbias32 of the spectrum's key and the element's counter; the high 16 bits dither the real

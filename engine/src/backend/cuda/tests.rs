@@ -785,10 +785,6 @@ fn fused_launch_shapes_give_the_same_bytes() {
     }
 }
 
-/// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
-/// overlap: each frame's span starts with the previous span's tail, through
-/// two wraps of the span ring (where the overlap is copied). Also a chunk shorter than the
-/// overlap, where the tail includes the previous frame's own overlap.
 /// Float16 rows (`--fft-precision half`) against their float64 model (`signal::half_rows`: the
 /// reference with the rows rounded where the kernels round them): at most 1 LSB apart in under
 /// 0.1% of values, as the float32 paths are held to the plain reference. The same frames through
@@ -799,29 +795,35 @@ fn half_rows_match_their_float64_model() {
     if let Err(e) = probe(0) {
         return skip(&e.to_string());
     }
-    println!("channels taps bits out | frame: off-by-1 vs model | vs float64 | error power f32, f16 (LSB^2) | loss");
-    let cases: [(usize, usize, u32, u32, bool); 7] = [
-        (1024, 16, 10, 8, false),
-        (4096, 4, 8, 8, false),
-        (8192, 16, 10, 4, true),
-        (16384, 32, 12, 8, false),
-        (32768, 16, 10, 8, false),
-        (32768, 16, 16, 8, true),
-        (65536, 16, 10, 8, false),
+    println!("channels taps bits out R | frame: off-by-1 vs model | vs float64 | error power f32, f16 (LSB^2) | loss");
+    // The last: 65536 channels split 64 x 1024 instead of the default 32 x 2048.
+    let cases: [(usize, usize, u32, u32, bool, usize); 8] = [
+        (1024, 16, 10, 8, false, 0),
+        (4096, 4, 8, 8, false, 0),
+        (8192, 16, 10, 4, true, 0),
+        (16384, 32, 12, 8, false, 0),
+        (32768, 16, 10, 8, false, 0),
+        (32768, 16, 16, 8, true, 0),
+        (65536, 16, 10, 8, false, 0),
+        (65536, 16, 10, 8, true, 64),
     ];
-    for (channels, taps, bits, out_bits, dithered) in cases {
+    for (channels, taps, bits, out_bits, dithered, max_r) in cases {
+        let half_tuning = Tuning {
+            fused_max_r: max_r,
+            ..Tuning::half_rows()
+        };
         let margin = 100;
         let mut g = geometry(channels, taps, bits, 7, 5, margin);
         g.output.bits = out_bits;
         g.output.dither = dithered.then_some(99);
         let (Some(mut half), Some(mut single)) = (
-            cuda_tuned(&g, Tuning::half_rows()),
+            cuda_tuned(&g, half_tuning),
             cuda_tuned(&g, kernel_set(true)),
         ) else {
             return;
         };
         let mut modelled = ReferenceBackend::new(g.input, &[g.output]).unwrap();
-        let (r, _) = kernels::fused_split(channels, Tuning::half_rows().max_r());
+        let (r, _) = kernels::fused_split(channels, half_tuning.max_r());
         modelled.model_half_rows(0, r).unwrap();
         let mut modelled = Synchronous::new(modelled);
         let mut plain = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
@@ -865,7 +867,7 @@ fn half_rows_match_their_float64_model() {
             let (e32, e16) = (error_power(&g, &sf, &pv), error_power(&g, &hf, &pv));
             let loss = 10.0 * (e16 / e32).log10();
             println!(
-                "{channels:>8} {taps:>4} {bits:>4} {out_bits}{} | {f}: {:>6} of {} ({:.4}%) | {:>6} ({:.4}%) | {e32:.5}, {e16:.5} | {loss:.4} dB",
+                "{channels:>8} {taps:>4} {bits:>4} {out_bits}{} R {r} | {f}: {:>6} of {} ({:.4}%) | {:>6} ({:.4}%) | {e32:.5}, {e16:.5} | {loss:.4} dB",
                 if dithered { "d" } else { " " },
                 c.off_by_one,
                 c.values,
@@ -873,7 +875,7 @@ fn half_rows_match_their_float64_model() {
                 vs_plain.off_by_one,
                 100.0 * vs_plain.off_by_one as f64 / vs_plain.values as f64,
             );
-            let case = format!("{channels} ch {taps} taps {bits} bits frame {f}");
+            let case = format!("{channels} ch ({r} rows) {taps} taps {bits} bits frame {f}");
             assert!(
                 (c.off_by_one as f64) < 1e-3 * c.values as f64,
                 "{case}: {c:?}"
@@ -907,6 +909,10 @@ fn error_power(g: &Channelisation, gpu: &Frame, exact: &[Complex64]) -> f64 {
     sum / count as f64
 }
 
+/// Consecutive frames, several in flight, more frames than slots, random delays reaching into the
+/// overlap: each frame's span starts with the previous span's tail, through
+/// two wraps of the span ring (where the overlap is copied). Also a chunk shorter than the
+/// overlap, where the tail includes the previous frame's own overlap.
 #[test]
 fn frames_carry_the_overlap() {
     for (channels, taps, s, h) in [(1024, 16, 8, 3), (4096, 16, 1, 1)] {
