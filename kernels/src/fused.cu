@@ -63,6 +63,23 @@ __device__ __forceinline__ row_t make_row(float2 v, u32, u32, u32, u32) { return
 __device__ __forceinline__ float2 from_row(row_t r) { return r; }
 #endif
 
+// Loads that stay where the code puts them: before a barrier they need not wait for. (ptxas
+// moves a non-coherent load, `__ldg` or through const __restrict__, past the barrier.)
+__device__ __forceinline__ row_t load_row_here(const row_t *p) {
+    row_t r;
+#if ROW_HALF
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
+#else
+    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
+#endif
+    return r;
+}
+__device__ __forceinline__ float4 load_here(const float4 *p) {
+    float4 r;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
+}
+
 #define F1_THREADS (F_R * F_C)
 #define F_H (F_R / 16) // pass-1 threads per R-point FFT
 #define SPECTRUM_WORDS (STEP * SAMPLE_BITS / 32) // packed words a spectrum (2n samples) spans
@@ -514,24 +531,34 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     u32 sat[F2_POLS] = {};
     for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
-            group_sync(); // the group's step before is done with its rows and rotations
-            // Radix 16 (L = 1) straight from the rows: 16 loads in flight a thread.
+            // Radix 16 (L = 1) straight from the rows, 16 loads in flight a thread, and the
+            // spectra's fringe phases and delays (for the threads that fill the rotations below):
+            // loaded before the barrier, which only guards shared memory, so that their latency
+            // passes while it waits.
+            row_t raw[16];
             {
                 const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
                 const row_t *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
+#pragma unroll
+                for (int q = 0; q < 16; q++) raw[q] = load_row_here(src + fh + (F_A / 16) * q);
+            }
+            const bool fills = t < 2 * F2_POLS * F_SB;
+            const u32 fill_pol = pol0 + (t / 2) % F2_POLS, fill_sb = t / (2 * F2_POLS);
+            float4 rot = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (fills) rot = load_here(rotation + (u64)fill_pol * spectra + min(m0 + fill_sb, end - 1));
+            group_sync(); // the group's step before is done with its rows and rotations
+            {
                 float2 v[16];
 #pragma unroll
-                for (int q = 0; q < 16; q++) v[q] = from_row(src[fh + (F_A / 16) * q]);
+                for (int q = 0; q < 16; q++) v[q] = from_row(raw[q]);
                 dft<16>(v);
 #pragma unroll
                 for (int q = 0; q < 16; q++) x[17 * fh + q] = v[q]; // pad16(16 fh + q)
             }
             // The spectra's rotations: exp(i p) exp(-i pi j r / J) for part j of the band, as
             // postproc's steps, for row r0 and (times the step from r0) r1.
-            if (t < 2 * F2_POLS * F_SB) {
-                const u32 ri = t & 1, pol = pol0 + (t / 2) % F2_POLS, sb = t / (2 * F2_POLS);
-                const u32 m = min(m0 + sb, end - 1);
-                const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
+            if (fills) {
+                const u32 ri = t & 1, pol = fill_pol, sb = fill_sb;
                 const bool small = fabsf(rot.x) <= 1.0f;
                 const float2 step = fine_rotation(1.0f / F2_J, rot.x, small);
                 float2 r = make_float2(rot.z, rot.w);
