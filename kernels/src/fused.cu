@@ -441,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
 #define F2_TW twiddles_from(F_A, 16)
 
 #if 2 * F2_POLS * F_SB * F_A / 16 != F2_GROUP || F_SB * F_A / F2_J != F2_GROUP || F2_GROUP % 32 != 0
-#error "fused_post: every thread takes 16 points of one transform, then 8 channels of each of its polarisations"
+#error "fused_post: every thread takes 16 points of one transform, then 16 values (channel, polarisation) of its group"
 #endif
 #if (F_A / F2_J) % 16 != 0
 #error "fused_post: a thread's channels must lie a multiple of 16 slots apart (immediate offsets)"
