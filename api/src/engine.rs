@@ -15,6 +15,10 @@ fn single() -> String {
     "single".into()
 }
 
+fn two_pass() -> String {
+    "two-pass".into()
+}
+
 /// `GET /status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
@@ -24,6 +28,10 @@ pub struct Status {
     /// "half" (float16, `--fft-precision half`). Engines that predate it report nothing: single.
     #[serde(default = "single")]
     pub fft_precision: String,
+    /// The CUDA backend's kernels for wideband outputs of 1024 channels and more: "two-pass" or
+    /// "three-pass" (`--wideband-kernels`). Engines that predate it report nothing: two-pass.
+    #[serde(default = "two_pass")]
+    pub wideband_kernels: String,
     /// False once the engine has been asked to stop.
     pub running: bool,
     pub uptime_s: f64,
@@ -294,6 +302,7 @@ mod tests {
         let status = Status {
             backend: "cpu".into(),
             fft_precision: "single".into(),
+            wideband_kernels: "two-pass".into(),
             running: true,
             uptime_s: 1.5,
             feng_id: 0,
@@ -338,8 +347,8 @@ mod tests {
         assert_eq!(v["input"]["pols"][1]["digitiser_clip_samples"], 70);
         assert_eq!(v["input"]["pols"][1]["rms_dbfs"], -23.5);
         assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
-        // An older engine's status, without the digitiser's clipping counters or the FFT's
-        // precision, still reads.
+        // An older engine's status, without the digitiser's clipping counters, the FFT's
+        // precision or the wideband kernels, still reads.
         let mut old = v.clone();
         for p in old["input"]["pols"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
@@ -347,8 +356,10 @@ mod tests {
             p.remove("digitiser_clip_samples");
         }
         old.as_object_mut().unwrap().remove("fft_precision");
+        old.as_object_mut().unwrap().remove("wideband_kernels");
         let old: Status = serde_json::from_value(old).unwrap();
         assert_eq!(old.fft_precision, "single");
+        assert_eq!(old.wideband_kernels, "two-pass");
         assert_eq!(old.input.pols[1].digitiser_clip_heaps, 0);
         assert_eq!(old.input.pols[1].heaps_missing, 4);
         assert_eq!(back.heaps_missing(), 7);

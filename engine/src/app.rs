@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
-use crate::config::{BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs};
+use crate::config::{
+    BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
+};
 use crate::control::{self, ControlState};
 use crate::pipeline::Pipeline;
 use crate::stats::Stats;
@@ -28,11 +30,15 @@ pub enum EngineError {
     Bench(String),
 }
 
-/// The CUDA backend's kernel choices for `precision`.
-fn cuda_tuning(precision: FftPrecision) -> backend::cuda::Tuning {
-    match precision {
+/// The CUDA backend's kernel choices for `precision` and `kernels`.
+fn cuda_tuning(precision: FftPrecision, kernels: WidebandKernels) -> backend::cuda::Tuning {
+    let tuning = match precision {
         FftPrecision::Single => backend::cuda::Tuning::default(),
         FftPrecision::Half => backend::cuda::Tuning::half_rows(),
+    };
+    backend::cuda::Tuning {
+        fused: kernels == WidebandKernels::TwoPass,
+        ..tuning
     }
 }
 
@@ -40,10 +46,12 @@ fn cuda_tuning(precision: FftPrecision) -> backend::cuda::Tuning {
 /// usable and the CPU backend otherwise, and logs which.
 ///
 /// `precision` half is the CUDA backend's alone: with `auto` and no usable GPU it is an error, not
-/// the CPU backend (whose output would not be what was asked for).
+/// the CPU backend (whose output would not be what was asked for). `kernels` chooses among the
+/// CUDA backend's (the CPU's output is the same to 1 LSB whichever).
 pub fn make_backend(
     kind: BackendKind,
     precision: FftPrecision,
+    kernels: WidebandKernels,
     input: InputGeometry,
     outputs: &[OutputGeometry],
     gpu: usize,
@@ -53,8 +61,17 @@ pub fn make_backend(
     if let Some(why) = precision.refusal(kind) {
         return Err(why);
     }
-    let cuda =
-        || backend::cuda::CudaBackend::with_outputs(input, outputs, gpu, cuda_tuning(precision));
+    if let Some(why) = kernels.refusal(kind, precision) {
+        return Err(why);
+    }
+    let cuda = || {
+        backend::cuda::CudaBackend::with_outputs(
+            input,
+            outputs,
+            gpu,
+            cuda_tuning(precision, kernels),
+        )
+    };
     let cpu = || -> Result<Box<dyn Backend>, String> {
         if precision == FftPrecision::Half {
             return Err(
@@ -88,6 +105,7 @@ pub fn make_backend(
                 device_mib = s.device_bytes >> 20,
                 fft_work_mib = s.fft_work_bytes >> 20,
                 fft_precision = precision.name(),
+                wideband_kernels = kernels.name(),
                 "CUDA backend ready"
             );
             Box::new(b)
@@ -99,6 +117,7 @@ pub fn make_backend(
                         gpu,
                         device = %b.device_name(),
                         fft_precision = precision.name(),
+                        wideband_kernels = kernels.name(),
                         "backend auto: using CUDA"
                     );
                     Box::new(b)
@@ -152,16 +171,17 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     }
     let stats = Arc::new(Stats::for_config(&cfg));
     let stop = Arc::new(AtomicBool::new(false));
-    let (kind, precision, input, outputs, gpu) = (
+    let (kind, precision, kernels, input, outputs, gpu) = (
         cfg.backend,
         cfg.fft_precision,
+        cfg.wideband_kernels,
         cfg.input.geometry,
         cfg.output_geometries(),
         cfg.gpu,
     );
     let pipeline = Pipeline::start(
         &cfg,
-        Box::new(move || make_backend(kind, precision, input, &outputs, gpu)),
+        Box::new(move || make_backend(kind, precision, kernels, input, &outputs, gpu)),
         stats.clone(),
         stop.clone(),
     )
@@ -270,8 +290,15 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
     if args.frames == 0 {
         return Err(EngineError::Bench("--frames must be at least 1.".into()));
     }
-    let mut b = make_backend(args.backend, args.fft_precision, input, &outputs, args.gpu)
-        .map_err(EngineError::Start)?;
+    let mut b = make_backend(
+        args.backend,
+        args.fft_precision,
+        args.wideband_kernels,
+        input,
+        &outputs,
+        args.gpu,
+    )
+    .map_err(EngineError::Start)?;
     let r = crate::bench::run(b.as_mut(), args.frames)
         .map_err(|e| EngineError::Bench(format!("the benchmark failed: {e}.")))?;
     println!("{r}");
@@ -288,7 +315,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
             frames: args.frames,
             gpu_index: args.gpu,
             narrowband: args.narrowband.clone(),
-            tuning: cuda_tuning(args.fft_precision),
+            tuning: cuda_tuning(args.fft_precision, args.wideband_kernels),
             ..Default::default()
         };
         let mut out = std::io::stdout();
@@ -308,7 +335,16 @@ mod tests {
     #[test]
     fn half_precision_needs_cuda() {
         let g = geometry(1024, 4, 10, 4, 1, 0);
-        let make = |kind| make_backend(kind, FftPrecision::Half, g.input, &[g.output], 0);
+        let make = |kind| {
+            make_backend(
+                kind,
+                FftPrecision::Half,
+                WidebandKernels::TwoPass,
+                g.input,
+                &[g.output],
+                0,
+            )
+        };
         for kind in [BackendKind::Cpu, BackendKind::Reference] {
             let e = make(kind).err().expect("refused");
             assert!(e.contains("--backend cuda") && e.ends_with('.'), "{e}");
@@ -324,10 +360,51 @@ mod tests {
         let b = make_backend(
             BackendKind::Auto,
             FftPrecision::Single,
+            WidebandKernels::TwoPass,
             g.input,
             &[g.output],
             0,
         );
         assert!(b.is_ok());
+    }
+
+    /// `--wideband-kernels` reaches the CUDA backend's tuning (two passes or three), keeps the
+    /// precision's other choices, and the CPU backends refuse a choice they do not have.
+    #[test]
+    fn wideband_kernels_choose_the_cuda_kernel_set() {
+        use backend::cuda::Tuning;
+        let two = cuda_tuning(FftPrecision::Single, WidebandKernels::TwoPass);
+        let three = cuda_tuning(FftPrecision::Single, WidebandKernels::ThreePass);
+        assert_eq!(two, Tuning::default());
+        assert!(two.fused && !three.fused);
+        assert_eq!(
+            Tuning {
+                fused: true,
+                ..three
+            },
+            Tuning::default()
+        );
+        assert!(cuda_tuning(FftPrecision::Half, WidebandKernels::TwoPass).half_rows);
+        let g = geometry(1024, 4, 10, 4, 1, 0);
+        let make = |kind, precision| {
+            make_backend(
+                kind,
+                precision,
+                WidebandKernels::ThreePass,
+                g.input,
+                &[g.output],
+                0,
+            )
+        };
+        for kind in [BackendKind::Cpu, BackendKind::Reference] {
+            let e = make(kind, FftPrecision::Single).err().expect("refused");
+            assert!(e.contains("--backend cuda") && e.ends_with('.'), "{e}");
+        }
+        let e = make(BackendKind::Cuda, FftPrecision::Half)
+            .err()
+            .expect("refused");
+        assert!(e.contains("two-pass") && e.ends_with('.'), "{e}");
+        // auto without a GPU runs the CPU backend, which has one set of kernels.
+        assert!(make(BackendKind::Auto, FftPrecision::Single).is_ok());
     }
 }

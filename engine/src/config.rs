@@ -223,6 +223,47 @@ impl FftPrecision {
     }
 }
 
+/// Which kernels the CUDA backend runs for a wideband output of 1024 channels and more
+/// (`--wideband-kernels`); smaller ones take three passes either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum WidebandKernels {
+    /// Two passes through device memory, the FFT split between them: the default, faster at
+    /// every size they take (kernels/NOTES.md).
+    #[default]
+    TwoPass,
+    /// Three passes (FIR, cuFFT, post-processing): the fallback, checked against float64 on its
+    /// own, and what the two passes are measured against.
+    ThreePass,
+}
+
+impl WidebandKernels {
+    pub fn name(self) -> &'static str {
+        match self {
+            WidebandKernels::TwoPass => "two-pass",
+            WidebandKernels::ThreePass => "three-pass",
+        }
+    }
+
+    /// `None` where `backend` at `precision` can run these kernels, else why not, as a sentence.
+    pub fn refusal(self, backend: BackendKind, precision: FftPrecision) -> Option<String> {
+        match (self, precision, backend) {
+            (WidebandKernels::TwoPass, _, _) => None,
+            (WidebandKernels::ThreePass, FftPrecision::Half, _) => Some(
+                "--fft-precision half is the two-pass kernels' (the rows between their passes in \
+                 float16): leave --wideband-kernels at two-pass, or give --fft-precision single."
+                    .into(),
+            ),
+            // auto without a GPU runs the CPU backend, whose output is the same to 1 LSB.
+            (_, _, BackendKind::Cuda | BackendKind::Auto | BackendKind::Null) => None,
+            (_, _, b) => Some(format!(
+                "--wideband-kernels three-pass chooses among the CUDA backend's kernels; the {} \
+                 backend has one set: give --backend cuda, or leave --wideband-kernels at two-pass.",
+                b.name()
+            )),
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Polarisation 0 digitiser stream: ADDR[+N]:PORT, N+1 consecutive addresses (multicast groups
@@ -342,6 +383,13 @@ pub struct RunArgs {
     /// GPU).
     #[arg(long, value_enum, default_value_t = FftPrecision::Single)]
     pub fft_precision: FftPrecision,
+    /// The CUDA backend's kernels for a wideband output of 1024 channels and more: two-pass (the
+    /// FIR and the FFT's first stages, then its last stages and everything after them; the
+    /// default) or three-pass (FIR, cuFFT, post-processing: the fallback, a quarter to a third
+    /// slower). Both are within 1 LSB of the float64 reference in under 0.1% of values. Needs
+    /// --backend cuda (or auto).
+    #[arg(long, value_enum, default_value_t = WidebandKernels::TwoPass)]
+    pub wideband_kernels: WidebandKernels,
     /// CUDA device index.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -642,6 +690,9 @@ pub struct BenchArgs {
     /// run --help`).
     #[arg(long, value_enum, default_value_t = FftPrecision::Single)]
     pub fft_precision: FftPrecision,
+    /// The CUDA backend's wideband kernels: two-pass or three-pass (see `fengine run --help`).
+    #[arg(long, value_enum, default_value_t = WidebandKernels::TwoPass)]
+    pub wideband_kernels: WidebandKernels,
     /// CUDA device index.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -685,6 +736,7 @@ pub struct EngineConfig {
     pub socket_buffer: usize,
     pub backend: BackendKind,
     pub fft_precision: FftPrecision,
+    pub wideband_kernels: WidebandKernels,
     pub gpu: usize,
     pub control: SocketAddr,
     /// The bearer token that changes over HTTP need, if any.
@@ -963,6 +1015,9 @@ impl EngineConfig {
 
     fn check(a: &RunArgs) -> Result<Self, String> {
         if let Some(why) = a.fft_precision.refusal(a.backend) {
+            return Err(why);
+        }
+        if let Some(why) = a.wideband_kernels.refusal(a.backend, a.fft_precision) {
             return Err(why);
         }
         if !(a.adc_sample_rate.is_finite() && a.adc_sample_rate >= 1.0) {
@@ -1244,6 +1299,7 @@ impl EngineConfig {
             socket_buffer: a.socket_buffer,
             backend: a.backend,
             fft_precision: a.fft_precision,
+            wideband_kernels: a.wideband_kernels,
             gpu: a.gpu,
             control: a.control,
             control_token: a.control_token.clone(),
@@ -1323,7 +1379,8 @@ pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         "127.0.0.1:7149",
     ];
     let outputs_given = extra.iter().any(|f| {
-        f.starts_with("--dst") || f.starts_with("--wideband") || f.starts_with("--narrowband")
+        let flag = f.split('=').next().unwrap_or(f);
+        ["--dst", "--wideband", "--narrowband"].contains(&flag)
     });
     if !outputs_given {
         v.extend(["--dst", "127.0.0.1:7150"]);
@@ -1462,6 +1519,19 @@ mod tests {
                 vec!["--fft-precision", "half", "--backend", "reference"],
                 "--backend cuda",
             ),
+            (
+                vec!["--wideband-kernels", "three-pass", "--backend", "cpu"],
+                "--backend cuda",
+            ),
+            (
+                vec![
+                    "--wideband-kernels",
+                    "three-pass",
+                    "--fft-precision",
+                    "half",
+                ],
+                "two-pass kernels'",
+            ),
         ] {
             let e = EngineConfig::from_args(&args(&extra).unwrap())
                 .unwrap_err()
@@ -1489,6 +1559,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("single") && e.contains("half"), "{e}");
+    }
+
+    #[test]
+    fn wideband_kernels_from_the_command_line() {
+        let kernels = |extra: &[&str]| config(extra).wideband_kernels;
+        assert_eq!(kernels(&[]), WidebandKernels::TwoPass);
+        for backend in ["cuda", "auto", "null"] {
+            assert_eq!(
+                kernels(&["--wideband-kernels", "three-pass", "--backend", backend]),
+                WidebandKernels::ThreePass
+            );
+        }
+        let e = args(&["--wideband-kernels", "one-pass"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("two-pass") && e.contains("three-pass"), "{e}");
     }
 
     #[test]

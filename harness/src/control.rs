@@ -627,6 +627,7 @@ mod tests {
         serde_json::to_string(&Status {
             backend: "cpu".into(),
             fft_precision: "single".into(),
+            wideband_kernels: "two-pass".into(),
             running: true,
             uptime_s: 1.0,
             feng_id: 0,

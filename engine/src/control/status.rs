@@ -81,6 +81,7 @@ pub fn build(
     Status {
         backend: backend.to_string(),
         fft_precision: cfg.fft_precision.name().to_string(),
+        wideband_kernels: cfg.wideband_kernels.name().to_string(),
         running,
         uptime_s: uptime.as_secs_f64(),
         feng_id: cfg.feng_id,
@@ -187,6 +188,7 @@ mod tests {
         for key in [
             "backend",
             "fft_precision",
+            "wideband_kernels",
             "input",
             "outputs",
             "queues",
@@ -197,6 +199,7 @@ mod tests {
             assert!(v.get(key).is_some(), "{key}");
         }
         assert_eq!(v["fft_precision"], "single");
+        assert_eq!(v["wideband_kernels"], "two-pass");
         assert_eq!(v["outputs"]["wideband"]["channels"], 16);
         assert_eq!(v["outputs"]["wideband"]["heaps_sent"], 5);
         assert_eq!(v["outputs"]["wideband"]["saturated"][1], 3);
