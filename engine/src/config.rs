@@ -1379,7 +1379,7 @@ pub(crate) fn test_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         "127.0.0.1:7149",
     ];
     let outputs_given = extra.iter().any(|f| {
-        let flag = f.split('=').next().unwrap_or(f);
+        let flag = f.split_once('=').map_or(*f, |(flag, _)| flag);
         ["--dst", "--wideband", "--narrowband"].contains(&flag)
     });
     if !outputs_given {
