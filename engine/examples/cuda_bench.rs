@@ -96,6 +96,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_WORD_STEPS") {
         opts.tuning.fused_fir_word_steps = Some(k != 0);
     }
+    // FENGINE_BENCH_FIR_AHEAD=0..16: a sliding fused_fir batch's first that many sample pairs
+    // are loaded while the batch before is transformed (unset: 4 at R = 16, else 0).
+    if let Some(k) = env_number("FENGINE_BENCH_FIR_AHEAD") {
+        opts.tuning.fused_fir_ahead = Some(k);
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

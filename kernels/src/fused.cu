@@ -25,7 +25,9 @@
 // Configuration (prepended by kernels::source): F_R, F_A, F_C (pass 1 takes F_C columns of each
 // of the R column groups: F_R * F_C threads), F_SB (spectra a pass-2 block transforms at once:
 // 1024 / A, or 1 where A = 2048), F_M (spectra per pass-2 block, a multiple of F_SB),
-// F2_THREADS (256, or 512 where A = 2048), ROW_HALF.
+// F2_THREADS (256, or 512 where A = 2048), ROW_HALF, FIR_WORD_STEPS, FIR_AHEAD (pass 1: how
+// many of a sliding batch's 16 new sample pairs are loaded while the batch before is transformed;
+// 0: none, and zs one buffer).
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
@@ -74,6 +76,13 @@ __device__ __forceinline__ row_t load_row_here(const row_t *p) {
 #endif
     return r;
 }
+__device__ __forceinline__ u32 load_word_here(const u32 *p) {
+    u32 r;
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+// A word of the span: `here` as above, else non-coherent (measured faster where it may move).
+__device__ __forceinline__ u32 load_word(const u32 *p, bool here) { return here ? load_word_here(p) : __ldg(p); }
 __device__ __forceinline__ float4 load_here(const float4 *p) {
     float4 r;
     asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
@@ -231,7 +240,39 @@ __device__ __forceinline__ bool batch_slides(const u32 *__restrict__ offsets, u3
     return __syncthreads_and(ok);
 }
 
-extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
+// A batch whose spectra do not all slide (a delay changes within it, or the block's spectra end
+// there): spectrum by spectrum as pfb_fir does, the window reloaded where the delay changes, zeros
+// past the end.
+__device__ __forceinline__ void fir_unslid(const u32 *__restrict__ span, const u32 *__restrict__ offsets, u32 m, u32 nb, u32 u,
+                                           u32 &prev, float2 (&x)[TAPS], const float2 (&w)[TAPS], float2 *z) {
+    for (u32 b = 0; b < FIR_BATCH; b++) {
+        if (b >= nb) {
+            z[b * F_R * F_C] = make_float2(0.0f, 0.0f);
+            continue;
+        }
+        const u32 off = __ldg(offsets + m + b);
+        const u32 base = off + 2 * u;
+        if (off == prev + STEP) {
+#pragma unroll
+            for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
+            x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
+        } else {
+#pragma unroll
+            for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + STEP * t);
+        }
+        prev = off;
+        z[b * F_R * F_C] = fir_sum(x, w);
+    }
+}
+
+// 16 warps an SM: with pairs loaded ahead (held across the transforms) ptxas would take more than
+// the 128 registers a thread that allows, unless told.
+#if FIR_AHEAD
+#define F1_BOUNDS __launch_bounds__(F1_THREADS, 512 / F1_THREADS)
+#else
+#define F1_BOUNDS __launch_bounds__(F1_THREADS)
+#endif
+extern "C" __global__ void F1_BOUNDS fused_fir(
     const u32 *__restrict__ span,       // [pol][stride] packed samples
     u64 stride,                         // words from one polarisation's row to the next
     const u32 *__restrict__ offsets,    // [pol][spectra] window start in the span, in samples
@@ -246,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     u32 rows_spectra,
     u32 spectra_per_block)
 {
-    extern __shared__ float2 zs[];     // [FIR_BATCH][F_R][F_C] (kernels::Config::fused_fir_smem)
+    extern __shared__ float2 zs[];     // [1 or 2][FIR_BATCH][F_R][F_C] (kernels::Config::fused_fir_smem)
     __shared__ float2 tw_r[F_R];       // W_R^t
     __shared__ float2 tw_i[F_R * F_C]; // W_n^{i k2} for the block's i: [k2][c]
 
@@ -280,8 +321,10 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     float2 *col = zs + fb * (F_R * F_C) + fc; // point j at col[j * F_C]
 
     float2 w[TAPS];
+#if !FIR_AHEAD
 #pragma unroll
     for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * CHANNELS + u);
+#endif
 
     float2 x[TAPS];
     const u32 off0 = __ldg(offsets + m0);
@@ -289,8 +332,63 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
     for (int t = 0; t < TAPS - 1; t++) x[t + 1] = load_pair(span, off0 + 2 * u + STEP * t);
     u32 prev = off0 - STEP; // wraps harmlessly: prev + STEP == off0
 
+#if FIR_AHEAD
+    // A batch's new sample pairs are loaded while the batch before is transformed: zs is two
+    // buffers, so that one barrier a batch (values written, the slide vote for two batches on)
+    // suffices, and the weights are read again for each batch (from L1) so that their registers
+    // hold the pairs during the transforms.
+    u32 w0[FIR_BATCH], w1[FIR_BATCH], sh = 0;
+    // Pairs b0 <= b < b1 of the batch from mb: `here` before a barrier (see load_word_here),
+    // else non-coherent (measured faster).
+    auto load_batch = [&](u32 mb, int b0, int b1, bool here) {
+#if FIR_WORD_STEPS
+        const u32 *first_word = sample_word(span, __ldg(offsets + mb) + 2 * u + STEP * (TAPS - 1), sh);
+#pragma unroll
+        for (int b = b0; b < b1; b++) {
+            w0[b] = load_word(first_word + b * SPECTRUM_WORDS, here);
+            w1[b] = load_word(first_word + b * SPECTRUM_WORDS + 1, here);
+        }
+#else
+#pragma unroll
+        for (int b = b0; b < b1; b++) {
+            const u32 *p = sample_word(span, __ldg(offsets + mb + b) + 2 * u + STEP * (TAPS - 1), sh);
+            w0[b] = load_word(p, here);
+            w1[b] = load_word(p + 1, here);
+        }
+#endif
+    };
+    bool slide = batch_slides(offsets, m0, m1, true);
+    bool slide_next = batch_slides(offsets, m0 + FIR_BATCH, m1, false);
+    if (slide) load_batch(m0, 0, (int)FIR_AHEAD, true);
+    for (u32 m = m0, buf = 0; m < m1; m += FIR_BATCH, buf ^= 1) {
+        const u32 nb = min((u32)FIR_BATCH, m1 - m);
+        float2 *zb = z + buf * (FIR_BATCH * F_R * F_C);
+        const float2 *cb = col + buf * (FIR_BATCH * F_R * F_C);
+#else
     for (u32 m = m0; m < m1; m += FIR_BATCH) {
         const u32 nb = min((u32)FIR_BATCH, m1 - m);
+        const float2 *cb = col;
+#endif
+#if FIR_AHEAD
+#pragma unroll
+        for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * CHANNELS + u);
+        if (slide) {
+            load_batch(m, (int)FIR_AHEAD, (int)FIR_BATCH, false);
+#pragma unroll
+            for (int b = 0; b < FIR_BATCH; b++) {
+#pragma unroll
+                for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
+                x[TAPS - 1] = pair_of(w0[b], w1[b], sh);
+                zb[b * F_R * F_C] = fir_sum(x, w);
+            }
+            prev += FIR_BATCH * STEP; // the vote: each offset one spectrum past the one before
+        } else {
+            fir_unslid(span, offsets, m, nb, u, prev, x, w, zb);
+        }
+        if (slide_next) load_batch(m + FIR_BATCH, 0, (int)FIR_AHEAD, true);
+        // The batch's values are in; the other buffer's were read before any thread got here.
+        const bool slide_after = batch_slides(offsets, m + 2 * FIR_BATCH, m1, false);
+#else
         // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together. (The
         // barrier in batch_slides also keeps zs until the batch before is done with it.)
         const bool slide = batch_slides(offsets, m, m1, m == m0);
@@ -319,31 +417,17 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
             }
             prev = off + (FIR_BATCH - 1) * STEP;
         } else {
-            for (u32 b = 0; b < FIR_BATCH; b++) {
-                if (b >= nb) {
-                    z[b * F_R * F_C] = make_float2(0.0f, 0.0f);
-                    continue;
-                }
-                const u32 off = __ldg(offsets + m + b);
-                const u32 base = off + 2 * u;
-                if (off == prev + STEP) {
-#pragma unroll
-                    for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
-                    x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
-                } else {
-#pragma unroll
-                    for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + STEP * t);
-                }
-                prev = off;
-                z[b * F_R * F_C] = fir_sum(x, w);
-            }
+            fir_unslid(span, offsets, m, nb, u, prev, x, w, z);
         }
         __syncthreads();
+#endif
 
+        // The batch's R-point FFTs, from zs (this thread's transform, part fh: spectrum m + fb,
+        // live if fb < nb), twiddled by W_n^{i k2} and written as rows k2 of the spectrum's matrix.
         // Radix 16 (L = 1): points fh + F_H q.
         float2 v[16];
 #pragma unroll
-        for (int q = 0; q < 16; q++) v[q] = col[(fh + F_H * q) * F_C];
+        for (int q = 0; q < 16; q++) v[q] = cb[(fh + F_H * q) * F_C];
         dft<16>(v);
         row_t *dst = out + ((u64)pol * rows_spectra + m - first + fb) * (F_R * F_A) + i0 + fc;
         const bool live = fb < nb;
@@ -413,6 +497,10 @@ extern "C" __global__ void __launch_bounds__(F1_THREADS) fused_fir(
                 }
             }
         }
+#if FIR_AHEAD
+        slide = slide_next;
+        slide_next = slide_after;
+#endif
     }
 }
 

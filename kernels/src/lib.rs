@@ -136,6 +136,14 @@ pub struct Tuning {
     /// loads throttles the load/store queue, and per-offset loads measured 2.5-5.5% faster in
     /// `fused_fir` with float32 or float16 rows (H200; kernels/NOTES.md, "Version 12").
     pub fused_fir_word_steps: Option<bool>,
+    /// How many of a sliding `fused_fir` batch's 16 new sample pairs are loaded while the batch
+    /// before is transformed (0 to 16), so that their latency passes behind that work: the block
+    /// then keeps two batches in shared memory (one barrier a batch instead of two) and reads
+    /// its weights again for each batch (from L1), so that their registers can hold the pairs.
+    /// 0: none, one batch in shared memory. `None`: 4 at R = 16 (`fused_fir` 6-8% faster at
+    /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
+    /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
+    pub fused_fir_ahead: Option<usize>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
@@ -197,6 +205,7 @@ impl Default for Tuning {
             fused_fir_spectra: 0,
             fused_fir_columns: 0,
             fused_fir_word_steps: None,
+            fused_fir_ahead: None,
             fused_max_r: 0,
             fused_tile: 0,
             half_rows: false,
@@ -288,10 +297,19 @@ impl Config {
         self.tuning.fused_fir_word_steps.unwrap_or(r == 16)
     }
 
+    /// Sample pairs a sliding `fused_fir` batch loads a batch ahead ([`Tuning::fused_fir_ahead`]).
+    pub fn fused_fir_ahead(&self) -> usize {
+        let r = self.fused_split().0;
+        self.tuning
+            .fused_fir_ahead
+            .unwrap_or(if r == 16 { 4 } else { 0 })
+    }
+
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
     pub fn fused_fir_smem(&self) -> usize {
         let (r, _) = self.fused_split();
-        8 * self.tuning.fir_batch * r * self.fused_columns()
+        let buffers = if self.fused_fir_ahead() > 0 { 2 } else { 1 };
+        buffers * 8 * self.tuning.fir_batch * r * self.fused_columns()
     }
 
     /// Spectra a `fused_post` block transforms at once (4 transforms a spectrum, 16 points a
@@ -512,6 +530,13 @@ impl Config {
                 t.fused_fir_columns
             ));
         }
+        if t.fused_fir_ahead.is_some_and(|k| k > t.fir_batch) {
+            return Err(format!(
+                "fused_fir can load at most a batch's {} sample pairs ahead, not {}",
+                t.fir_batch,
+                self.fused_fir_ahead()
+            ));
+        }
         if self.fused() && self.fused_split().0 * self.fused_columns() > 512 {
             return Err(format!(
                 "fused_fir's blocks take at most 512 threads: {} columns of {} groups is more",
@@ -594,6 +619,7 @@ pub fn source(cfg: &Config) -> String {
             "FIR_WORD_STEPS",
             u32::from(cfg.fused_fir_word_steps()).to_string(),
         ),
+        ("FIR_AHEAD", cfg.fused_fir_ahead().to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };
@@ -969,5 +995,33 @@ mod tests {
             );
             assert_eq!(2 * a * spectra, 8192.max(16 * a), "{channels}");
         }
+    }
+
+    #[test]
+    fn fir_pairs_ahead() {
+        // 4 pairs a batch ahead at R = 16 (two batches in shared memory), none at R = 32 and 64.
+        let ahead = |channels, fused_fir_ahead, fused_max_r| Config {
+            channels,
+            tuning: Tuning {
+                fused_fir_ahead,
+                fused_max_r,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        for (channels, max_r, pairs) in [(1024, 0, 4), (16384, 0, 4), (32768, 0, 0), (65536, 64, 0)]
+        {
+            let c = ahead(channels, None, max_r);
+            assert_eq!(c.fused_fir_ahead(), pairs, "{channels}");
+            assert!(source(&c).contains(&format!("#define FIR_AHEAD {pairs}\n")));
+        }
+        let one = ahead(4096, Some(0), 0).fused_fir_smem();
+        assert_eq!(ahead(4096, None, 0).fused_fir_smem(), 2 * one);
+        assert!(ahead(4096, Some(16), 0).validate().is_ok());
+        let e = ahead(4096, Some(17), 0).validate().unwrap_err();
+        assert!(
+            e.0.contains("at most a batch's 16 sample pairs ahead, not 17"),
+            "{e:?}"
+        );
     }
 }

@@ -10,14 +10,18 @@
 
 // Two consecutive samples starting at sample index x of a packed span: one funnel shift over two
 // aligned words covers them (2 * SAMPLE_BITS <= 32 bits from any bit position).
-// The sample pair whose first bit is bit `sh` (< 32) of word p[0].
-__device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
-    const u32 hi = bswap32(__ldg(p));
-    const u32 lo = bswap32(__ldg(p + 1));
+// The sample pair whose first bit is bit `sh` (< 32) of word w0, words w0 and w1 as loaded.
+__device__ __forceinline__ float2 pair_of(u32 w0, u32 w1, u32 sh) {
+    const u32 hi = bswap32(w0), lo = bswap32(w1);
     const u32 top = __funnelshift_l(lo, hi, sh);
     const int s0 = (int)top >> (32 - SAMPLE_BITS);
     const int s1 = (int)(top << SAMPLE_BITS) >> (32 - SAMPLE_BITS);
     return make_float2((float)s0, (float)s1);
+}
+// The same, from word p[0].
+__device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
+    const u32 w0 = __ldg(p), w1 = __ldg(p + 1);
+    return pair_of(w0, w1, sh);
 }
 
 // Where sample x (< 2^32: the host keeps spans under that) starts: the word, and in `sh` its bit

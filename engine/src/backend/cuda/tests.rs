@@ -720,6 +720,36 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
+            4096,
+            8,
+            13,
+            "no sample pair loaded a batch ahead",
+            Tuning {
+                fused_fir_ahead: Some(0),
+                ..Tuning::default()
+            },
+        ),
+        (
+            4096,
+            8,
+            13,
+            "every sample pair loaded a batch ahead",
+            Tuning {
+                fused_fir_ahead: Some(16),
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "6 sample pairs loaded a batch ahead",
+            Tuning {
+                fused_fir_ahead: Some(6),
+                ..Tuning::default()
+            },
+        ),
+        (
             65536,
             16,
             4,
