@@ -251,15 +251,7 @@ __device__ __forceinline__ void fir_unslid(const u32 *__restrict__ span, const u
             continue;
         }
         const u32 off = __ldg(offsets + m + b);
-        const u32 base = off + 2 * u;
-        if (off == prev + STEP) {
-#pragma unroll
-            for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
-            x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
-        } else {
-#pragma unroll
-            for (int t = 0; t < TAPS; t++) x[t] = load_pair(span, base + STEP * t);
-        }
+        window_at(span, off, u, prev, x);
         prev = off;
         z[b * F_R * F_C] = fir_sum(x, w);
     }
@@ -364,18 +356,14 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
         const u32 nb = min((u32)FIR_BATCH, m1 - m);
         float2 *zb = z + buf * (FIR_BATCH * F_R * F_C);
         const float2 *cb = col + buf * (FIR_BATCH * F_R * F_C);
-#else
-    for (u32 m = m0; m < m1; m += FIR_BATCH) {
-        const u32 nb = min((u32)FIR_BATCH, m1 - m);
-        const float2 *cb = col;
-#endif
-#if FIR_AHEAD
 #pragma unroll
         for (int t = 0; t < TAPS; t++) w[t] = __ldg(weights + t * CHANNELS + u);
         if (slide) {
             load_batch(m, (int)FIR_AHEAD, (int)FIR_BATCH, false);
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++) {
+                // Shifted before the pair is unpacked, not by slide_in: that order compiles to the
+                // same instructions scheduled otherwise, not the code that was measured.
 #pragma unroll
                 for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
                 x[TAPS - 1] = pair_of(w0[b], w1[b], sh);
@@ -389,6 +377,9 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
         // The batch's values are in; the other buffer's were read before any thread got here.
         const bool slide_after = batch_slides(offsets, m + 2 * FIR_BATCH, m1, false);
 #else
+    for (u32 m = m0; m < m1; m += FIR_BATCH) {
+        const u32 nb = min((u32)FIR_BATCH, m1 - m);
+        const float2 *cb = col;
         // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together. (The
         // barrier in batch_slides also keeps zs until the batch before is done with it.)
         const bool slide = batch_slides(offsets, m, m1, m == m0);
@@ -410,9 +401,7 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
 #endif
 #pragma unroll
             for (int b = 0; b < FIR_BATCH; b++) {
-#pragma unroll
-                for (int t = 0; t < TAPS - 1; t++) x[t] = x[t + 1];
-                x[TAPS - 1] = fresh[b];
+                slide_in(x, fresh[b]);
                 z[b * F_R * F_C] = fir_sum(x, w);
             }
             prev = off + (FIR_BATCH - 1) * STEP;

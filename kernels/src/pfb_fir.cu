@@ -40,6 +40,25 @@ __device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u32 x)
     return pair_at(p, sh);
 }
 
+// The window one spectrum on: the oldest pair out, `fresh` in.
+__device__ __forceinline__ void slide_in(float2 (&x)[TAPS], float2 fresh) {
+#pragma unroll
+    for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
+    x[TAPS - 1] = fresh;
+}
+
+// The window of column pair u for the spectrum at `off`: slid by one pair if it starts one
+// spectrum after `prev` (the delay unchanged), else loaded whole.
+__device__ __forceinline__ void window_at(const u32 *__restrict__ span, u32 off, u32 u, u32 prev, float2 (&x)[TAPS]) {
+    const u32 base = off + 2 * u;
+    if (off == prev + STEP) {
+        slide_in(x, load_pair(span, base + STEP * (TAPS - 1)));
+    } else {
+#pragma unroll
+        for (int j = 0; j < TAPS; j++) x[j] = load_pair(span, base + STEP * j);
+    }
+}
+
 __device__ __forceinline__ float2 fir_sum(const float2 (&x)[TAPS], const float2 (&w)[TAPS]) {
     float2 acc = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -100,9 +119,7 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
                     fresh[i] = load_pair(span, offs[i] + 2 * u + STEP * (TAPS - 1));
 #pragma unroll
                 for (int i = 0; i < FIR_BATCH; i++) {
-#pragma unroll
-                    for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
-                    x[TAPS - 1] = fresh[i];
+                    slide_in(x, fresh[i]);
                     dst[(u64)(m + i) * (UNZIP * FFT_LEN)] = fir_sum(x, w);
                 }
                 prev = offs[FIR_BATCH - 1];
@@ -112,15 +129,7 @@ extern "C" __global__ void __launch_bounds__(FIR_BLOCK) pfb_fir(
         }
         // One spectrum: slide if the delay is unchanged, else reload the whole window.
         const u32 off = __ldg(offsets + m);
-        const u32 base = off + 2 * u;
-        if (off == prev + STEP) {
-#pragma unroll
-            for (int j = 0; j < TAPS - 1; j++) x[j] = x[j + 1];
-            x[TAPS - 1] = load_pair(span, base + STEP * (TAPS - 1));
-        } else {
-#pragma unroll
-            for (int j = 0; j < TAPS; j++) x[j] = load_pair(span, base + STEP * j);
-        }
+        window_at(span, off, u, prev, x);
         prev = off;
         dst[(u64)m * (UNZIP * FFT_LEN)] = fir_sum(x, w);
         m++;
