@@ -101,6 +101,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_FIR_AHEAD") {
         opts.tuning.fused_fir_ahead = Some(k);
     }
+    // FENGINE_BENCH_POST_PREFETCH=0..4: fused_post has each step's rows prefetched into L2 that
+    // many of its steps ahead (0: none).
+    if let Some(k) = env_number("FENGINE_BENCH_POST_PREFETCH") {
+        opts.tuning.fused_post_prefetch = Some(k);
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

@@ -27,7 +27,8 @@
 // 1024 / A, or 1 where A = 2048), F_M (spectra per pass-2 block, a multiple of F_SB),
 // F2_THREADS (256, or 512 where A = 2048), ROW_HALF, FIR_WORD_STEPS, FIR_AHEAD (pass 1: how
 // many of a sliding batch's 16 new sample pairs are loaded while the batch before is transformed;
-// 0: none, and zs one buffer).
+// 0: none, and zs one buffer), POST_PREFETCH (pass 2: how many steps ahead a block has its rows
+// prefetched into L2; 0: none).
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
@@ -66,11 +67,17 @@ __device__ __forceinline__ float2 from_row(row_t r) { return r; }
 #endif
 
 // Loads that stay where the code puts them: before a barrier they need not wait for. (ptxas
-// moves a non-coherent load, `__ldg` or through const __restrict__, past the barrier.)
+// moves a non-coherent load, `__ldg` or through const __restrict__, past the barrier.) Rows
+// prefetched into L2 (POST_PREFETCH) are read from there without a place in L1 (`.cg`): each is
+// read once.
 __device__ __forceinline__ row_t load_row_here(const row_t *p) {
     row_t r;
-#if ROW_HALF
+#if ROW_HALF && POST_PREFETCH
+    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(r) : "l"(p));
+#elif ROW_HALF
     asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
+#elif POST_PREFETCH
+    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
 #else
     asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
 #endif
@@ -608,6 +615,21 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     u32 sat[F2_POLS] = {};
     for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
+#if POST_PREFETCH
+            // The rows of the block's step POST_PREFETCH steps on into L2 (one bulk prefetch a
+            // row, by 4 F_SB threads), so that when that step loads them it waits on L2, not on
+            // device memory (ncu: long-scoreboard stalls halved). A hint: a step guessed wrong
+            // costs bandwidth, never bytes.
+            if (tid < 4 * F_SB) {
+                u32 ma = m0 + POST_PREFETCH * F_SB;
+                if (ma >= mg + F_M) ma += (gridDim.y - 1) * F_M; // into the block's next group
+                ma += tid / 4;
+                if (ma < end) {
+                    const row_t *r = rows_in + (((u64)((tid / 2) & 1) * rows_spectra + ma - first) * F_R + ((tid & 1) ? row1 : row0)) * F_A;
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" : : "l"(r), "n"(F_A * (int)sizeof(row_t)) : "memory");
+                }
+            }
+#endif
             // Radix 16 (L = 1) straight from the rows, 16 loads in flight a thread, and the
             // spectra's fringe phases and delays (for the threads that fill the rotations below):
             // loaded before the barrier, which only guards shared memory, so that their latency

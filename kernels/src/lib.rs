@@ -144,6 +144,11 @@ pub struct Tuning {
     /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
     /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
     pub fused_fir_ahead: Option<usize>,
+    /// How many of its steps ahead a `fused_post` block has a step's rows prefetched into L2
+    /// (`cp.async.bulk.prefetch`, sm_90 on), 0 to 4 (0: none). `None`: 1 where A >= 512
+    /// (8192 channels on: `fused_post` 4-8% faster, H200), none below, where it measured
+    /// slower (kernels/NOTES.md, "Version 15").
+    pub fused_post_prefetch: Option<usize>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
@@ -206,6 +211,7 @@ impl Default for Tuning {
             fused_fir_columns: 0,
             fused_fir_word_steps: None,
             fused_fir_ahead: None,
+            fused_post_prefetch: None,
             fused_max_r: 0,
             fused_tile: 0,
             half_rows: false,
@@ -303,6 +309,14 @@ impl Config {
         self.tuning
             .fused_fir_ahead
             .unwrap_or(if r == 16 { 4 } else { 0 })
+    }
+
+    /// Steps ahead whose rows a `fused_post` block prefetches ([`Tuning::fused_post_prefetch`]).
+    pub fn fused_post_prefetch(&self) -> usize {
+        let a = self.fused_split().1;
+        self.tuning
+            .fused_post_prefetch
+            .unwrap_or(if a >= 512 { 1 } else { 0 })
     }
 
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
@@ -537,6 +551,12 @@ impl Config {
                 self.fused_fir_ahead()
             ));
         }
+        if t.fused_post_prefetch.is_some_and(|k| k > 4) {
+            return Err(format!(
+                "fused_post prefetches rows at most 4 steps ahead, not {}",
+                self.fused_post_prefetch()
+            ));
+        }
         if self.fused() && self.fused_split().0 * self.fused_columns() > 512 {
             return Err(format!(
                 "fused_fir's blocks take at most 512 threads: {} columns of {} groups is more",
@@ -620,6 +640,7 @@ pub fn source(cfg: &Config) -> String {
             u32::from(cfg.fused_fir_word_steps()).to_string(),
         ),
         ("FIR_AHEAD", cfg.fused_fir_ahead().to_string()),
+        ("POST_PREFETCH", cfg.fused_post_prefetch().to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };
@@ -1023,5 +1044,27 @@ mod tests {
             e.0.contains("at most a batch's 16 sample pairs ahead, not 17"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn post_rows_prefetched_where_a_is_512_on() {
+        // One step ahead from A = 512 (8192 channels), none below.
+        let with = |channels, fused_post_prefetch| Config {
+            channels,
+            tuning: Tuning {
+                fused_post_prefetch,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        for (channels, steps) in [(1024, 0), (4096, 0), (8192, 1), (32768, 1), (65536, 1)] {
+            let c = with(channels, None);
+            assert_eq!(c.fused_post_prefetch(), steps, "{channels}");
+            assert!(source(&c).contains(&format!("#define POST_PREFETCH {steps}\n")));
+        }
+        assert_eq!(with(32768, Some(0)).fused_post_prefetch(), 0);
+        assert!(with(4096, Some(4)).validate().is_ok());
+        let e = with(4096, Some(5)).validate().unwrap_err();
+        assert!(e.0.contains("at most 4 steps ahead, not 5"), "{e:?}");
     }
 }

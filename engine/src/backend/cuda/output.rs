@@ -149,12 +149,18 @@ impl OutputStage {
         slots: usize,
     ) -> Result<Self> {
         let g = geometry;
-        // The DDC on the tensor cores (mma.sync, float16) needs sm_80 or later.
+        // The DDC on the tensor cores (mma.sync, float16) needs sm_80 or later, the bulk
+        // prefetch of fused_post's rows sm_90.
         let (major, _) = ctx
             .compute_capability()
             .map_err(driver("reading the compute capability"))?;
         let tuning = kernels::Tuning {
             ddc_mma: tuning.ddc_mma && major >= 8,
+            fused_post_prefetch: if major >= 9 {
+                tuning.fused_post_prefetch
+            } else {
+                Some(0)
+            },
             ..tuning
         };
         let cfg = kernels::Config {

@@ -750,6 +750,36 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
+            4096,
+            8,
+            13,
+            "rows prefetched into L2",
+            Tuning {
+                fused_post_prefetch: Some(1),
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "rows not prefetched",
+            Tuning {
+                fused_post_prefetch: Some(0),
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "rows prefetched 2 steps ahead",
+            Tuning {
+                fused_post_prefetch: Some(2),
+                ..Tuning::default()
+            },
+        ),
+        (
             65536,
             16,
             4,
