@@ -146,7 +146,7 @@ pub struct Tuning {
     pub fused_fir_ahead: Option<usize>,
     /// How many of its steps ahead a `fused_post` block has a step's rows prefetched into L2
     /// (`cp.async.bulk.prefetch`, sm_90 on), 0 to 4 (0: none). `None`: 1 where A >= 512
-    /// (8192 channels on: `fused_post` 4-8% faster, H200), none below, where it measured
+    /// (8192 channels on: `fused_post` 4-9% faster, H200), none below, where it measured
     /// slower (kernels/NOTES.md, "Version 15").
     pub fused_post_prefetch: Option<usize>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
