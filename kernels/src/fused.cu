@@ -70,16 +70,17 @@ __device__ __forceinline__ float2 from_row(row_t r) { return r; }
 // moves a non-coherent load, `__ldg` or through const __restrict__, past the barrier.) Rows
 // prefetched into L2 (POST_PREFETCH) are read from there without a place in L1 (`.cg`): each is
 // read once.
+#if POST_PREFETCH
+#define LD_ROW "ld.global.cg"
+#else
+#define LD_ROW "ld.global"
+#endif
 __device__ __forceinline__ row_t load_row_here(const row_t *p) {
     row_t r;
-#if ROW_HALF && POST_PREFETCH
-    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(r) : "l"(p));
-#elif ROW_HALF
-    asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
-#elif POST_PREFETCH
-    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
+#if ROW_HALF
+    asm volatile(LD_ROW ".u32 %0, [%1];" : "=r"(r) : "l"(p));
 #else
-    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
+    asm volatile(LD_ROW ".v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
 #endif
     return r;
 }
@@ -517,6 +518,11 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
 //
 // Slot s < 2A: row r_{s div A}, k1 = s mod A, channel k = R k1 + row. Its partner Z_{n-k} is in
 // row (R - row) mod R at k1' = (A - k1) mod A for row 0, A - 1 - k1 otherwise.
+// Row `row` of spectrum m (the rows hold spectra first.. from their spectrum 0) and polarisation pol.
+__device__ __forceinline__ const row_t *row_at(const row_t *rows_in, u32 rows_spectra, u32 first, u32 pol, u32 m, u32 row) {
+    return rows_in + (((u64)pol * rows_spectra + m - first) * F_R + row) * F_A;
+}
+
 #define F2_HALVES (F_A >= 512)
 #define F2_POLS (F2_HALVES ? 1 : 2)                // polarisations a thread takes
 #define F2_GROUP (F2_THREADS / (3 - F2_POLS))      // threads that share transforms and barriers
@@ -625,7 +631,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
                 if (ma >= mg + F_M) ma += (gridDim.y - 1) * F_M; // into the block's next group
                 ma += tid / 4;
                 if (ma < end) {
-                    const row_t *r = rows_in + (((u64)((tid / 2) & 1) * rows_spectra + ma - first) * F_R + ((tid & 1) ? row1 : row0)) * F_A;
+                    const row_t *r = row_at(rows_in, rows_spectra, first, (tid / 2) & 1, ma, (tid & 1) ? row1 : row0);
                     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" : : "l"(r), "n"(F_A * (int)sizeof(row_t)) : "memory");
                 }
             }
@@ -637,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
             row_t raw[16];
             {
                 const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
-                const row_t *src = rows_in + (((u64)fpol * rows_spectra + m - first) * F_R + (fri ? row1 : row0)) * F_A;
+                const row_t *src = row_at(rows_in, rows_spectra, first, fpol, m, fri ? row1 : row0);
 #pragma unroll
                 for (int q = 0; q < 16; q++) raw[q] = load_row_here(src + fh + (F_A / 16) * q);
             }
