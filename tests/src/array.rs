@@ -142,8 +142,9 @@ impl Array {
         }
         // Settled is not caught up: an engine that fell behind while four containers started on
         // a 2-core host sends its backlog at --send-rate-factor 1.1, a tenth over the rate, so a
-        // second behind takes ten to drain. Watched meanwhile, the surplus counts as rate (4%
-        // over, against the 3% allowed, in one CI rehearsal); 12 s drains 1.2 s of it first.
+        // second behind takes ten to drain. Watched meanwhile, the surplus counts as rate (which
+        // `at_rate` allows, up to that tenth); 12 s drains 1.2 s of it first, so that the
+        // window sees the steady rate.
         std::thread::sleep(Duration::from_secs(12));
         Ok(array)
     }

@@ -4,8 +4,8 @@
 //! with the tone in the channel each output's kind and shape predict.
 
 use acceptance::{
-    Outputs, Pipeline, Session, Watch, CHANNELS, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION, NB_NAME,
-    NB_OUTPUT_STEP, NB_SUBSTREAMS, OUTPUT_STEP, RATE, SUBSTREAMS, TONE_HZ,
+    at_rate, Outputs, Pipeline, Session, Watch, CHANNELS, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION,
+    NB_NAME, NB_OUTPUT_STEP, NB_SUBSTREAMS, OUTPUT_STEP, RATE, SUBSTREAMS, TONE_HZ,
 };
 use anyhow::Result;
 
@@ -83,13 +83,13 @@ fn check_output(
     let expected = SECONDS as f64 * RATE / step as f64 * substreams as f64;
     let heaps = w.u64_at("/heaps") as f64;
     assert!(
-        heaps > 0.95 * expected && heaps < 1.05 * expected,
+        at_rate(heaps, expected, 0.95),
         "{heaps} heaps in {SECONDS} s, expected about {expected:.0}: {}",
         ctx()
     );
     let rate = s["sample_rate"].as_f64().unwrap();
     assert!(
-        (rate / RATE - 1.0).abs() < 0.03,
+        at_rate(rate, RATE, 0.97),
         "received {rate} sample/s: {}",
         ctx()
     );
