@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// (this one only if given).
 pub const WIDEBAND: &str = "wideband";
 
+/// The engine's default `--send-rate-factor`: its output may leave at up to this many times the
+/// rate, so that a sender that fell behind (a stall of the host) catches up.
+pub const SEND_RATE_FACTOR: f64 = 1.1;
+
 fn single() -> String {
     "single".into()
 }

@@ -417,7 +417,7 @@ pub struct RunArgs {
     pub ttl: u32,
     /// Output rate as a multiple of the input's data rate (2 x ADC rate bytes/s of spectra);
     /// above 1 so the sender catches up after a stall. 0 sends as fast as possible.
-    #[arg(long, default_value_t = 1.1, value_name = "FACTOR")]
+    #[arg(long, default_value_t = fgpu_api::engine::SEND_RATE_FACTOR, value_name = "FACTOR")]
     pub send_rate_factor: f64,
     /// Output may leave up to this many microseconds ahead of its pace, so that a send thread
     /// wakes once per burst of GSO sends rather than once per send (each wakeup costs far more

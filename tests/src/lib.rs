@@ -60,17 +60,14 @@ pub const CONTROL_PORT: u16 = 8080;
 /// Timestamp step between consecutive output heaps of a substream (ADC samples).
 pub const OUTPUT_STEP: u64 = SPECTRA_PER_HEAP * 2 * CHANNELS;
 
-/// The engines' `--send-rate-factor` (their default): an engine that fell behind for a moment
-/// (the test host's 2 cores are shared by every streaming container) sends its backlog at up to
-/// this many times the rate, so a window that catches the backlog draining sees more than the
-/// rate, never more than this.
-pub const SEND_RATE_FACTOR: f64 = 1.1;
-
 /// Whether `got`, a count or rate of output over a watch's window, is at `expected`: at least
 /// `low` of it (the engine kept up) and at most what an engine draining a backlog sends, with 2%
-/// for the window's edges.
+/// for the window's edges. An engine that fell behind for a moment (the test host's 2 cores are
+/// shared by every streaming container) sends its backlog at its `--send-rate-factor` (the
+/// default, in every test), so a window that catches the backlog draining sees more than the
+/// rate, never more than that.
 pub fn at_rate(got: f64, expected: f64, low: f64) -> bool {
-    got >= low * expected && got <= 1.02 * SEND_RATE_FACTOR * expected
+    got >= low * expected && got <= 1.02 * fgpu_api::engine::SEND_RATE_FACTOR * expected
 }
 
 /// The demo's narrowband output (compose.yaml's and compose.cpu.yaml's `narrowband`), which the
