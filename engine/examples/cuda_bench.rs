@@ -106,6 +106,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_POST_PREFETCH") {
         opts.tuning.fused_post_prefetch = Some(k);
     }
+    // FENGINE_BENCH_ROW_SYNC=0: every fused_post barrier its group's, not each transform's own
+    // between its FFT stages (version 15).
+    if let Some(k) = env_number("FENGINE_BENCH_ROW_SYNC") {
+        opts.tuning.fused_post_row_sync = k != 0;
+    }
     // FENGINE_BENCH_FRAMES=1 also repeats the PCIe test for several frame sizes.
     if std::env::var_os("FENGINE_BENCH_FRAMES").is_some() {
         opts.e2e_chunks = vec![1 << 24, 1 << 25, 1 << 26, 1 << 27];

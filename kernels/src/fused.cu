@@ -28,7 +28,8 @@
 // F2_THREADS (256, or 512 where A = 2048), ROW_HALF, FIR_WORD_STEPS, FIR_AHEAD (pass 1: how
 // many of a sliding batch's 16 new sample pairs are loaded while the batch before is transformed;
 // 0: none, and zs one buffer), POST_PREFETCH (pass 2: how many steps ahead a block has its rows
-// prefetched into L2; 0: none).
+// prefetched into L2; 0: none), POST_ROW_SYNC (pass 2: each transform's stages wait on its own
+// threads alone; see RowSync).
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
@@ -199,12 +200,14 @@ __device__ __forceinline__ void fill_twiddles(float2 *tw, const float2 *__restri
 
 // The stages from L on (L >= 16) of NT transforms of N points in shared memory (transform t at
 // x + t * pad16(N)); thread `h` of its transform's N / 16 does 16 / P butterflies a stage.
-// `sync` is the barrier of the threads that share the transforms. Starts with the data written
-// and synchronised; ends the same way, in natural order.
-template <int N, int L, int OFF, typename Sync>
-__device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw, Sync sync) {
+// `sync` is the barrier of the threads that share the transforms, `last` the one that ends the
+// last stage (where more threads than these read the result). Starts with the data written and
+// synchronised; ends the same way, in natural order.
+template <int N, int L, int OFF, typename Sync, typename Last>
+__device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw, Sync sync, Last last) {
     if constexpr (L < N) {
         constexpr int P = radix_after(N, L), B = 16 / P, TH = N / 16;
+        constexpr bool is_last = L * P >= N;
         float2 v[B][P];
         // N / P and L are multiples of 16 here, so pad16(a + q M) = pad16(a) + q M 17/16: the
         // padding costs one index computation a butterfly, not one a value.
@@ -226,8 +229,9 @@ __device__ __forceinline__ void later_stages(float2 *x, int h, const float2 *tw,
 #pragma unroll
             for (int q = 0; q < P; q++) o[q * L / 16 * 17] = v[bb][q];
         }
-        sync();
-        later_stages<N, L * P, OFF + P * L>(x, h, tw, sync);
+        if constexpr (is_last) last();
+        else sync();
+        later_stages<N, L * P, OFF + P * L>(x, h, tw, sync, last);
     }
 }
 
@@ -546,6 +550,25 @@ struct GroupSync {
     }
 };
 
+// The barrier of a transform's A / 16 threads (POST_ROW_SYNC): its warp's where they are one
+// warp or part of one (A <= 512), else a named barrier of its own (3 to 6: a block has 4
+// transforms of A / 16 threads where A >= 1024). Between a transform's stages nobody else reads
+// its values; its group meets only where they do (before a step's first writes, after its last
+// stage), which leaves a step 2 barriers of the group instead of 4 to 6.
+struct RowSync {
+    u32 id;
+    __device__ __forceinline__ void operator()() const {
+#if F_A / 16 <= 32
+        __syncwarp();
+#else
+        asm volatile("bar.sync %0, %1;" : : "r"(id), "n"(F_A / 16) : "memory");
+#endif
+    }
+};
+#if F_A / 16 > 32 && F2_THREADS / (F_A / 16) > 4
+#error "fused_post: named barriers 3 to 6 take at most 4 transforms a block"
+#endif
+
 // The tile's index of (slot, spectrum): rows of F_M, the spectrum XOR-swizzled by the slot so that
 // both the writes (consecutive slots) and the reads (consecutive spectra) fall in distinct banks.
 __device__ __forceinline__ u32 tile_swizzle(u32 s) {
@@ -594,6 +617,11 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     const u32 fh = t % (F_A / 16), ft = t / (F_A / 16);
     const u32 fsb = ft / (2 * F2_POLS), fpol = pol0 + (ft / 2) % F2_POLS, fri = ft & 1;
     float2 *x = rows + (4 * fsb + 2 * fpol + fri) * F2_PAD;
+#if POST_ROW_SYNC
+    const RowSync stage_sync{3 + tid / (F_A / 16)};
+#else
+    const GroupSync stage_sync = group_sync;
+#endif
 
     // The post-processing's thread (sb, b): channels k = f + j n/J (j < J) of each row, with
     // f = R b + row (b < A/J), at slots k1 = b + j A/J. Their gains and fix-up twiddles stay in
@@ -676,8 +704,8 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
                 }
                 if (!ri) fine[pol][sb] = make_float2(rot.x, rot.y);
             }
-            group_sync();
-            later_stages<F_A, 16, 0>(x, fh, tw, group_sync);
+            stage_sync(); // the rotations are read after the last stage's barrier, the group's
+            later_stages<F_A, 16, 0>(x, fh, tw, stage_sync, group_sync);
 
             // The fine-delay rotation exp(-i pi k r / n) of channel k = f + j n/J in row r_ri is
             // steps[ri][j] (the fringe phase, part j's step, and for row r1 the step from r0)

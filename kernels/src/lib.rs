@@ -149,6 +149,11 @@ pub struct Tuning {
     /// (8192 channels on: `fused_post` 4-9% faster, H200), none below, where it measured
     /// slower (kernels/NOTES.md, "Version 15").
     pub fused_post_prefetch: Option<usize>,
+    /// `fused_post`'s FFT stages wait on barriers of each transform's own A / 16 threads (its
+    /// warp's where A <= 512, else a named barrier of its own), and the block or half meets only
+    /// where its threads read other transforms' values: 2 barriers of the group a step instead
+    /// of 4 to 6 (on: kernels/NOTES.md, "Version 16"). Off, every barrier is the group's.
+    pub fused_post_row_sync: bool,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
@@ -212,6 +217,7 @@ impl Default for Tuning {
             fused_fir_word_steps: None,
             fused_fir_ahead: None,
             fused_post_prefetch: None,
+            fused_post_row_sync: true,
             fused_max_r: 0,
             fused_tile: 0,
             half_rows: false,
@@ -641,6 +647,10 @@ pub fn source(cfg: &Config) -> String {
         ),
         ("FIR_AHEAD", cfg.fused_fir_ahead().to_string()),
         ("POST_PREFETCH", cfg.fused_post_prefetch().to_string()),
+        (
+            "POST_ROW_SYNC",
+            u32::from(cfg.tuning.fused_post_row_sync).to_string(),
+        ),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };
@@ -1044,6 +1054,23 @@ mod tests {
             e.0.contains("at most a batch's 16 sample pairs ahead, not 17"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn post_row_barriers_by_default() {
+        for (channels, on) in [(1024, true), (65536, true), (32768, false)] {
+            let c = Config {
+                channels,
+                tuning: Tuning {
+                    fused_post_row_sync: on,
+                    ..Tuning::default()
+                },
+                ..cfg()
+            };
+            let define = format!("#define POST_ROW_SYNC {}\n", u32::from(on));
+            assert!(source(&c).contains(&define), "{channels}");
+        }
+        assert!(Tuning::default().fused_post_row_sync);
     }
 
     #[test]

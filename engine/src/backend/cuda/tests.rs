@@ -359,6 +359,23 @@ fn kernels_compile_for_sm90() {
             tuning,
         });
     }
+    // fused_post with every barrier its group's (the row barriers off).
+    for channels in [1024, 8192, 32768, 65536] {
+        configs.push(kernels::Config {
+            channels,
+            taps: 16,
+            sample_bits: 10,
+            spectra_per_heap: 256,
+            output_bits: 8,
+            dither: channels == 65536,
+            decimation: 1,
+            ddc_taps: 0,
+            tuning: Tuning {
+                fused_post_row_sync: false,
+                ..Tuning::default()
+            },
+        });
+    }
     // And with float16 rows.
     for channels in [1024, 32768, 65536] {
         configs.push(kernels::Config {
@@ -776,6 +793,36 @@ fn fused_launch_shapes_give_the_same_bytes() {
             "rows prefetched 2 steps ahead",
             Tuning {
                 fused_post_prefetch: Some(2),
+                ..Tuning::default()
+            },
+        ),
+        (
+            4096,
+            8,
+            13,
+            "every fused_post barrier its group's",
+            Tuning {
+                fused_post_row_sync: false,
+                ..Tuning::default()
+            },
+        ),
+        (
+            8192,
+            16,
+            4,
+            "every fused_post barrier its group's",
+            Tuning {
+                fused_post_row_sync: false,
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "every fused_post barrier its group's",
+            Tuning {
+                fused_post_row_sync: false,
                 ..Tuning::default()
             },
         ),
