@@ -67,6 +67,11 @@ pub(crate) struct FusedRun {
 }
 
 impl FusedRun {
+    /// `fused_fir` and `fused_post` as loaded.
+    pub fn kernels(&self) -> &FusedKernels {
+        &self.kernels
+    }
+
     /// For `cfg` and frames of `spectra` spectra, chunks of `chunk` (0: the whole frame), rows
     /// scaled by `row_scale` (see `signal::half_rows::row_scale`; 1 for float32 rows).
     pub fn new(

@@ -566,6 +566,19 @@ impl OutputStage {
         }))
     }
 
+    /// Registers a thread of the FIR and post-processing kernels this output runs: `fused_fir`
+    /// and `fused_post` on two passes, else `pfb_fir` and `postproc`.
+    pub fn registers(&self) -> (Option<i32>, Option<i32>) {
+        let (fir, post) = match &self.fused {
+            Some(run) => (&run.kernels().fir, &run.kernels().post),
+            None => (&self.kernels.fir, &self.kernels.postproc),
+        };
+        (
+            super::compile::registers(fir),
+            super::compile::registers(post),
+        )
+    }
+
     /// A narrowband output's configuration (the `ddc_set` builds from it).
     pub fn narrowband_config(&self) -> Option<&kernels::Config> {
         self.narrowband.as_ref().map(|nb| &nb.cfg)

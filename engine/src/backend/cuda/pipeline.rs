@@ -78,7 +78,8 @@ pub struct Startup {
     /// Device memory taken by this backend (free memory before minus after), including cuFFT's work area.
     pub device_bytes: usize,
     pub fft_work_bytes: usize,
-    /// The first output's kernels.
+    /// Registers a thread of the first output's FIR and post-processing kernels, those that run:
+    /// `fused_fir` and `fused_post` on two passes, else `pfb_fir` and `postproc`.
     pub fir_registers: Option<i32>,
     pub postproc_registers: Option<i32>,
 }
@@ -312,7 +313,7 @@ impl Pipeline {
         let alloc_ms = t_alloc.elapsed().as_secs_f64() * 1e3;
         let (free_after, _) = memory_info(&ctx)?;
 
-        let first = &stages[0].kernels;
+        let (fir_registers, postproc_registers) = stages[0].registers();
         let startup = Startup {
             compile: {
                 let set = ddc_set.iter().map(|(s, ..)| s.compile);
@@ -327,8 +328,8 @@ impl Pipeline {
             total_ms: t_start.elapsed().as_secs_f64() * 1e3,
             device_bytes: free_before.saturating_sub(free_after),
             fft_work_bytes: stages.iter().map(|o| o.fft_work_bytes()).sum(),
-            fir_registers: super::compile::registers(&first.fir),
-            postproc_registers: super::compile::registers(&first.postproc),
+            fir_registers,
+            postproc_registers,
         };
         Ok(Self {
             input,
