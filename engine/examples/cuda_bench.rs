@@ -101,6 +101,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_FIR_AHEAD") {
         opts.tuning.fused_fir_ahead = Some(k);
     }
+    // FENGINE_BENCH_FIR_TMA=0: a sliding fused_fir batch's samples by loads of each thread, not
+    // by one tensor copy a block (which needs sm_90 and no pairs ahead: R >= 32 by default).
+    if let Some(k) = env_number("FENGINE_BENCH_FIR_TMA") {
+        opts.tuning.fused_fir_tma = k != 0;
+    }
     // FENGINE_BENCH_POST_PREFETCH=0..4: fused_post has each step's rows prefetched into L2 that
     // many of its steps ahead (0: none).
     if let Some(k) = env_number("FENGINE_BENCH_POST_PREFETCH") {

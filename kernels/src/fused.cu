@@ -269,6 +269,47 @@ __device__ __forceinline__ void fir_unslid(const u32 *__restrict__ span, const u
     }
 }
 
+#if FIR_TMA
+// FIR_TMA: a sliding batch's sample words come into shared memory by one bulk tensor copy (TMA)
+// a block, issued by one thread a batch ahead, instead of 32 loads a thread. The map (one a
+// polarisation, made by the host for each launch) sees the span as words x column groups x
+// spectra, at strides of 1, 2A bits / 32 and 2n bits / 32 words, with an innermost extent past
+// its next stride (a group's words may run past the stride: engine/examples/tma_probe.rs). A box
+// starts on 16 bytes, so it takes FIR_TMA_WORDS words of each (spectrum, group), the block's 8
+// columns at most 3 words in.
+struct __align__(64) TensorMap { u64 v[16]; };
+struct SpanMaps {
+    TensorMap pol[2];
+    u32 lead; // words from each map's (16-byte aligned) start to the span's first
+};
+#define TMA_BOX (FIR_BATCH * F_R * FIR_TMA_WORDS) // words of a box
+#if FIR_AHEAD || (31 + 2 * SAMPLE_BITS * (F_C - 1)) / 32 + 1 + 3 >= FIR_TMA_WORDS
+#error "fused_fir's tensor copies take batches with no pairs ahead, and a box row must hold a group's columns from 3 words in"
+#endif
+// Sample x's word relative to the span (as sample_word), and its bit in `sh`.
+__device__ __forceinline__ u32 word_of(u32 x, u32 &sh) {
+    sh = SAMPLE_BITS * (x & 31u);
+    return SAMPLE_BITS * (x >> 5) + (sh >> 5);
+}
+__device__ __forceinline__ u32 smem_addr(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+// Thread 0: the box of the batch whose newest pairs start at span word `word` (of column i0,
+// group 0, its first spectrum) into `box`, completing on `bar`.
+__device__ __forceinline__ void copy_batch(const TensorMap *map, u32 word, u32 *box, u64 *bar) {
+    const u32 b = smem_addr(bar);
+    asm volatile("fence.proxy.async.shared::cta;" : : : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" : : "r"(b), "n"(TMA_BOX * 4) : "memory");
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+                 : : "r"(smem_addr(box)), "l"(map), "r"(word & ~3u), "r"(0), "r"(0), "r"(b) : "memory");
+}
+__device__ __forceinline__ void wait_batch(u64 *bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT%=;\n}"
+                 : : "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+#define F1_MAPS , const __grid_constant__ SpanMaps maps
+#else
+#define F1_MAPS
+#endif
+
 // 16 warps an SM: with pairs loaded ahead (held across the transforms) ptxas would take more than
 // the 128 registers a thread that allows, unless told.
 #if FIR_AHEAD
@@ -289,9 +330,10 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
     u32 first,                          // this launch's spectra: first..first + count, written
     u32 count,                          // from the rows' spectrum 0 on
     u32 rows_spectra,
-    u32 spectra_per_block)
+    u32 spectra_per_block
+    F1_MAPS)                            // FIR_TMA: the span's tensor maps
 {
-    extern __shared__ float2 zs[];     // [1 or 2][FIR_BATCH][F_R][F_C] (kernels::Config::fused_fir_smem)
+    extern __shared__ __align__(128) float2 zs[]; // [1 or 2][FIR_BATCH][F_R][F_C], FIR_TMA: [2][TMA_BOX] words (kernels::Config::fused_fir_smem)
     __shared__ float2 tw_r[F_R];       // W_R^t
     __shared__ float2 tw_i[F_R * F_C]; // W_n^{i k2} for the block's i: [k2][c]
 
@@ -389,15 +431,48 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
         // The batch's values are in; the other buffer's were read before any thread got here.
         const bool slide_after = batch_slides(offsets, m + 2 * FIR_BATCH, m1, false);
 #else
-    for (u32 m = m0; m < m1; m += FIR_BATCH) {
+#if FIR_TMA
+    u32 *boxes = (u32 *)(zs + FIR_BATCH * F_R * F_C); // [2][TMA_BOX]
+    __shared__ __align__(8) u64 bars[2];
+    const TensorMap *map = &maps.pol[pol];
+    // The word (from the map's start) of the newest pair of column i0, group 0, for a batch from m.
+    auto box_word = [&](u32 m) {
+        u32 sh;
+        return maps.lead + word_of(__ldg(offsets + m) + 2 * i0 + STEP * (TAPS - 1), sh);
+    };
+    if (tid == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(smem_addr(&bars[0])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(smem_addr(&bars[1])));
+        asm volatile("fence.mbarrier_init.release.cluster;" : : : "memory");
+    }
+    __syncthreads();
+    if (tid == 0) copy_batch(map, box_word(m0), boxes, &bars[0]);
+#endif
+    for (u32 m = m0, k = 0; m < m1; m += FIR_BATCH, k++) {
         const u32 nb = min((u32)FIR_BATCH, m1 - m);
         const float2 *cb = col;
         // Fast path as in pfb_fir: a whole batch with one delay loads its new pairs together. (The
         // barrier in batch_slides also keeps zs until the batch before is done with it.)
         const bool slide = batch_slides(offsets, m, m1, m == m0);
+#if FIR_TMA
+        // The next batch's box into the other buffer, read last by the batch before (which every
+        // thread finished before the barrier above); then this batch's.
+        if (tid == 0 && m + FIR_BATCH < m1) copy_batch(map, box_word(m + FIR_BATCH), boxes + ((k + 1) & 1) * TMA_BOX, &bars[(k + 1) & 1]);
+        wait_batch(&bars[k & 1], (k >> 1) & 1);
+#endif
         if (slide) {
             float2 fresh[FIR_BATCH];
-#if FIR_WORD_STEPS
+#if FIR_TMA
+            // The batch's offsets step by one spectrum (the vote): a thread's pairs are at one
+            // word of its group's row in each spectrum's box.
+            const u32 off = __ldg(offsets + m);
+            u32 sh, sh0;
+            const u32 at = maps.lead + word_of(off + 2 * (i0 + tid % F_C) + STEP * (TAPS - 1), sh);
+            const u32 at0 = (maps.lead + word_of(off + 2 * i0 + STEP * (TAPS - 1), sh0)) & ~3u; // the box's first
+            const u32 *bw = boxes + (k & 1) * TMA_BOX + (tid / F_C) * FIR_TMA_WORDS + (at - at0);
+#pragma unroll
+            for (int b = 0; b < FIR_BATCH; b++) fresh[b] = pair_of(bw[b * F_R * FIR_TMA_WORDS], bw[b * F_R * FIR_TMA_WORDS + 1], sh);
+#elif FIR_WORD_STEPS
             // The batch's offsets step by one spectrum (the vote), which is a whole number of
             // words: its new pairs share one bit offset, at constant word steps from the first.
             const u32 off = __ldg(offsets + m);

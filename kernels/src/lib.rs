@@ -47,6 +47,10 @@ pub const FUSED_POST_THREADS: usize = 256;
 /// (64 KB), so that each channel's run is 8 spectra, 32 bytes: shorter runs write part of a
 /// device-memory sector each, and measured 12-20% slower.
 pub const FUSED_TILE: usize = 8192;
+/// Words of each (spectrum, column group) a `fused_fir` tensor copy brings
+/// ([`Tuning::fused_fir_tma`]): the 6 to 9 its 8 columns span at 10 to 16 bits from any word,
+/// from the word before rounded down to 16 bytes.
+pub const FIR_TMA_WORDS: usize = 12;
 /// The most outputs one `ddc_set` launch serves.
 pub const DDC_SET_MAX: usize = 8;
 /// Threads per block of the narrowband kernels but `ddc` (their `__launch_bounds__`).
@@ -144,6 +148,11 @@ pub struct Tuning {
     /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
     /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
     pub fused_fir_ahead: Option<usize>,
+    /// Where no pairs are loaded ahead (R >= 32 by default) and a group has at most 8 columns, a
+    /// sliding `fused_fir` batch's sample words come into shared memory by one bulk tensor copy
+    /// a block (TMA, sm_90), issued a batch ahead, instead of 32 loads a thread: `fused_fir`
+    /// 18% faster at 32768 and 65536 channels (H200; kernels/NOTES.md, "Version 17"). On.
+    pub fused_fir_tma: bool,
     /// How many of its steps ahead a `fused_post` block has a step's rows prefetched into L2
     /// (`cp.async.bulk.prefetch`, sm_90 on), 0 to 4 (0: none). `None`: 1 where A >= 512
     /// (8192 channels on: `fused_post` 4-9% faster, H200), none below, where it measured
@@ -216,6 +225,7 @@ impl Default for Tuning {
             fused_fir_columns: 0,
             fused_fir_word_steps: None,
             fused_fir_ahead: None,
+            fused_fir_tma: true,
             fused_post_prefetch: None,
             fused_post_row_sync: true,
             fused_max_r: 0,
@@ -325,11 +335,21 @@ impl Config {
             .unwrap_or(if a >= 512 { 1 } else { 0 })
     }
 
-    /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values.
+    /// Whether a sliding `fused_fir` batch's words come by tensor copy ([`Tuning::fused_fir_tma`]).
+    pub fn fused_fir_tma(&self) -> bool {
+        self.tuning.fused_fir_tma && self.fused_fir_ahead() == 0 && self.fused_columns() <= 8
+    }
+
+    /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values, and with
+    /// [`Config::fused_fir_tma`] two batches' boxes of words.
     pub fn fused_fir_smem(&self) -> usize {
         let (r, _) = self.fused_split();
         let buffers = if self.fused_fir_ahead() > 0 { 2 } else { 1 };
-        buffers * 8 * self.tuning.fir_batch * r * self.fused_columns()
+        let boxes = match self.fused_fir_tma() {
+            true => 2 * 4 * self.tuning.fir_batch * r * FIR_TMA_WORDS,
+            false => 0,
+        };
+        buffers * 8 * self.tuning.fir_batch * r * self.fused_columns() + boxes
     }
 
     /// Spectra a `fused_post` block transforms at once (4 transforms a spectrum, 16 points a
@@ -646,6 +666,8 @@ pub fn source(cfg: &Config) -> String {
             u32::from(cfg.fused_fir_word_steps()).to_string(),
         ),
         ("FIR_AHEAD", cfg.fused_fir_ahead().to_string()),
+        ("FIR_TMA", u32::from(cfg.fused_fir_tma()).to_string()),
+        ("FIR_TMA_WORDS", FIR_TMA_WORDS.to_string()),
         ("POST_PREFETCH", cfg.fused_post_prefetch().to_string()),
         (
             "POST_ROW_SYNC",
@@ -1046,13 +1068,56 @@ mod tests {
             assert_eq!(c.fused_fir_ahead(), pairs, "{channels}");
             assert!(source(&c).contains(&format!("#define FIR_AHEAD {pairs}\n")));
         }
-        let one = ahead(4096, Some(0), 0).fused_fir_smem();
-        assert_eq!(ahead(4096, None, 0).fused_fir_smem(), 2 * one);
+        // One batch of values with no pairs ahead (and no tensor copies' boxes), two with.
+        let mut one = ahead(4096, Some(0), 0);
+        one.tuning.fused_fir_tma = false;
+        assert_eq!(
+            ahead(4096, None, 0).fused_fir_smem(),
+            2 * one.fused_fir_smem()
+        );
         assert!(ahead(4096, Some(16), 0).validate().is_ok());
         let e = ahead(4096, Some(17), 0).validate().unwrap_err();
         assert!(
             e.0.contains("at most a batch's 16 sample pairs ahead, not 17"),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn fir_samples_by_tensor_copy_where_no_pairs_go_ahead() {
+        let with = |channels, fused_fir_ahead, fused_fir_columns| Config {
+            channels,
+            tuning: Tuning {
+                fused_fir_ahead,
+                fused_fir_columns,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        // On by default where no pairs go ahead: R >= 32, or R = 16 when told.
+        for (c, tma) in [
+            (with(4096, None, 0), false),
+            (with(4096, Some(0), 0), true),
+            (with(32768, None, 0), true),
+            (with(65536, None, 0), true),
+            (with(32768, None, 16), false),
+        ] {
+            assert_eq!(c.fused_fir_tma(), tma, "{c:?}");
+            let define = format!("#define FIR_TMA {}\n", u32::from(tma));
+            assert!(source(&c).contains(&define));
+        }
+        // Two boxes of 16 spectra x R groups x FIR_TMA_WORDS words beside the batch of values.
+        let loads = Config {
+            tuning: Tuning {
+                fused_fir_tma: false,
+                ..Tuning::default()
+            },
+            ..with(32768, None, 0)
+        };
+        let boxes = 2 * 16 * 32 * FIR_TMA_WORDS * 4;
+        assert_eq!(
+            with(32768, None, 0).fused_fir_smem(),
+            loads.fused_fir_smem() + boxes
         );
     }
 

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
+};
 
 use super::compile::FusedKernels;
 use super::device::{driver, DeviceBuffer};
@@ -64,6 +66,77 @@ pub(crate) struct FusedRun {
     chunked: Option<Chunked>,
     /// [slot][pol][chunk][R][A] complex float32 or float16.
     rows: DeviceBuffer,
+    /// Where `fused_fir` takes its samples by tensor copy (`kernels::Config::fused_fir_tma`).
+    tma: Option<SpanBoxes>,
+}
+
+/// The shape of `fused_fir`'s tensor copies: words x column groups x spectra of a span.
+#[derive(Clone, Copy, Debug)]
+struct SpanBoxes {
+    groups: u64,
+    batch: u64,
+    /// Words from a column group's samples to the next's (2A samples), and from a spectrum's to
+    /// the next's (2n samples).
+    group_words: u64,
+    spectrum_words: u64,
+}
+
+/// `fused.cu`'s `SpanMaps`: a tensor map a polarisation, and the words from their 16-byte
+/// aligned start to the span's first.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct SpanMaps {
+    pol: [sys::CUtensorMap; POLS],
+    lead: u32,
+}
+// SAFETY: plain bytes, passed by value as fused_fir's last parameter (`__grid_constant__`).
+unsafe impl DeviceRepr for SpanMaps {}
+
+impl SpanBoxes {
+    /// The maps of `span`. A map's innermost extent stops where a box's last row would read
+    /// past the span's two words of padding: the words it cuts off only ever go unread.
+    fn maps(&self, span: &SpanView) -> Result<SpanMaps> {
+        let lead = (span.ptr % 16) / 4;
+        let reach = (self.groups - 1) * self.group_words + (self.batch - 1) * self.spectrum_words;
+        let inner = (lead + span.words + 2).saturating_sub(reach).max(16);
+        let dims = [inner, self.groups, self.batch];
+        let strides = [4 * self.group_words, 4 * self.spectrum_words];
+        let boxes = [
+            kernels::FIR_TMA_WORDS as u32,
+            self.groups as u32,
+            self.batch as u32,
+        ];
+        let steps = [1u32; 3];
+        let map = |pol: u64| -> Result<sys::CUtensorMap> {
+            let base = span.ptr + pol * 4 * span.stride_words - 4 * lead;
+            let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+            // SAFETY: arrays of the rank's length; the driver writes the map.
+            let r = unsafe {
+                sys::cuTensorMapEncodeTiled(
+                    map.as_mut_ptr(),
+                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+                    3,
+                    base as *mut std::ffi::c_void,
+                    dims.as_ptr(),
+                    strides.as_ptr(),
+                    boxes.as_ptr(),
+                    steps.as_ptr(),
+                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+                    sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                    sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+                )
+            };
+            r.result()
+                .map_err(|e: DriverError| driver("encoding fused_fir's tensor map")(e))?;
+            // SAFETY: written by the driver.
+            Ok(unsafe { map.assume_init() })
+        };
+        Ok(SpanMaps {
+            pol: [map(0)?, map(1)?],
+            lead: lead as u32,
+        })
+    }
 }
 
 impl FusedRun {
@@ -158,6 +231,15 @@ impl FusedRun {
                 ctx,
                 slots * POLS * chunk * cfg.channels * cfg.fused_row_bytes(),
             )?,
+            tma: cfg.fused_fir_tma().then(|| {
+                let bits = cfg.sample_bits as u64;
+                SpanBoxes {
+                    groups: r as u64,
+                    batch: batch as u64,
+                    group_words: 2 * a as u64 * bits / 32,
+                    spectrum_words: 2 * cfg.channels as u64 * bits / 32,
+                }
+            }),
         })
     }
 
@@ -257,6 +339,10 @@ impl FusedRun {
             .arg(&count)
             .arg(&chunk)
             .arg(&per_block);
+        let maps = self.tma.map(|t| t.maps(&a.span)).transpose()?;
+        if let Some(maps) = &maps {
+            fir.arg(maps);
+        }
         let shape = LaunchConfig {
             grid_dim: (self.fir.grid_dim.0, count.div_ceil(per_block), POLS as u32),
             ..self.fir

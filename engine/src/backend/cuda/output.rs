@@ -156,6 +156,7 @@ impl OutputStage {
             .map_err(driver("reading the compute capability"))?;
         let tuning = kernels::Tuning {
             ddc_mma: tuning.ddc_mma && major >= 8,
+            fused_fir_tma: tuning.fused_fir_tma && major >= 9,
             fused_post_prefetch: if major >= 9 {
                 tuning.fused_post_prefetch
             } else {

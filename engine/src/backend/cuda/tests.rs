@@ -359,6 +359,24 @@ fn kernels_compile_for_sm90() {
             tuning,
         });
     }
+    // fused_fir's samples by tensor copy, at every sample width (R = 16 and 32).
+    for (channels, bits) in [(4096, 8), (32768, 10), (32768, 12), (65536, 16)] {
+        configs.push(kernels::Config {
+            channels,
+            taps: 16,
+            sample_bits: bits,
+            spectra_per_heap: 256,
+            output_bits: 8,
+            dither: false,
+            decimation: 1,
+            ddc_taps: 0,
+            tuning: Tuning {
+                fused_fir_tma: true,
+                fused_fir_ahead: Some(0),
+                ..Tuning::default()
+            },
+        });
+    }
     // fused_post with every barrier its group's (the row barriers off).
     for channels in [1024, 8192, 32768, 65536] {
         configs.push(kernels::Config {
@@ -793,6 +811,37 @@ fn fused_launch_shapes_give_the_same_bytes() {
             "rows prefetched 2 steps ahead",
             Tuning {
                 fused_post_prefetch: Some(2),
+                ..Tuning::default()
+            },
+        ),
+        (
+            32768,
+            16,
+            4,
+            "samples by each thread's loads, not tensor copies",
+            Tuning {
+                fused_fir_tma: false,
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "samples by each thread's loads, not tensor copies",
+            Tuning {
+                fused_fir_tma: false,
+                ..Tuning::default()
+            },
+        ),
+        (
+            4096,
+            8,
+            13,
+            "samples by tensor copy, no pairs ahead",
+            Tuning {
+                fused_fir_tma: true,
+                fused_fir_ahead: Some(0),
                 ..Tuning::default()
             },
         ),
