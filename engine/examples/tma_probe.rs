@@ -16,7 +16,7 @@
 
 use cudarc::driver::{sys as drv, CudaContext, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use fengine::backend::cuda::compile_cubin;
+use fengine::backend::cuda::{compile_cubin, word_map};
 
 /// Words of a group's stride (2A samples of 10 bits at A = 1024) and of a spectrum's (2n samples
 /// at n = 32768): as at 32768 channels, R = 32.
@@ -96,8 +96,8 @@ fn run() -> Result<(), String> {
         let (ptr, _sync) = span.device_ptr(&stream);
         let map = match encode(ptr, inner) {
             Ok(map) => map,
-            Err(r) => {
-                println!("{what}: the driver refused the map: {r:?}");
+            Err(e) => {
+                println!("{what}: the driver refused the map: {e}");
                 continue;
             }
         };
@@ -147,34 +147,14 @@ fn run() -> Result<(), String> {
 }
 
 /// A 3-D map of u32 words (innermost extent `inner`) at `ptr`, strides of a group and a spectrum.
-fn encode(ptr: drv::CUdeviceptr, inner: u64) -> Result<TensorMap, drv::CUresult> {
-    let mut map = std::mem::MaybeUninit::<drv::CUtensorMap>::zeroed();
-    let dims = [inner, GROUPS as u64, SPECTRA as u64];
-    let strides = [4 * GROUP_WORDS, 4 * SPECTRUM_WORDS];
-    let boxes = [BOX_WORDS, GROUPS, SPECTRA];
-    let steps = [1u32; 3];
-    // SAFETY: valid pointers to arrays of the rank's length; the map is written by the driver.
-    let r = unsafe {
-        drv::cuTensorMapEncodeTiled(
-            map.as_mut_ptr(),
-            drv::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
-            3,
-            ptr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            steps.as_ptr(),
-            drv::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-            drv::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            drv::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    if r != drv::CUresult::CUDA_SUCCESS {
-        return Err(r);
-    }
-    // SAFETY: the driver wrote the map.
-    let map = unsafe { map.assume_init() };
+fn encode(ptr: drv::CUdeviceptr, inner: u64) -> Result<TensorMap, String> {
+    let map = word_map(
+        ptr,
+        [inner, GROUPS as u64, SPECTRA as u64],
+        [4 * GROUP_WORDS, 4 * SPECTRUM_WORDS],
+        [BOX_WORDS, GROUPS, SPECTRA],
+    )
+    .map_err(|e| e.to_string())?;
     // SAFETY: CUtensorMap is 16 u64s, 64-byte aligned, like TensorMap.
     Ok(unsafe { std::mem::transmute::<drv::CUtensorMap, TensorMap>(map) })
 }

@@ -286,11 +286,6 @@ struct SpanMaps {
 #if FIR_AHEAD || (31 + 2 * SAMPLE_BITS * (F_C - 1)) / 32 + 1 + 3 >= FIR_TMA_WORDS
 #error "fused_fir's tensor copies take batches with no pairs ahead, and a box row must hold a group's columns from 3 words in"
 #endif
-// Sample x's word relative to the span (as sample_word), and its bit in `sh`.
-__device__ __forceinline__ u32 word_of(u32 x, u32 &sh) {
-    sh = SAMPLE_BITS * (x & 31u);
-    return SAMPLE_BITS * (x >> 5) + (sh >> 5);
-}
 __device__ __forceinline__ u32 smem_addr(const void *p) { return (u32)__cvta_generic_to_shared(p); }
 // Thread 0: the box of the batch whose newest pairs start at span word `word` (of column i0,
 // group 0, its first spectrum) into `box`, completing on `bar`.

@@ -28,10 +28,11 @@ __device__ __forceinline__ float2 pair_at(const u32 *__restrict__ p, u32 sh) {
 // (mod 32, as the funnel shift takes it). 32-bit arithmetic: sample 32 a + b starts at bit
 // 32 SAMPLE_BITS a + SAMPLE_BITS b, so word SAMPLE_BITS a + (t >> 5) and bit t mod 32 with
 // t = SAMPLE_BITS b (half the instructions of the 64-bit product).
-__device__ __forceinline__ const u32 *sample_word(const u32 *span, u32 x, u32 &sh) {
+__device__ __forceinline__ u32 word_of(u32 x, u32 &sh) {
     sh = SAMPLE_BITS * (x & 31u);
-    return span + SAMPLE_BITS * (x >> 5) + (sh >> 5);
+    return SAMPLE_BITS * (x >> 5) + (sh >> 5);
 }
+__device__ __forceinline__ const u32 *sample_word(const u32 *span, u32 x, u32 &sh) { return span + word_of(x, sh); }
 
 // The pair from sample x on.
 __device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u32 x) {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use super::compile::FusedKernels;
@@ -99,44 +99,57 @@ impl SpanBoxes {
         let lead = (span.ptr % 16) / 4;
         let reach = (self.groups - 1) * self.group_words + (self.batch - 1) * self.spectrum_words;
         let inner = (lead + span.words + 2).saturating_sub(reach).max(16);
-        let dims = [inner, self.groups, self.batch];
-        let strides = [4 * self.group_words, 4 * self.spectrum_words];
-        let boxes = [
-            kernels::FIR_TMA_WORDS as u32,
-            self.groups as u32,
-            self.batch as u32,
-        ];
-        let steps = [1u32; 3];
-        let map = |pol: u64| -> Result<sys::CUtensorMap> {
-            let base = span.ptr + pol * 4 * span.stride_words - 4 * lead;
-            let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-            // SAFETY: arrays of the rank's length; the driver writes the map.
-            let r = unsafe {
-                sys::cuTensorMapEncodeTiled(
-                    map.as_mut_ptr(),
-                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
-                    3,
-                    base as *mut std::ffi::c_void,
-                    dims.as_ptr(),
-                    strides.as_ptr(),
-                    boxes.as_ptr(),
-                    steps.as_ptr(),
-                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-                    sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                    sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-                )
-            };
-            r.result()
-                .map_err(|e: DriverError| driver("encoding fused_fir's tensor map")(e))?;
-            // SAFETY: written by the driver.
-            Ok(unsafe { map.assume_init() })
+        let map = |pol: u64| {
+            word_map(
+                span.ptr + pol * 4 * span.stride_words - 4 * lead,
+                [inner, self.groups, self.batch],
+                [4 * self.group_words, 4 * self.spectrum_words],
+                [
+                    kernels::FIR_TMA_WORDS as u32,
+                    self.groups as u32,
+                    self.batch as u32,
+                ],
+            )
         };
         Ok(SpanMaps {
             pol: [map(0)?, map(1)?],
             lead: lead as u32,
         })
     }
+}
+
+/// A tensor map of 32-bit words from `base` (16-byte aligned): `dims` innermost first, the outer
+/// two `strides` bytes apart (multiples of 16, and they may overlap the extent inside them), copied
+/// in boxes of `boxes`. `fused_fir`'s maps, and examples/tma_probe's.
+pub fn word_map(
+    base: sys::CUdeviceptr,
+    dims: [u64; 3],
+    strides: [u64; 2],
+    boxes: [u32; 3],
+) -> Result<sys::CUtensorMap> {
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    let steps = [1u32; 3];
+    // SAFETY: arrays of the rank's length; the driver writes the map.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+            3,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(driver("encoding a tensor map"))?;
+    // SAFETY: written by the driver.
+    Ok(unsafe { map.assume_init() })
 }
 
 impl FusedRun {

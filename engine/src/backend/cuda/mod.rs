@@ -40,6 +40,7 @@ use pipeline::{Pipeline, IN_FLIGHT};
 
 pub use compile::compile_cubin;
 pub use device::{missing_libraries, probe};
+pub use fused::word_map;
 pub use kernels::Tuning;
 pub use pipeline::Startup;
 
