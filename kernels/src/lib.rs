@@ -147,8 +147,13 @@ pub struct Tuning {
     /// 0: none, one batch in shared memory. `None`: 4 at R = 16 (`fused_fir` 6-8% faster at
     /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
     /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
+    /// Where tensor copies take a sliding batch instead (sm_90), `None` is 0 at R = 16 too with
+    /// float16 rows, and with float32 rows from A = 512 (8192 channels): there they measured
+    /// faster than pairs ahead, and below A = 512 in float32 slower (kernels/NOTES.md,
+    /// "Version 18").
     pub fused_fir_ahead: Option<usize>,
-    /// Where no pairs are loaded ahead (R >= 32 by default) and a group has at most 8 columns, a
+    /// Where no pairs are loaded ahead (by default R >= 32, and R = 16 with float16 rows or
+    /// A >= 512) and a group has at most 8 columns, a
     /// sliding `fused_fir` batch's sample words come into shared memory by one bulk tensor copy
     /// a block (TMA, sm_90), issued a batch ahead, instead of 32 loads a thread: `fused_fir`
     /// 18% faster at 32768 and 65536 channels (H200; kernels/NOTES.md, "Version 17"). On.
@@ -321,10 +326,11 @@ impl Config {
 
     /// Sample pairs a sliding `fused_fir` batch loads a batch ahead ([`Tuning::fused_fir_ahead`]).
     pub fn fused_fir_ahead(&self) -> usize {
-        let r = self.fused_split().0;
+        let (r, a) = self.fused_split();
+        let by_copies = self.tuning.fused_fir_tma && (self.tuning.half_rows || a >= 512);
         self.tuning
             .fused_fir_ahead
-            .unwrap_or(if r == 16 { 4 } else { 0 })
+            .unwrap_or(if r == 16 && !by_copies { 4 } else { 0 })
     }
 
     /// Steps ahead whose rows a `fused_post` block prefetches ([`Tuning::fused_post_prefetch`]).
@@ -1052,7 +1058,9 @@ mod tests {
 
     #[test]
     fn fir_pairs_ahead() {
-        // 4 pairs a batch ahead at R = 16 (two batches in shared memory), none at R = 32 and 64.
+        // 4 pairs a batch ahead at R = 16 (two batches in shared memory) where tensor copies do
+        // not take the batch instead (float32 rows below A = 512, or no tensor copies), none at
+        // R = 32 and 64.
         let ahead = |channels, fused_fir_ahead, fused_max_r| Config {
             channels,
             tuning: Tuning {
@@ -1062,10 +1070,32 @@ mod tests {
             },
             ..cfg()
         };
-        for (channels, max_r, pairs) in [(1024, 0, 4), (16384, 0, 4), (32768, 0, 0), (65536, 64, 0)]
-        {
-            let c = ahead(channels, None, max_r);
-            assert_eq!(c.fused_fir_ahead(), pairs, "{channels}");
+        let no_copies = |channels| Config {
+            tuning: Tuning {
+                fused_fir_tma: false,
+                ..Tuning::default()
+            },
+            ..ahead(channels, None, 0)
+        };
+        let half = |channels| Config {
+            tuning: Tuning {
+                half_rows: true,
+                ..Tuning::default()
+            },
+            ..ahead(channels, None, 0)
+        };
+        for (c, pairs) in [
+            (ahead(1024, None, 0), 4),
+            (ahead(4096, None, 0), 4),
+            (ahead(8192, None, 0), 0),
+            (ahead(16384, None, 0), 0),
+            (no_copies(16384), 4),
+            (half(1024), 0),
+            (half(16384), 0),
+            (ahead(32768, None, 0), 0),
+            (ahead(65536, None, 64), 0),
+        ] {
+            assert_eq!(c.fused_fir_ahead(), pairs, "{c:?}");
             assert!(source(&c).contains(&format!("#define FIR_AHEAD {pairs}\n")));
         }
         // One batch of values with no pairs ahead (and no tensor copies' boxes), two with.
@@ -1094,10 +1124,13 @@ mod tests {
             },
             ..cfg()
         };
-        // On by default where no pairs go ahead: R >= 32, or R = 16 when told.
+        // On by default where no pairs go ahead: R >= 32, R = 16 from A = 512 (or with float16
+        // rows), or R = 16 when told.
         for (c, tma) in [
             (with(4096, None, 0), false),
             (with(4096, Some(0), 0), true),
+            (with(8192, None, 0), true),
+            (with(16384, Some(4), 0), false),
             (with(32768, None, 0), true),
             (with(65536, None, 0), true),
             (with(32768, None, 16), false),

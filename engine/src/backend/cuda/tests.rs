@@ -758,9 +758,10 @@ fn fused_launch_shapes_give_the_same_bytes() {
             4096,
             8,
             13,
-            "no sample pair loaded a batch ahead",
+            "no sample pair loaded a batch ahead, nor tensor copies",
             Tuning {
                 fused_fir_ahead: Some(0),
+                fused_fir_tma: false,
                 ..Tuning::default()
             },
         ),
@@ -842,6 +843,16 @@ fn fused_launch_shapes_give_the_same_bytes() {
             Tuning {
                 fused_fir_tma: true,
                 fused_fir_ahead: Some(0),
+                ..Tuning::default()
+            },
+        ),
+        (
+            16384,
+            16,
+            4,
+            "4 sample pairs loaded a batch ahead, not tensor copies",
+            Tuning {
+                fused_fir_ahead: Some(4),
                 ..Tuning::default()
             },
         ),
