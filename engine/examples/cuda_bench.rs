@@ -97,12 +97,14 @@ fn main() {
         opts.tuning.fused_fir_word_steps = Some(k != 0);
     }
     // FENGINE_BENCH_FIR_AHEAD=0..16: a sliding fused_fir batch's first that many sample pairs
-    // are loaded while the batch before is transformed (unset: 4 at R = 16, else 0).
+    // are loaded while the batch before is transformed (unset: 4 at R = 16 where tensor copies do
+    // not take the batch, else 0).
     if let Some(k) = env_number("FENGINE_BENCH_FIR_AHEAD") {
         opts.tuning.fused_fir_ahead = Some(k);
     }
     // FENGINE_BENCH_FIR_TMA=0: a sliding fused_fir batch's samples by loads of each thread, not
-    // by one tensor copy a block (which needs sm_90 and no pairs ahead: R >= 32 by default).
+    // by one tensor copy a block (which needs sm_90 and no pairs ahead: by default R >= 32, and
+    // R = 16 from A = 512 or with float16 rows).
     if let Some(k) = env_number("FENGINE_BENCH_FIR_TMA") {
         opts.tuning.fused_fir_tma = k != 0;
     }
