@@ -87,6 +87,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_MAX_R") {
         opts.tuning.fused_max_r = k;
     }
+    // FENGINE_BENCH_MIN_R=32: the two passes' split takes at least 32 rows where A stays >= 64
+    // (A = 128 at 4096 channels, 512 at 16384).
+    if let Some(k) = env_number("FENGINE_BENCH_MIN_R") {
+        opts.tuning.fused_min_r = k;
+    }
     // FENGINE_BENCH_FIR_COLUMNS=8: fused_fir blocks of 8 columns a group.
     if let Some(k) = env_number("FENGINE_BENCH_FIR_COLUMNS") {
         opts.tuning.fused_fir_columns = k;

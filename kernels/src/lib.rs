@@ -160,8 +160,8 @@ pub struct Tuning {
     pub fused_fir_tma: bool,
     /// How many of its steps ahead a `fused_post` block has a step's rows prefetched into L2
     /// (`cp.async.bulk.prefetch`, sm_90 on), 0 to 4 (0: none). `None`: 1 where A >= 512
-    /// (8192 channels on: `fused_post` 4-9% faster, H200), none below, where it measured
-    /// slower (kernels/NOTES.md, "Version 15").
+    /// (16384 channels on with float32 rows, 8192 with float16: `fused_post` 4-9% faster, H200),
+    /// none below, where it measured slower (kernels/NOTES.md, "Version 15").
     pub fused_post_prefetch: Option<usize>,
     /// `fused_post`'s FFT stages wait on barriers of each transform's own A / 16 threads (its
     /// warp's where A <= 512, else a named barrier of its own), and the block or half meets only
@@ -174,6 +174,13 @@ pub struct Tuning {
     /// and, since `fused_post`'s polarisation halves (version 13, H200), with float16 rows too
     /// (722.8 against 747.3 µs a frame; kernels/NOTES.md).
     pub fused_max_r: usize,
+    /// The fewest rows R of the two-pass split: 16 or 32, where that leaves A >= 64. 0: 32 with
+    /// float32 rows and tensor copies where it leaves A >= 128 (4096 to 16384 channels), else 16.
+    /// With tensor copies `fused_fir` costs about the same at R = 32 as at 16, and `fused_post`
+    /// less on shorter rows: 1-7% faster whole frames at 4096-16384 channels, but 5% slower at
+    /// 2048 (A = 64), and with float16 rows slower at every size, their rounding costing
+    /// `fused_fir` more at R = 32 (H200; kernels/NOTES.md, "Version 18").
+    pub fused_min_r: usize,
     /// Values in a `fused_post` block's output tile, 2A channels x its spectra: a power of two
     /// (0: [`FUSED_TILE`] or 16 A, whichever is more, so that each channel's run is at least 8
     /// spectra).
@@ -206,6 +213,15 @@ impl Tuning {
             r => r,
         }
     }
+
+    /// [`Tuning::fused_min_r`] for an output of `channels`, or its default.
+    pub fn min_r(&self, channels: usize) -> usize {
+        match self.fused_min_r {
+            0 if self.fused_fir_tma && !self.half_rows && channels / 32 >= 128 => 32,
+            0 => 16,
+            r => r,
+        }
+    }
 }
 
 /// The most outputs per `ddc` thread (its accumulators and samples are registers).
@@ -234,6 +250,7 @@ impl Default for Tuning {
             fused_post_prefetch: None,
             fused_post_row_sync: true,
             fused_max_r: 0,
+            fused_min_r: 0,
             fused_tile: 0,
             half_rows: false,
             concurrent_outputs: true,
@@ -241,10 +258,14 @@ impl Default for Tuning {
     }
 }
 
-/// The two-pass split n = R x A of an n-channel output's complex FFT with R at most `max_r`
-/// ([`Tuning::max_r`]): (R, A), as [`Config::fused_split`] says.
-pub fn fused_split(channels: usize, max_r: usize) -> (usize, usize) {
-    let a = (channels / 16).clamp(1, 1024).max(channels / max_r);
+/// The two-pass split n = R x A of an n-channel output's complex FFT with R from
+/// [`Tuning::min_r`] to [`Tuning::max_r`]: (R, A), as [`Config::fused_split`] says.
+pub fn fused_split(channels: usize, tuning: &Tuning) -> (usize, usize) {
+    let a = match channels / tuning.min_r(channels) {
+        a if a >= 64 => a,
+        _ => channels / 16,
+    };
+    let a = a.clamp(1, 1024).max(channels / tuning.max_r());
     (channels / a, a)
 }
 
@@ -286,11 +307,12 @@ impl Config {
             && self.tuning.fir_batch == 16
     }
 
-    /// The two-pass split n = R x A of the n-point complex FFT: (R, A). R is 16 up to 16384
-    /// channels (A up to 1024), then A stays 1024 while R grows to [`Tuning::fused_max_r`], and
-    /// then A grows (to 2048: 65536 channels with R = 32).
+    /// The two-pass split n = R x A of the n-point complex FFT: (R, A). R is
+    /// [`Tuning::fused_min_r`] (16, or 32 from 4096 channels with float32 rows) while A is at
+    /// most 1024, then A stays 1024 while R grows to [`Tuning::fused_max_r`], and then A grows
+    /// (to 2048: 65536 channels with R = 32).
     pub fn fused_split(&self) -> (usize, usize) {
-        fused_split(self.channels, self.tuning.max_r())
+        fused_split(self.channels, &self.tuning)
     }
 
     /// Threads per `fused_post` block: 16 points of one transform each, 4 transforms at once
@@ -594,6 +616,12 @@ impl Config {
                 "fused_fir's blocks take at most 512 threads: {} columns of {} groups is more",
                 self.fused_columns(),
                 self.fused_split().0
+            ));
+        }
+        if ![0, 16, 32].contains(&t.fused_min_r) {
+            return Err(format!(
+                "the two passes split their FFT into at least 16 or 32 rows, not {}",
+                t.fused_min_r
             ));
         }
         if ![0, 32, 64].contains(&t.fused_max_r) {
@@ -1028,10 +1056,13 @@ mod tests {
         assert!(r64.validate().is_err(), "R = 64: 1024 threads");
         r64.tuning.fused_max_r = 48;
         assert!(r64.validate().is_err());
-        // The splits: R = 16 up to 16384 channels, then A = 1024 up to R = 32 (or 64), then A grows.
+        // The splits: R = 16 up to 2048 channels, 32 from 4096 (float32 rows, tensor copies),
+        // then A = 1024 up to R = 32 (or 64), then A grows.
         for (channels, max_r, split, post_threads) in [
             (1024, 0, (16, 64), 256),
-            (16384, 0, (16, 1024), 256),
+            (2048, 0, (16, 128), 256),
+            (4096, 0, (32, 128), 256),
+            (16384, 0, (32, 512), 256),
             (32768, 0, (32, 1024), 256),
             (65536, 0, (32, 2048), 512),
             (65536, 64, (64, 1024), 256),
@@ -1042,7 +1073,34 @@ mod tests {
             assert_eq!(c.fused_post_threads(), post_threads, "{channels} {max_r}");
             assert!(c.fused_post_smem() <= 227 * 1024, "{channels} {max_r}");
         }
-        assert_eq!(fused_split(65536, Tuning::half_rows().max_r()), (32, 2048));
+        assert_eq!(fused_split(65536, &Tuning::half_rows()), (32, 2048));
+        // R = 16 up to 16384 channels with float16 rows, or without tensor copies.
+        let no_copies = Tuning {
+            fused_fir_tma: false,
+            ..Tuning::default()
+        };
+        for t in [Tuning::half_rows(), no_copies] {
+            assert_eq!(fused_split(4096, &t), (16, 256));
+            assert_eq!(fused_split(16384, &t), (16, 1024));
+        }
+        // At least 32 rows where that leaves A >= 64: 2048 to 32768 channels.
+        let at_least_32 = Tuning {
+            fused_min_r: 32,
+            ..Tuning::default()
+        };
+        for (channels, split) in [
+            (1024, (16, 64)),
+            (2048, (32, 64)),
+            (4096, (32, 128)),
+            (16384, (32, 512)),
+            (32768, (32, 1024)),
+            (65536, (32, 2048)),
+        ] {
+            assert_eq!(fused_split(channels, &at_least_32), split, "{channels}");
+        }
+        let mut c = wide(4096, 0, 0);
+        c.tuning.fused_min_r = 24;
+        assert!(c.validate().is_err());
         assert!(wide(4096, 12, 0).validate().is_err());
         assert!(wide(4096, 0, 3000).validate().is_err());
         for channels in [1024, 4096, 16384, 32768, 65536] {
@@ -1086,7 +1144,8 @@ mod tests {
         };
         for (c, pairs) in [
             (ahead(1024, None, 0), 4),
-            (ahead(4096, None, 0), 4),
+            (ahead(2048, None, 0), 4),
+            (ahead(4096, None, 0), 0),
             (ahead(8192, None, 0), 0),
             (ahead(16384, None, 0), 0),
             (no_copies(16384), 4),
@@ -1099,10 +1158,10 @@ mod tests {
             assert!(source(&c).contains(&format!("#define FIR_AHEAD {pairs}\n")));
         }
         // One batch of values with no pairs ahead (and no tensor copies' boxes), two with.
-        let mut one = ahead(4096, Some(0), 0);
+        let mut one = ahead(2048, Some(0), 0);
         one.tuning.fused_fir_tma = false;
         assert_eq!(
-            ahead(4096, None, 0).fused_fir_smem(),
+            ahead(2048, None, 0).fused_fir_smem(),
             2 * one.fused_fir_smem()
         );
         assert!(ahead(4096, Some(16), 0).validate().is_ok());
@@ -1127,8 +1186,9 @@ mod tests {
         // On by default where no pairs go ahead: R >= 32, R = 16 from A = 512 (or with float16
         // rows), or R = 16 when told.
         for (c, tma) in [
-            (with(4096, None, 0), false),
-            (with(4096, Some(0), 0), true),
+            (with(2048, None, 0), false),
+            (with(2048, Some(0), 0), true),
+            (with(4096, None, 0), true),
             (with(8192, None, 0), true),
             (with(16384, Some(4), 0), false),
             (with(32768, None, 0), true),
@@ -1173,7 +1233,7 @@ mod tests {
 
     #[test]
     fn post_rows_prefetched_where_a_is_512_on() {
-        // One step ahead from A = 512 (8192 channels), none below.
+        // One step ahead from A = 512 (16384 channels with R = 32), none below.
         let with = |channels, fused_post_prefetch| Config {
             channels,
             tuning: Tuning {
@@ -1182,7 +1242,7 @@ mod tests {
             },
             ..cfg()
         };
-        for (channels, steps) in [(1024, 0), (4096, 0), (8192, 1), (32768, 1), (65536, 1)] {
+        for (channels, steps) in [(1024, 0), (8192, 0), (16384, 1), (32768, 1), (65536, 1)] {
             let c = with(channels, None);
             assert_eq!(c.fused_post_prefetch(), steps, "{channels}");
             assert!(source(&c).contains(&format!("#define POST_PREFETCH {steps}\n")));

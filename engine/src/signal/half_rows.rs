@@ -248,7 +248,7 @@ mod tests {
     fn row_scale_keeps_full_scale_in_range() {
         for (channels, taps, bits) in [(1024, 16, 10), (32768, 16, 16), (4096, 4, 8)] {
             let w = weights::default_weights(channels, taps).unwrap();
-            let (r, _) = kernels::fused_split(channels, kernels::Tuning::half_rows().max_r());
+            let (r, _) = kernels::fused_split(channels, &kernels::Tuning::half_rows());
             let s = row_scale(&w, channels, bits, r);
             assert_eq!(s.log2().fract(), 0.0, "a power of two: {s}");
             // The worst row value: every sample at full scale with its weight's sign, all

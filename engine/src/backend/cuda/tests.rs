@@ -703,7 +703,7 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
-            4096,
+            2048,
             8,
             13,
             "each sample pair from its own offset",
@@ -755,7 +755,7 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
-            4096,
+            2048,
             8,
             13,
             "no sample pair loaded a batch ahead, nor tensor copies",
@@ -766,7 +766,7 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
-            4096,
+            2048,
             8,
             13,
             "every sample pair loaded a batch ahead",
@@ -836,23 +836,13 @@ fn fused_launch_shapes_give_the_same_bytes() {
             },
         ),
         (
-            4096,
+            2048,
             8,
             13,
             "samples by tensor copy, no pairs ahead",
             Tuning {
                 fused_fir_tma: true,
                 fused_fir_ahead: Some(0),
-                ..Tuning::default()
-            },
-        ),
-        (
-            16384,
-            16,
-            4,
-            "4 sample pairs loaded a batch ahead, not tensor copies",
-            Tuning {
-                fused_fir_ahead: Some(4),
                 ..Tuning::default()
             },
         ),
@@ -990,7 +980,7 @@ fn half_rows_match_their_float64_model() {
             return;
         };
         let mut modelled = ReferenceBackend::new(g.input, &[g.output]).unwrap();
-        let (r, _) = kernels::fused_split(channels, half_tuning.max_r());
+        let (r, _) = kernels::fused_split(channels, &half_tuning);
         modelled.model_half_rows(0, r).unwrap();
         let mut modelled = Synchronous::new(modelled);
         let mut plain = Synchronous::new(ReferenceBackend::new(g.input, &[g.output]).unwrap());
