@@ -148,8 +148,9 @@ pub struct Tuning {
     /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
     /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
     /// Where tensor copies take a sliding batch instead (sm_90), `None` is 0 at R = 16 too with
-    /// float16 rows, and with float32 rows from A = 512 (8192 channels): there they measured
-    /// faster than pairs ahead, and below A = 512 in float32 slower (kernels/NOTES.md,
+    /// float16 rows, and with float32 rows from A = 512 (8192 and 16384 channels where
+    /// [`Tuning::fused_min_r`] is 16; by default float32 rows take R = 32 there): there they
+    /// measured faster than pairs ahead, and below A = 512 in float32 slower (kernels/NOTES.md,
     /// "Version 18").
     pub fused_fir_ahead: Option<usize>,
     /// Where no pairs are loaded ahead (by default R >= 32, and R = 16 with float16 rows or
