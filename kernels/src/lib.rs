@@ -483,7 +483,7 @@ impl Config {
     /// factor the kernel scales its sums by.
     ///
     /// For `ddc`, float32 pairs [phase tap p][phase q], zero-padded (see [`ddc_padded_taps`]);
-    /// scale 1. For `ddc_set`, each lane's B fragments of the GEMM, [k-step][lane], as float16
+    /// scale 1. For `ddc_set`, each lane's B fragments of the GEMM, `[k-step][lane]`, as float16
     /// pairs (hi rows 2t, 2t + 1; hi rows 2t + 8, 2t + 9; the same for lo) of column g = lane / 4,
     /// with G[i][2b + c] = part c of z_{i - bD} times 2^e, hi + lo the tap to 22 bits, and 2^e
     /// putting the largest tap in [2^14, 2^15) (float16 keeps the smallest taps normal); scale
