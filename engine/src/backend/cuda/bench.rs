@@ -98,6 +98,8 @@ pub struct BenchRow {
 pub struct Ceilings {
     /// Device-to-device copy, bytes read plus written.
     pub d2d: f64,
+    /// Device memory written alone (a memset): the ceiling of a kernel that mostly writes.
+    pub d_write: f64,
     pub h2d: f64,
     pub d2h: f64,
     /// Both directions at once: (host to device, device to host).
@@ -249,8 +251,8 @@ pub fn run(opts: &BenchOptions, out: &mut dyn Write) -> Result<(Ceilings, Vec<Be
             ceilings = measure_ceilings(&backend.pipeline.ctx)?;
             writeln!(
                 out,
-                "ceilings: device copy {:.0} GB/s (read + write); host-to-device {:.1} GB/s, device-to-host {:.1} GB/s, both at once {:.1} + {:.1} GB/s",
-                ceilings.d2d, ceilings.h2d, ceilings.d2h, ceilings.both.0, ceilings.both.1
+                "ceilings: device copy {:.0} GB/s (read + write), device write {:.0} GB/s; host-to-device {:.1} GB/s, device-to-host {:.1} GB/s, both at once {:.1} + {:.1} GB/s",
+                ceilings.d2d, ceilings.d_write, ceilings.h2d, ceilings.d2h, ceilings.both.0, ceilings.both.1
             )
             .map_err(io)?;
         }
@@ -544,6 +546,13 @@ fn measure_ceilings(ctx: &std::sync::Arc<CudaContext>) -> Result<Ceilings> {
             "device copy",
         )
     })?;
+    let d_write = timed(ctx, &s1, REPS, |s| {
+        // SAFETY: a device buffer of BYTES bytes. Not zeros: no path may treat them specially.
+        check(
+            unsafe { sys::cuMemsetD32Async(b.ptr(), 0x5a5a_5a5a, BYTES / 4, s.cu_stream()) },
+            "device memset",
+        )
+    })?;
     let h2d = timed(ctx, &s1, REPS, |s| {
         // SAFETY: pinned and device buffers of BYTES bytes.
         check(
@@ -616,6 +625,7 @@ fn measure_ceilings(ctx: &std::sync::Arc<CudaContext>) -> Result<Ceilings> {
     );
     Ok(Ceilings {
         d2d: 2.0 * d2d,
+        d_write,
         h2d,
         d2h,
         both,
