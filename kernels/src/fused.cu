@@ -145,8 +145,11 @@ __device__ __forceinline__ void dft(float2 (&a)[P]) {
             for (int u = 0; u < 4; u++) b[r][u] = a[r + Q * u];
             dft4(b[r][0], b[r][1], b[r][2], b[r][3]);
 #pragma unroll
-            for (int s = 1; s < 4; s++)
-                if (r > 0) b[r][s] = cmul(b[r][s], w16(r * s * (16 / P)));
+            for (int s = 1; s < 4; s++) {
+                // W_16^4 = -i is a swap: the same bytes as the multiply (by 0 and -1, exact).
+                if (r * s * (16 / P) == 4) b[r][s] = cmul_mi(b[r][s]);
+                else if (r > 0) b[r][s] = cmul(b[r][s], w16(r * s * (16 / P)));
+            }
         }
 #pragma unroll
         for (int s = 0; s < 4; s++) {
