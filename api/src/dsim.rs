@@ -24,7 +24,7 @@ pub struct SignalSpec {
     pub noise: f64,
     /// Uniform dither of +-0.5 LSB before rounding.
     pub dither: bool,
-    /// Per-polarisation delay in samples (fractional allowed): polarisation p emits x(t + delay[p]).
+    /// Per-polarisation delay in samples (fractional allowed): polarisation p emits `x(t + delay[p])`.
     pub delays: [f64; 2],
     /// Seeds the noise, the dither and the random faults.
     pub seed: u64,

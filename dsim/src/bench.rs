@@ -53,7 +53,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "HEAPS", default_value_t = 2048)]
     pub buffer_heaps: usize,
 
-    /// Socket buffer size in bytes for senders and receivers (capped by net.core.[rw]mem_max).
+    /// Socket buffer size in bytes for senders and receivers (capped by `net.core.rmem_max` and `wmem_max`).
     #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
     pub socket_buffer: usize,
 

@@ -13,7 +13,7 @@
 //! Modules: [`config`] (what to do), [`spec`] (the signal in force and its forms), [`signal`]
 //! (samples), [`buffer`] (packets of the repeating
 //! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`faults`],
-//! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`].
+//! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
 
 pub mod bench;
 pub mod buffer;

@@ -414,7 +414,7 @@ fn base_noise(seed: u64, b: u64, n: usize, out: &mut Vec<f64>) {
 }
 
 /// The taps of a Kaiser-windowed sinc for a delay of `rest` samples (|rest| <= 0.5):
-/// y[t] = sum over k = -M..=M of taps[k + M] x[t + k] approximates x(t + rest), with tap k
+/// `y[t] = sum over k = -M..=M of taps[k + M] x[t + k]` approximates `x(t + rest)`, with tap k
 /// sinc(k - rest) w(k - rest), w the Kaiser window of half-width M + 1.
 pub fn fractional_delay_taps(rest: f64) -> Vec<f64> {
     let m = NOISE_HALF_TAPS as i64;

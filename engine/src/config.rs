@@ -1,6 +1,6 @@
 //! The command line (`fengine run`, `fengine bench`) and the engine configuration derived from it:
 //! the input and its outputs ([`InputSpec`], [`OutputSpec`]: `--dst` and the output flags describe
-//! one output, [`WIDEBAND`]; each `--wideband NAME:key=value,...` ([`WidebandSpec`]) one output
+//! one output, [`WIDEBAND`]; each `--wideband NAME:key=value,...` ([`OutputArg::wideband`]) one output
 //! of its own, the flags giving the keys it leaves out), the lags and overlap that `--max-delay`
 //! implies, and the checks that turn a bad combination into one sentence ([`ConfigError`]).
 

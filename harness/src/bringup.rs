@@ -59,7 +59,7 @@ pub struct SystemArgs {
     /// Engine output substreams to join, ADDR[+N]:PORT (N+1 consecutive addresses, multicast or
     /// unicast; the engine's --dst). In URL mode the default is the destinations the engine's
     /// /status gives the output (--output), and this is needed only where the status cannot be
-    /// read; with --local the default is 127.0.0.1+<substreams-1> on a free port.
+    /// read; with --local the default is 127.0.0.1+(substreams-1) on a free port.
     #[arg(long, help_heading = "System")]
     pub dst: Option<String>,
     /// Interface address to join multicast groups on.
@@ -104,7 +104,7 @@ pub struct SystemArgs {
     )]
     pub skipped_metric: String,
 
-    /// --local: output substreams (the engine's --dst gets ADDR+<substreams-1>).
+    /// --local: output substreams (the engine's --dst gets ADDR+(substreams-1)).
     #[arg(long, default_value_t = 4, help_heading = "Local processes")]
     pub substreams: usize,
     /// --local: engine backend (cpu, cuda, null).
@@ -143,7 +143,7 @@ pub struct SystemArgs {
     /// --local: seconds each process may take to answer /status.
     #[arg(long, default_value_t = 120.0, help_heading = "Local processes")]
     pub startup_timeout: f64,
-    /// --local: directory for the children's logs [default: <out-dir>/logs, or a temp dir].
+    /// --local: directory for the children's logs [default: OUT_DIR/logs, or a temp dir].
     #[arg(long, help_heading = "Local processes")]
     pub log_dir: Option<PathBuf>,
     /// --local with --engines: deal the engines out to this many GPUs, engine i on CUDA device

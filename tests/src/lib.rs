@@ -15,7 +15,7 @@
 //! Modules, by job:
 //! - [`session`]: one test's hold on the machine, the docker CLI, testcontainers, the network.
 //! - [`pipeline`]: dsim and the engine in containers, `harness watch` and script containers.
-//! - [`array`]: an array of antennas (a dsim and an engine each) in containers.
+//! - [`array`](mod@array): an array of antennas (a dsim and an engine each) in containers.
 //! - [`http`]: the control APIs from the host (ureq), the engine's status as `fgpu_api` types.
 //! - [`watch`]: `harness watch`'s end and summary.
 //! - [`docker_proxy`]: the Docker API version shim for older daemons.

@@ -11,12 +11,12 @@
 //!
 //! and finally the output's staging buffer is transposed into its heap layout, in parallel by
 //! channel block. The spans are shared; FFT plans, weights, gains, staging and per-worker scratch
-//! are per output ([`OutputState`]). All are allocated once, in `new`.
+//! are per output (`OutputState`). All are allocated once, in `new`.
 //!
 //! A narrowband output (docs/signal-path.md §Narrowband) first runs its DDC over the span, per
 //! polarisation and in parallel pieces: only the subsampled samples some window of the frame reads
 //! (from the lowest window offset to the highest plus 2nT), each the L-tap dot product of the
-//! filter with the mixed input, the input being mixed once per piece (see [`MixerTable`]) and the
+//! filter with the mixed input, the input being mixed once per piece (see `MixerTable`) and the
 //! dropped samples never computed. Its (spectrum, pol) tasks then filter 2nT subsampled samples
 //! into 2n complex ones, take a 2n-point complex FFT, keep channel c = bin (c - n/2) mod 2n, and
 //! apply gain and the rotation exp(i (p' - pi (c - n/2) r' / n)) before the same dither,
@@ -45,7 +45,7 @@ const UNPACK_PIECE: usize = 1 << 16;
 const TRANSPOSE_BYTES: usize = 16384;
 /// Niceness of the worker threads (see [`CpuBackend::with_threads`]).
 const WORKER_NICE: libc::c_int = 10;
-/// Input samples per entry of the mixer's coarse table (see [`MixerTable`]).
+/// Input samples per entry of the mixer's coarse table (see `MixerTable`).
 const MIXER_BLOCK: usize = 2048;
 /// Input samples a DDC piece mixes at once (then filters): its mixed samples stay in L1/L2.
 const DDC_PIECE: usize = 4096;
@@ -240,7 +240,7 @@ impl CpuBackend {
     }
 
     /// A CPU backend on its own pool of `threads` threads. They run at a lower priority than the
-    /// engine's other threads (nice [`WORKER_NICE`]): on a busy host the receivers must never wait
+    /// engine's other threads (nice `WORKER_NICE`): on a busy host the receivers must never wait
     /// behind bulk compute, which has frames of buffering to catch up in, while a receiver that
     /// waits loses datagrams.
     pub fn with_threads(

@@ -16,7 +16,7 @@ pub trait Process: Send {
     fn input(&self) -> &InputGeometry;
     /// The outputs it was built for (from 1 to [`super::MAX_OUTPUTS`]), in the engine's order.
     fn outputs(&self) -> &[OutputGeometry];
-    /// Takes gains already checked by [`check_gains`].
+    /// Takes gains already checked by `check_gains`.
     fn store_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]);
     /// Computes every output of a frame already checked against the geometry.
     fn compute(&mut self, frame: &mut Frame) -> Result<()>;

@@ -7,11 +7,11 @@
 //!   memory, open descriptors, threads and CPU time under the standard `process_*` names
 //!   (`fgpu_serve::process`).
 //! - `PUT /delays`, `GET /delays`: per polarisation delay (s), delay rate (s/s), phase (rad), phase
-//!   rate (rad/s), loaded at an ADC timestamp, a Unix time, or at once ([`delays`]).
+//!   rate (rad/s), loaded at an ADC timestamp, a Unix time, or at once (`delays`).
 //! - `PUT /outputs/{name}/gains`, `GET /outputs/{name}/gains`: one output's per polarisation
-//!   complex gain, one value or one per channel; `/gains` is the wideband output's ([`gains`]).
+//!   complex gain, one value or one per channel; `/gains` is the wideband output's (`gains`).
 //! - `GET /outputs/{name}`: one output's section of the status; `PUT /outputs/{name}` with
-//!   `{"centre": HZ}`: a narrowband output's centre, from the next frame on ([`outputs`]).
+//!   `{"centre": HZ}`: a narrowband output's centre, from the next frame on (`outputs`).
 //!
 //! A bad request gets a 4xx with `{"error": "<one sentence>"}` and changes nothing. The thread
 //! also turns SIGINT and SIGTERM into the engine's stop flag.

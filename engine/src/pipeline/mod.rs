@@ -47,7 +47,7 @@ pub const SLACK: Duration = Duration::from_millis(250);
 const SLACK_BYTES: usize = 256 << 20;
 
 /// Chunks of one polarisation the pairing stage holds while waiting for the other: enough for
-/// [`SLACK`] (within [`SLACK_BYTES`]), and at least [`MAX_PENDING`].
+/// [`SLACK`] (within `SLACK_BYTES`), and at least [`MAX_PENDING`].
 pub fn max_pending(cfg: &EngineConfig) -> usize {
     let chunk_bytes = (cfg.heaps_per_chunk() * cfg.input.heap_bytes).max(1);
     let by_time = (SLACK.as_secs_f64() / cfg.chunk_seconds()).ceil();

@@ -6,7 +6,7 @@
 //!   turns: a wrapping integer multiply, so every backend (float64 here, float32 on a GPU) starts
 //!   from the same phase however large t is, with no accumulator to drift or to carry between
 //!   frames. The centre actually used is F fs / 2^32.
-//! - **Filter.** y[j] = sum_{k<L} h[k] x[jD + k] exp(-2 pi i phase(jD + k)), computed only for the
+//! - **Filter.** `y[j] = sum_{k<L} h[k] x[jD + k] exp(-2 pi i phase(jD + k))`, computed only for the
 //!   kept samples. Of the fs/D band left after subsampling only the centre fs/(2D) is kept (the
 //!   PFB discards the outer half of its bins), so h must pass |f| <= fs/(4D) and stop what
 //!   aliases onto it, |f - k fs/D| < fs/(4D) for k != 0, i.e. from 3 fs/(4D) on; the transition
@@ -230,7 +230,7 @@ pub fn ddc_sample(
 }
 
 /// The DDC of a run of real samples whose first is at absolute ADC sample `first`: every output
-/// whose L input samples lie in the run, as `(j0, y)` with y[i] subsampled sample j0 + i (j0 D is
+/// whose L input samples lie in the run, as `(j0, y)` with `y[i]` subsampled sample j0 + i (j0 D is
 /// the first multiple of D at or after `first`). Empty when the run is shorter than one filter.
 pub fn ddc(
     samples: &[f64],

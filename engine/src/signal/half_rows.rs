@@ -4,8 +4,10 @@
 //!
 //! The kernels take the n-point complex FFT of z_u = g_2u + i g_2u+1 (the real 2n-point one's
 //! even and odd samples) as R x A (n = R A, u = i + A j, k = R k1 + k2):
+//! ```text
 //!   V_i[k2] = W_n^{i k2} sum_j z_{i + A j} W_R^{j k2}   (pass 1, written out as the rows)
 //!   Z[R k1 + k2] = sum_i V_i[k2] W_A^{i k1}               (pass 2)
+//! ```
 //! and then the real-FFT fix-up X_k = (Z_k + conj Z_{n-k} - i W_2n^k (Z_k - conj Z_{n-k})) / 2.
 //! In float16 the rows are V s, s a power of two ([`row_scale`]) that keeps every value inside
 //! float16's range, rounded stochastically ([`round_stochastic`]); pass 2 divides by s again.
@@ -63,7 +65,7 @@ pub fn round_stochastic(x: f64, bits: u32) -> f64 {
 const ROW_LIMIT: f64 = 32768.0;
 
 /// The power of two the two-pass kernels scale their float16 rows by: the largest for which no row
-/// value can exceed 2^15, whatever the samples. |V_i[k2]| is at most R times the largest |z_u|,
+/// value can exceed 2^15, whatever the samples. `|V_i[k2]|` is at most R times the largest |z_u|,
 /// and |z_u| at most full scale (2^(bits-1)) times the sum of |w| over the taps of samples 2u and
 /// 2u + 1. `weights` are the output's, w[t + 2n j] (see `weights::pfb_weights`).
 pub fn row_scale(weights: &[f64], channels: usize, sample_bits: u32, r: usize) -> f64 {

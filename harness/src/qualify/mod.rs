@@ -6,7 +6,7 @@
 //! (`/status`, `/gains`, `/delays`) fed by a dsim with per-polarisation signals can be qualified.
 //!
 //! - this module: the checks' register, the plan (quick or full) and the runner.
-//! - [`bench`]: the system under control and the moves every check makes.
+//! - [`bench`](mod@bench): the system under control and the moves every check makes.
 //! - [`spectra`]: the sink that integrates the output's whole band.
 //! - [`analysis`]: the arithmetic (SFDR, fits, phase slopes, crossings, widths).
 //! - `checks`: one module per family of checks.

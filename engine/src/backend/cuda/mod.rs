@@ -10,7 +10,7 @@
 //! cores (`ddc_set`, one launch for all of a frame's narrowband outputs), then runs a complex PFB,
 //! cuFFT and `nb_postproc`. Copies in, compute and copies out run on streams of their own so that
 //! consecutive frames overlap, and outputs beyond the first on lanes of their own so that they
-//! overlap each other ([`pipeline`]).
+//! overlap each other (`pipeline`).
 //!
 //! On a host without CUDA, [`CudaBackend::new`] returns [`BackendError::Unavailable`]; nothing here
 //! panics for want of a library.

@@ -1,6 +1,6 @@
 //! Receive stage: per polarisation, one or more threads ("lanes"), each with its own sockets.
 //! Datagrams (GRO batches) go through the lane's own `ChunkAssembler` straight into chunk buffers
-//! shared by the polarisation's lanes ([`collect`]); finished chunks go to the pairing stage, which
+//! shared by the polarisation's lanes (`collect`); finished chunks go to the pairing stage, which
 //! sends them back with spent buffers swapped in.
 //!
 //! With several lanes, the polarisation's source addresses are dealt out (address i to lane
@@ -8,9 +8,9 @@
 //! wire format send it: so each heap, and each slot of a chunk, belongs to exactly one lane.
 //! A heap that arrives elsewhere is dropped and counted (`wrong_destination`).
 //!
-//! Placement and restarts are [`place`]'s; a lane whose share of the stream goes quiet moves its
+//! Placement and restarts are `place`'s; a lane whose share of the stream goes quiet moves its
 //! window along with the others' so that chunks keep flowing. Each lane also counts what the
-//! digitiser status items of the heaps it accepts say about saturation ([`digitiser`]).
+//! digitiser status items of the heaps it accepts say about saturation (`digitiser`).
 
 mod collect;
 mod digitiser;
