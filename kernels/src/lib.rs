@@ -127,6 +127,8 @@ pub struct Tuning {
     pub fused_max_channels: usize,
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
+    /// Slower than whole frames at every chunk size measured (64 to 512 spectra: the kernels
+    /// side by side each have half an SM's warps; kernels/NOTES.md, "Stop 45").
     pub fused_chunk: usize,
     /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 512, fewer where
     /// fewer blocks than fit on the GPU at once would have all the work).
