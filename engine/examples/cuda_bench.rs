@@ -75,6 +75,16 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_CHUNK") {
         opts.tuning.fused_chunk = k;
     }
+    // FENGINE_BENCH_POST_GATHER=4: fused_post reads 4 channels' operands of a row together, before
+    // it stores any of their values (unset: 8, 4 or 1 by A).
+    if let Some(k) = env_number("FENGINE_BENCH_POST_GATHER") {
+        opts.tuning.fused_post_gather = k;
+    }
+    // FENGINE_BENCH_POST_AHEAD=0 or 1: and the next ones' before it works on those (unset: below
+    // A = 512).
+    if let Some(k) = env_number("FENGINE_BENCH_POST_AHEAD") {
+        opts.tuning.fused_post_ahead = Some(k != 0);
+    }
     // FENGINE_BENCH_FIR_SPECTRA=64: fused_fir blocks of 64 spectra.
     if let Some(k) = env_number("FENGINE_BENCH_FIR_SPECTRA") {
         opts.tuning.fused_fir_spectra = k;

@@ -29,7 +29,9 @@
 // many of a sliding batch's 16 new sample pairs are loaded while the batch before is transformed;
 // 0: none, and zs one buffer), POST_PREFETCH (pass 2: how many steps ahead a block has its rows
 // prefetched into L2; 0: none), POST_ROW_SYNC (pass 2: each transform's stages wait on its own
-// threads alone; see RowSync).
+// threads alone; see RowSync), POST_GATHER and POST_AHEAD (pass 2: how many of a row's channels
+// have their operands read from shared memory together, and whether the next ones' are read
+// before these are worked on).
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
@@ -610,6 +612,9 @@ __device__ __forceinline__ const row_t *row_at(const row_t *rows_in, u32 rows_sp
 #if 2 * F2_POLS * F_SB * F_A / 16 != F2_GROUP || F_SB * F_A / F2_J != F2_GROUP || F2_GROUP % 32 != 0
 #error "fused_post: every thread takes 16 points of one transform, then 16 values (channel, polarisation) of its group"
 #endif
+#if F2_J % POST_GATHER != 0
+#error "fused_post: a row's channels are gathered POST_GATHER at a time"
+#endif
 #if (F_A / F2_J) % 16 != 0
 #error "fused_post: a thread's channels must lie a multiple of 16 slots apart (immediate offsets)"
 #endif
@@ -801,30 +806,52 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
                         // row 0: both move by j A/J 17/16 padded values, immediates past j = 0
                         // (A/J is a multiple of 16).
                         const u32 p_top = row == 0 ? F_A - b : F_A - 1 - b; // k1' + j A/J
+                        // Operands are read POST_GATHER channels at a time, and with POST_AHEAD
+                        // the next channels' before this ones' arithmetic: before any tile store
+                        // that follows them, since the compiler cannot tell the tile from the
+                        // rows in shared memory and keeps each load behind the stores before it.
+                        float2 zks[F2_J][F2_POLS], pks[F2_J][F2_POLS], sts[F2_J][F2_POLS];
+                        auto gather = [&](u32 j0) {
 #pragma unroll
-                        for (u32 j = 0; j < F2_J; j++) {
-                            const u32 k1 = b + j * (F_A / F2_J);
-                            const float2 f = j < 4 ? fx[ri][j] : cmul_mi(fx[ri][j - 4]);
-                            qpol q[F2_POLS];
+                            for (u32 j = j0; j < j0 + POST_GATHER; j++) {
 #pragma unroll
-                            for (u32 pp = 0; pp < F2_POLS; pp++) {
-                                const u32 pol = pol0 + pp;
-                                const float2 *xs = rows + (4 * sb + 2 * pol) * F2_PAD;
-                                const float2 zk = xs[ri * F2_PAD + pad16(b) + j * (F_A / F2_J) / 16 * 17];
-                                const float2 *ps = xs + pri * F2_PAD;
-                                const float2 pk = j == 0 ? ps[pad16(p_top & (F_A - 1))] : ps[pad16(p_top) - (int)(j * (F_A / F2_J) / 16 * 17)];
-                                // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
-                                float2 xk = csub(cadd(zk, cconj(pk)), cmul(f, make_float2(-(zk.y + pk.y), zk.x - pk.x)));
-                                const float2 rg = cmul(cmul(steps[pol][sb][ri][j], base[pp]), gn[ri][j][pp]);
-                                xk = cmul(xk, rg);
-#if DITHER
-                                xk = cadd(xk, dither(__float_as_uint(fine[pol][sb].y), F_R * b + row + j * (CHANNELS / F2_J), pol));
-#endif
-                                q[pp] = make_qpol(quantise(xk, sat[pp]));
+                                for (u32 pp = 0; pp < F2_POLS; pp++) {
+                                    const u32 pol = pol0 + pp;
+                                    const float2 *xs = rows + (4 * sb + 2 * pol) * F2_PAD;
+                                    zks[j][pp] = xs[ri * F2_PAD + pad16(b) + j * (F_A / F2_J) / 16 * 17];
+                                    const float2 *ps = xs + pri * F2_PAD;
+                                    pks[j][pp] = j == 0 ? ps[pad16(p_top & (F_A - 1))] : ps[pad16(p_top) - (int)(j * (F_A / F2_J) / 16 * 17)];
+                                    sts[j][pp] = steps[pol][sb][ri][j];
+                                }
                             }
-                            const u32 at = tile_at(ri * F_A + k1, mm);
-                            if constexpr (F2_POLS == 2) tile[at] = join_pols(q[0], q[1]);
-                            else ((qpol *)tile)[2 * at + pol0] = q[0];
+                        };
+                        if constexpr (POST_AHEAD != 0) gather(0);
+#pragma unroll
+                        for (u32 j0 = 0; j0 < F2_J; j0 += POST_GATHER) {
+                            if constexpr (POST_AHEAD == 0) gather(j0);
+                            else if (j0 + POST_GATHER < F2_J) gather(j0 + POST_GATHER);
+#pragma unroll
+                            for (u32 j = j0; j < j0 + POST_GATHER; j++) {
+                                const u32 k1 = b + j * (F_A / F2_J);
+                                const float2 f = j < 4 ? fx[ri][j] : cmul_mi(fx[ri][j - 4]);
+                                qpol q[F2_POLS];
+#pragma unroll
+                                for (u32 pp = 0; pp < F2_POLS; pp++) {
+                                    const u32 pol = pol0 + pp;
+                                    const float2 zk = zks[j][pp], pk = pks[j][pp];
+                                    // X = (E - i fx D) / 2, E = Z + conj P, D = Z - conj P; the 1/2 is in the gain.
+                                    float2 xk = csub(cadd(zk, cconj(pk)), cmul(f, make_float2(-(zk.y + pk.y), zk.x - pk.x)));
+                                    const float2 rg = cmul(cmul(sts[j][pp], base[pp]), gn[ri][j][pp]);
+                                    xk = cmul(xk, rg);
+#if DITHER
+                                    xk = cadd(xk, dither(__float_as_uint(fine[pol][sb].y), F_R * b + row + j * (CHANNELS / F2_J), pol));
+#endif
+                                    q[pp] = make_qpol(quantise(xk, sat[pp]));
+                                }
+                                const u32 at = tile_at(ri * F_A + k1, mm);
+                                if constexpr (F2_POLS == 2) tile[at] = join_pols(q[0], q[1]);
+                                else ((qpol *)tile)[2 * at + pol0] = q[0];
+                            }
                         }
                     }
                 }

@@ -171,6 +171,14 @@ pub struct Tuning {
     /// where its threads read other transforms' values: 2 barriers of the group a step instead
     /// of 4 to 6 (on: kernels/NOTES.md, "Version 16"). Off, every barrier is the group's.
     pub fused_post_row_sync: bool,
+    /// Channels of a row whose operands (its values, its partner's, its rotation) `fused_post`
+    /// reads from shared memory together, before it quantises and stores any of them: 1, 2, 4
+    /// or 8 (at most the 8 a thread takes of a row, or 4 below A = 512). 0: 8 where A is 512 or
+    /// 2048, 4 where A = 1024, 1 below A = 512 (kernels/NOTES.md, "Version 20").
+    pub fused_post_gather: usize,
+    /// Whether `fused_post` reads the next [`Tuning::fused_post_gather`] channels' operands
+    /// before it works on the ones it has. `None`: below A = 512 only.
+    pub fused_post_ahead: Option<bool>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
@@ -252,6 +260,8 @@ impl Default for Tuning {
             fused_fir_tma: true,
             fused_post_prefetch: None,
             fused_post_row_sync: true,
+            fused_post_gather: 0,
+            fused_post_ahead: None,
             fused_max_r: 0,
             fused_min_r: 0,
             fused_tile: 0,
@@ -369,6 +379,26 @@ impl Config {
     /// Whether a sliding `fused_fir` batch's words come by tensor copy ([`Tuning::fused_fir_tma`]).
     pub fn fused_fir_tma(&self) -> bool {
         self.tuning.fused_fir_tma && self.fused_fir_ahead() == 0 && self.fused_columns() <= 8
+    }
+
+    /// [`Tuning::fused_post_gather`], or its default, at most the channels a `fused_post` thread
+    /// takes of a row (8, or 4 below A = 512).
+    pub fn fused_post_gather(&self) -> usize {
+        let a = self.fused_split().1;
+        let per_row = if a >= 512 { 8 } else { 4 };
+        match self.tuning.fused_post_gather {
+            0 if a == 1024 => 4,
+            0 if a >= 512 => 8,
+            0 => 1,
+            g => g.min(per_row),
+        }
+    }
+
+    /// [`Tuning::fused_post_ahead`], or its default: below A = 512.
+    pub fn fused_post_ahead(&self) -> bool {
+        self.tuning
+            .fused_post_ahead
+            .unwrap_or(self.fused_split().1 < 512)
     }
 
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values, and with
@@ -710,6 +740,8 @@ pub fn source(cfg: &Config) -> String {
             "POST_ROW_SYNC",
             u32::from(cfg.tuning.fused_post_row_sync).to_string(),
         ),
+        ("POST_GATHER", cfg.fused_post_gather().to_string()),
+        ("POST_AHEAD", u32::from(cfg.fused_post_ahead()).to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };

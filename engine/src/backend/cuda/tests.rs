@@ -886,6 +886,39 @@ fn fused_launch_shapes_give_the_same_bytes() {
                 ..Tuning::default()
             },
         ),
+        (
+            32768,
+            16,
+            4,
+            "fused_post's operands a channel at a time, none ahead",
+            Tuning {
+                fused_post_gather: 1,
+                fused_post_ahead: Some(false),
+                ..Tuning::default()
+            },
+        ),
+        (
+            65536,
+            16,
+            4,
+            "fused_post's operands 2 channels at a time, 2 ahead",
+            Tuning {
+                fused_post_gather: 2,
+                fused_post_ahead: Some(true),
+                ..Tuning::default()
+            },
+        ),
+        (
+            2048,
+            8,
+            13,
+            "fused_post's operands 4 channels at a time, none ahead",
+            Tuning {
+                fused_post_gather: 4,
+                fused_post_ahead: Some(false),
+                ..Tuning::default()
+            },
+        ),
     ];
     for (channels, s, h, what, shaped) in shapes {
         let margin = 1000;
