@@ -173,8 +173,9 @@ pub struct Tuning {
     pub fused_post_row_sync: bool,
     /// Channels of a row whose operands (its values, its partner's, its rotation) `fused_post`
     /// reads from shared memory together, before it quantises and stores any of them: 1, 2, 4
-    /// or 8 (at most the 8 a thread takes of a row, or 4 below A = 512). 0: 8 where A is 512 or
-    /// 2048, 4 where A = 1024, 1 below A = 512 (kernels/NOTES.md, "Version 20").
+    /// or 8 (at most the 8 a thread takes of a row, or 4 below A = 512; other values round down
+    /// to one of these). 0: 8 where A is 512 or 2048, 4 where A = 1024, 1 below A = 512
+    /// (kernels/NOTES.md, "Version 20").
     pub fused_post_gather: usize,
     /// Whether `fused_post` reads the next [`Tuning::fused_post_gather`] channels' operands
     /// before it works on the ones it has. `None`: below A = 512 only.
@@ -385,13 +386,16 @@ impl Config {
     /// takes of a row (8, or 4 below A = 512).
     pub fn fused_post_gather(&self) -> usize {
         let a = self.fused_split().1;
+        // F2_J in fused.cu: from A = 512 a thread takes one polarisation, so twice the channels.
         let per_row = if a >= 512 { 8 } else { 4 };
-        match self.tuning.fused_post_gather {
+        let g = match self.tuning.fused_post_gather {
             0 if a == 1024 => 4,
             0 if a >= 512 => 8,
             0 => 1,
-            g => g.min(per_row),
-        }
+            g => g,
+        };
+        // The kernel takes a divisor of the row's channels: a power of two.
+        1 << g.min(per_row).ilog2()
     }
 
     /// [`Tuning::fused_post_ahead`], or its default: below A = 512.
@@ -1264,6 +1268,37 @@ mod tests {
             assert!(source(&c).contains(&define), "{channels}");
         }
         assert!(Tuning::default().fused_post_row_sync);
+    }
+
+    #[test]
+    fn post_gathers_divide_a_row() {
+        let with = |channels, gather| Config {
+            channels,
+            tuning: Tuning {
+                fused_post_gather: gather,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        // Defaults by A (R = 32 from 4096 channels): 1 below 512, 8 at 512 and 2048, 4 at 1024;
+        // asked-for values round down to a power of two within the row's 4 or 8 channels.
+        for (channels, gather, expect) in [
+            (4096, 0, 1),
+            (16384, 0, 8),
+            (32768, 0, 4),
+            (65536, 0, 8),
+            (32768, 3, 2),
+            (32768, 16, 8),
+            (4096, 8, 4),
+        ] {
+            let c = with(channels, gather);
+            assert_eq!(
+                c.fused_post_gather(),
+                expect,
+                "{channels} channels, {gather}"
+            );
+            assert!(source(&c).contains(&format!("#define POST_GATHER {expect}\n")));
+        }
     }
 
     #[test]
