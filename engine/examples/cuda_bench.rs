@@ -85,6 +85,11 @@ fn main() {
     if let Some(k) = env_number("FENGINE_BENCH_POST_AHEAD") {
         opts.tuning.fused_post_ahead = Some(k != 0);
     }
+    // FENGINE_BENCH_POST_EARLY=8: fused_post issues 8 of a step's 16 row loads during the step
+    // before, ahead of its post-processing (unset: 0 to 16 by A and the rows' precision).
+    if let Some(k) = env_number("FENGINE_BENCH_POST_EARLY") {
+        opts.tuning.fused_post_early = Some(k);
+    }
     // FENGINE_BENCH_FIR_SPECTRA=64: fused_fir blocks of 64 spectra.
     if let Some(k) = env_number("FENGINE_BENCH_FIR_SPECTRA") {
         opts.tuning.fused_fir_spectra = k;

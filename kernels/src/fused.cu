@@ -619,6 +619,9 @@ __device__ __forceinline__ const row_t *row_at(const row_t *rows_in, u32 rows_sp
 #if 2 * F2_POLS * F_SB * F_A / 16 != F2_GROUP || F_SB * F_A / F2_J != F2_GROUP || F2_GROUP % 32 != 0
 #error "fused_post: every thread takes 16 points of one transform, then 16 values (channel, polarisation) of its group"
 #endif
+#if POST_EARLY < 0 || POST_EARLY > 16
+#error "fused_post: POST_EARLY is 0 to 16 of a step's 16 row loads"
+#endif
 #if F2_J % POST_GATHER != 0
 #error "fused_post: a row's channels are gathered POST_GATHER at a time"
 #endif
@@ -732,6 +735,21 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     // The block's groups of F_M spectra: blockIdx.y, then every gridDim.y-th, so that its start
     // (twiddles, gains) is paid once for several.
     u32 sat[F2_POLS] = {};
+    // Point q of the thread's transform in step m0's rows (a spectrum past the end: any row will do).
+    auto row_point = [&](u32 m0, int q) {
+        const u32 m = min(m0 + fsb, end - 1);
+        return row_at(rows_in, rows_spectra, first, fpol, m, fri ? row1 : row0) + fh + (F_A / 16) * q;
+    };
+    // The radix-16 stage's inputs. With POST_EARLY the first POST_EARLY of a step's 16 are loaded
+    // during the step before, ahead of its post-processing, so that their latency passes behind
+    // that work rather than after the barrier that starts the step.
+    row_t raw[16];
+#if POST_EARLY
+    if (first + blockIdx.y * F_M < end) {
+#pragma unroll
+        for (int q = 0; q < POST_EARLY; q++) raw[q] = load_row_here(row_point(first + blockIdx.y * F_M, q));
+    }
+#endif
     for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
 #if POST_PREFETCH
@@ -753,13 +771,8 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
             // spectra's fringe phases and delays (for the threads that fill the rotations below):
             // loaded before the barrier, which only guards shared memory, so that their latency
             // passes while it waits.
-            row_t raw[16];
-            {
-                const u32 m = min(m0 + fsb, end - 1); // a spectrum past the end: any row will do
-                const row_t *src = row_at(rows_in, rows_spectra, first, fpol, m, fri ? row1 : row0);
 #pragma unroll
-                for (int q = 0; q < 16; q++) raw[q] = load_row_here(src + fh + (F_A / 16) * q);
-            }
+            for (int q = POST_EARLY; q < 16; q++) raw[q] = load_row_here(row_point(m0, q));
             const bool fills = t < 2 * F2_POLS * F_SB;
             const u32 fill_pol = pol0 + (t / 2) % F2_POLS, fill_sb = t / (2 * F2_POLS);
             float4 rot = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -791,6 +804,14 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
             }
             stage_sync(); // the rotations are read after the last stage's barrier, the group's
             later_stages<F_A, 16, 0>(x, fh, tw, stage_sync, group_sync);
+#if POST_EARLY
+            {
+                // The block's next step: in this group, else the first of its next group.
+                const u32 next = m0 + F_SB < mg + F_M && m0 + F_SB < end ? m0 + F_SB : mg + gridDim.y * F_M;
+#pragma unroll
+                for (int q = 0; q < POST_EARLY; q++) raw[q] = load_row_here(row_point(next, q));
+            }
+#endif
 
             // The fine-delay rotation exp(-i pi k r / n) of channel k = f + j n/J in row r_ri is
             // steps[ri][j] (the fringe phase, part j's step, and for row r1 the step from r0)

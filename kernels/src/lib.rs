@@ -180,6 +180,13 @@ pub struct Tuning {
     /// Whether `fused_post` reads the next [`Tuning::fused_post_gather`] channels' operands
     /// before it works on the ones it has. `None`: below A = 512 only.
     pub fused_post_ahead: Option<bool>,
+    /// How many of a `fused_post` step's 16 row loads a thread issues during the step before,
+    /// ahead of that step's post-processing (0 to 16; more are taken as 16), so that their
+    /// latency passes behind that work rather than after the barrier that starts the step.
+    /// `None`: with float16 rows 8; with float32 rows 4 at A = 64, 8 at A = 128, 1024 and 2048,
+    /// 16 at A = 256 and none at A = 512, where more measured slower (`fused_post` 1-4% faster
+    /// at the others, H200; kernels/NOTES.md, "Version 21").
+    pub fused_post_early: Option<usize>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
@@ -263,6 +270,7 @@ impl Default for Tuning {
             fused_post_row_sync: true,
             fused_post_gather: 0,
             fused_post_ahead: None,
+            fused_post_early: None,
             fused_max_r: 0,
             fused_min_r: 0,
             fused_tile: 0,
@@ -403,6 +411,19 @@ impl Config {
         self.tuning
             .fused_post_ahead
             .unwrap_or(self.fused_split().1 < 512)
+    }
+
+    /// Row loads a `fused_post` step issues during the step before ([`Tuning::fused_post_early`]).
+    pub fn fused_post_early(&self) -> usize {
+        let a = self.fused_split().1;
+        let default = match (self.tuning.half_rows, a) {
+            (true, _) => 8,
+            (false, 64) => 4,
+            (false, 256) => 16,
+            (false, 512) => 0,
+            (false, _) => 8,
+        };
+        self.tuning.fused_post_early.unwrap_or(default).min(16)
     }
 
     /// Dynamic shared memory of a `fused_fir` block: a batch of its FIR's values, and with
@@ -746,6 +767,7 @@ pub fn source(cfg: &Config) -> String {
         ),
         ("POST_GATHER", cfg.fused_post_gather().to_string()),
         ("POST_AHEAD", u32::from(cfg.fused_post_ahead()).to_string()),
+        ("POST_EARLY", cfg.fused_post_early().to_string()),
     ];
     let narrowband = if cfg.decimation > 1 { NARROWBAND } else { "" };
     let fused = if cfg.fused() { FUSED } else { "" };
@@ -1298,6 +1320,42 @@ mod tests {
                 "{channels} channels, {gather}"
             );
             assert!(source(&c).contains(&format!("#define POST_GATHER {expect}\n")));
+        }
+    }
+
+    #[test]
+    fn post_early_loads_by_a() {
+        let with = |channels, half_rows, fused_post_early| Config {
+            channels,
+            tuning: Tuning {
+                half_rows,
+                fused_post_early,
+                ..Tuning::default()
+            },
+            ..cfg()
+        };
+        // Float32 rows by A (1024: 64; 2048 and 4096: 128; 8192: 256; 16384: 512; 32768: 1024;
+        // 65536: 2048), float16 rows 8 at every A; asked-for counts above 16 are 16.
+        for (channels, half, early, expect) in [
+            (1024, false, None, 4),
+            (2048, false, None, 8),
+            (4096, false, None, 8),
+            (8192, false, None, 16),
+            (16384, false, None, 0),
+            (32768, false, None, 8),
+            (65536, false, None, 8),
+            (8192, true, None, 8),
+            (16384, true, None, 8),
+            (32768, false, Some(3), 3),
+            (32768, false, Some(40), 16),
+        ] {
+            let c = with(channels, half, early);
+            assert_eq!(
+                c.fused_post_early(),
+                expect,
+                "{channels} channels, {half}, {early:?}"
+            );
+            assert!(source(&c).contains(&format!("#define POST_EARLY {expect}\n")));
         }
     }
 

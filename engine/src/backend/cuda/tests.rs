@@ -919,6 +919,26 @@ fn fused_launch_shapes_give_the_same_bytes() {
                 ..Tuning::default()
             },
         ),
+        (
+            32768,
+            16,
+            4,
+            "fused_post's row loads all a step early",
+            Tuning {
+                fused_post_early: Some(16),
+                ..Tuning::default()
+            },
+        ),
+        (
+            1024,
+            8,
+            13,
+            "fused_post's row loads 8 a step early",
+            Tuning {
+                fused_post_early: Some(8),
+                ..Tuning::default()
+            },
+        ),
     ];
     for (channels, s, h, what, shaped) in shapes {
         let margin = 1000;
