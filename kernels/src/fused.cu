@@ -31,7 +31,8 @@
 // prefetched into L2; 0: none), POST_ROW_SYNC (pass 2: each transform's stages wait on its own
 // threads alone; see RowSync), POST_GATHER and POST_AHEAD (pass 2: how many of a row's channels
 // have their operands read from shared memory together, and whether the next ones' are read
-// before these are worked on).
+// before these are worked on), POST_EARLY (pass 2: how many of a step's 16 row loads a thread
+// issues during the step before, ahead of that step's post-processing).
 
 #if FIR_BATCH != 16
 #error "fused_fir's R-point FFTs take 16 points a thread: FIR_BATCH must be 16"
