@@ -736,6 +736,7 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     // The block's groups of F_M spectra: blockIdx.y, then every gridDim.y-th, so that its start
     // (twiddles, gains) is paid once for several.
     u32 sat[F2_POLS] = {};
+    const u32 mg_first = first + blockIdx.y * F_M;
     // Point q of the thread's transform in step m0's rows (a spectrum past the end: any row will do).
     auto row_point = [&](u32 m0, int q) {
         const u32 m = min(m0 + fsb, end - 1);
@@ -746,12 +747,12 @@ extern "C" __global__ void __launch_bounds__(F2_THREADS, 512 / F2_THREADS) fused
     // that work rather than after the barrier that starts the step.
     row_t raw[16];
 #if POST_EARLY
-    if (first + blockIdx.y * F_M < end) {
+    if (mg_first < end) {
 #pragma unroll
-        for (int q = 0; q < POST_EARLY; q++) raw[q] = load_row_here(row_point(first + blockIdx.y * F_M, q));
+        for (int q = 0; q < POST_EARLY; q++) raw[q] = load_row_here(row_point(mg_first, q));
     }
 #endif
-    for (u32 mg = first + blockIdx.y * F_M; mg < end; mg += gridDim.y * F_M) {
+    for (u32 mg = mg_first; mg < end; mg += gridDim.y * F_M) {
         for (u32 m0 = mg; m0 < mg + F_M && m0 < end; m0 += F_SB) {
 #if POST_PREFETCH
             // The rows of the block's step POST_PREFETCH steps on into L2 (one bulk prefetch a
