@@ -879,6 +879,57 @@ mod tests {
         }
     }
 
+    /// The whole text of a module: the configuration's `#define`s, then the sources in order,
+    /// each ending in a newline. Pinned so that a change to how the text is put together shows.
+    #[test]
+    fn whole_source_of_a_wideband_and_a_narrowband_module() {
+        let wideband = "#define CHANNELS 4096\n#define TAPS 16\n#define SAMPLE_BITS 10\n\
+            #define UNZIP 4\n#define SPECTRA_PER_HEAP 256\n#define FIR_BLOCK 128\n#define FIR_BATCH 16\n\
+            #define PP_ROWS 4\n#define OUT_BITS 8\n#define DITHER 1\n#define DECIMATION 1\n\
+            #define DDC_TAPS 0\n#define DDC_OUTPUTS 7\n#define DDC_BLOCK 128\n#define DDC_TILE 16\n\
+            #define NB_UNZIP 1\n#define NB_RUN 64\n\
+            #define F_R 32\n#define F_A 128\n#define F_C 8\n#define F_SB 8\n#define F_M 32\n\
+            #define F2_THREADS 256\n#define ROW_HALF 0\n#define FIR_WORD_STEPS 0\n#define FIR_AHEAD 0\n\
+            #define FIR_TMA 1\n#define FIR_TMA_WORDS 12\n#define POST_PREFETCH 0\n\
+            #define POST_ROW_SYNC 1\n#define POST_GATHER 1\n#define POST_AHEAD 1\n#define POST_EARLY 8\n";
+        assert_eq!(
+            source(&cfg()),
+            format!("{wideband}{COMMON}\n{PFB_FIR}\n{POSTPROC}\n{INPUT_POWER}\n\n{FUSED}\n")
+        );
+        let nb = Config {
+            channels: 1024,
+            sample_bits: 12,
+            output_bits: 4,
+            dither: false,
+            decimation: 16,
+            ddc_taps: 192,
+            ..cfg()
+        };
+        let narrowband = "#define CHANNELS 1024\n#define TAPS 16\n#define SAMPLE_BITS 12\n\
+            #define UNZIP 4\n#define SPECTRA_PER_HEAP 256\n#define FIR_BLOCK 128\n#define FIR_BATCH 16\n\
+            #define PP_ROWS 4\n#define OUT_BITS 4\n#define DITHER 0\n#define DECIMATION 16\n\
+            #define DDC_TAPS 192\n#define DDC_OUTPUTS 7\n#define DDC_BLOCK 128\n#define DDC_TILE 16\n\
+            #define NB_UNZIP 1\n#define NB_RUN 64\n";
+        assert_eq!(
+            source(&nb),
+            format!("{narrowband}{COMMON}\n{PFB_FIR}\n{POSTPROC}\n{INPUT_POWER}\n{NARROWBAND}\n\n")
+        );
+        let b = Config {
+            decimation: 8,
+            ddc_taps: 97,
+            ..nb.clone()
+        };
+        let set = "#define SAMPLE_BITS 12\n#define UNZIP 4\n#define DDC_SET_N 3\n\
+            #define DDC_MMA_WARPS 4\n#define DDC_SET_SPAN 8192\n\
+            #define DDC_SET_CASES case 0: ddc_block<16, 12, 0, 2>(raw, xs, stretch, pol, set); break; \
+            case 1: ddc_block<8, 13, 1, -1>(raw, xs, stretch, pol, set); break; case 2: break; \n\
+            #define DDC_SET_RAW 3138\n";
+        assert_eq!(
+            ddc_set_source(&[&nb, &b, &nb]).unwrap(),
+            format!("{set}{COMMON}\n{DDC_SET}\n")
+        );
+    }
+
     #[test]
     fn narrowband_kernels_only_for_narrowband() {
         assert!(!source(&cfg()).contains("nb_postproc("));
