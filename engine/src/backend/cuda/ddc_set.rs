@@ -77,7 +77,8 @@ impl DdcSet {
                 cfgs.len()
             )));
         }
-        let src = kernels::ddc_set_source(&cfgs).map_err(|e| BackendError::Unsupported(e.0))?;
+        let src =
+            kernels::ddc_set_source(&cfgs).map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let (module, f, compile) = build_one(ctx, &src, kernels::DDC_SET_KERNEL)?;
         let raw = cfgs.iter().map(|c| c.mma_raw_words()).max().unwrap_or(0);
         let samples = cfgs.iter().map(|c| c.mma_smem_bytes()).max().unwrap_or(0);
