@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The checks and benchmarks of the GPU machine, which has no cargo: build here, carry the binaries.
+# Checks and benchmarks for a GPU host without a Rust toolchain: build on a machine that has one,
+# then carry the binaries over in the folder `stage` fills (.carry/).
 #
-#   scripts/gpu-checks.sh stage           (here) strip release binaries, tests and benches into .carry/
+#   scripts/gpu-checks.sh stage           (build machine) strip release binaries, tests and benches into .carry/
 #   scripts/gpu-checks.sh gpu OUT         (GPU host) CUDA tests, kernel/PCIe bench, CPU bench, e2e --backend cuda
 #   scripts/gpu-checks.sh net OUT         (GPU host) loopback transport, dsim and harness-receive benches
 #   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
