@@ -30,7 +30,7 @@ const MAX_BODY: usize = 4096;
 /// output within a few heaps, and a partly old interval says nothing.
 pub(super) const RETUNE_REST: Duration = Duration::from_secs(3);
 
-pub fn run(listener: std::net::TcpListener, shared: Arc<Shared>) {
+pub(super) fn run(listener: std::net::TcpListener, shared: Arc<Shared>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
