@@ -9,6 +9,7 @@ const MAX_ADDRS: u32 = 4096;
 /// An IPv4 endpoint list `ADDR[+N]:PORT`: N+1 consecutive addresses (multicast groups, usually).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The addresses in order: heap k of a stream goes to `addrs[k % addrs.len()]`.
     pub addrs: Vec<SocketAddrV4>,
 }
 
