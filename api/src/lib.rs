@@ -5,5 +5,7 @@
 //! The types are plain data: no validation, no behaviour. The servers fill them from their
 //! counters; the harness, the acceptance tests and the live page deserialise them.
 
+#![warn(missing_docs)]
+
 pub mod dsim;
 pub mod engine;

@@ -207,11 +207,7 @@ fn run_one(args: &BenchArgs, rate: Option<f64>, run: usize) -> anyhow::Result<Be
             let a = Ipv4Addr::from(u32::from(base) + g);
             sockets.push(UdpSocket::bind(SocketAddrV4::new(a, port), &rx_cfg)?);
         }
-        endpoints.push(
-            format!("{base}+{}:{port}", args.groups - 1)
-                .parse::<Endpoint>()
-                .map_err(anyhow::Error::msg)?,
-        );
+        endpoints.push(format!("{base}+{}:{port}", args.groups - 1).parse::<Endpoint>()?);
         for s in sockets {
             let counter = Arc::new(SinkCounter::default());
             sinks.push((pol as usize, counter.clone()));

@@ -6,8 +6,9 @@ use clap::{Args, Parser, Subcommand};
 use spead::transport::Endpoint;
 
 use crate::bench::BenchArgs;
-use crate::config::{self, Config, PolsRequest, SignalSpec, Tone};
+use crate::config::{self, BadRequest, Config, PolsRequest, SignalSpec, Tone};
 use crate::faults::{FaultRules, FaultsRequest};
+use crate::spec::PolsError;
 
 const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
 in the MeerKAT digitiser format, paced to the wall clock, controlled over HTTP while running.";
@@ -85,19 +86,48 @@ pub enum Command {
     Bench(BenchArgs),
 }
 
+/// Why a command-line value cannot be used; clap prints the sentence after the option's name.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    /// A `--tone` without the colon.
+    #[error("'{text}' is not FREQ_HZ:AMPLITUDE (e.g. 1.5e7:0.5)")]
+    ToneForm { text: String },
+    /// A `--tone` whose frequency is not a number.
+    #[error("'{frequency}' in '{text}' is not a frequency in Hz")]
+    ToneFrequency { frequency: String, text: String },
+    /// A `--tone` whose amplitude is not a number.
+    #[error("'{amplitude}' in '{text}' is not an amplitude (fraction of full scale)")]
+    ToneAmplitude { amplitude: String, text: String },
+    /// A `--signal @FILE` that cannot be read.
+    #[error("cannot read the signal file '{path}': {error}")]
+    SignalFile { path: String, error: std::io::Error },
+    /// A `--signal` that is not the per-polarisation form.
+    #[error("not a per-polarisation signal ({{\"pol0\": {{\"components\": [...], \"delay\": ..., \"dither\": ...}}, \"pol1\": ..., \"seed\": ...}}): {0}")]
+    Signal(PolsError),
+    /// A `--faults` that is not a faults object.
+    #[error("not a faults object: {0}")]
+    FaultsJson(serde_json::Error),
+    /// A `--faults` object that the fault rules refuse.
+    #[error(transparent)]
+    Faults(#[from] BadRequest),
+    /// A `--sync-time` that is neither `now` nor a number.
+    #[error("'{0}' is not a Unix time in seconds or 'now'")]
+    SyncTime(String),
+}
+
 /// `FREQ_HZ:AMPLITUDE`, e.g. `1.5e7:0.5`.
-pub fn parse_tone(s: &str) -> Result<Tone, String> {
+pub fn parse_tone(s: &str) -> Result<Tone, ValueError> {
     let (f, a) = s
         .split_once(':')
-        .ok_or_else(|| format!("'{s}' is not FREQ_HZ:AMPLITUDE (e.g. 1.5e7:0.5)"))?;
-    let frequency = f
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{f}' in '{s}' is not a frequency in Hz"))?;
-    let amplitude = a
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{a}' in '{s}' is not an amplitude (fraction of full scale)"))?;
+        .ok_or_else(|| ValueError::ToneForm { text: s.into() })?;
+    let frequency = f.trim().parse().map_err(|_| ValueError::ToneFrequency {
+        frequency: f.into(),
+        text: s.into(),
+    })?;
+    let amplitude = a.trim().parse().map_err(|_| ValueError::ToneAmplitude {
+        amplitude: a.into(),
+        text: s.into(),
+    })?;
     Ok(Tone {
         frequency,
         amplitude,
@@ -105,30 +135,29 @@ pub fn parse_tone(s: &str) -> Result<Tone, String> {
 }
 
 /// The per-polarisation signal: JSON, or `@FILE` holding it.
-fn parse_signal(s: &str) -> Result<PolsRequest, String> {
+fn parse_signal(s: &str) -> Result<PolsRequest, ValueError> {
     let text = match s.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the signal file '{path}': {e}"))?,
+        Some(path) => std::fs::read_to_string(path).map_err(|error| ValueError::SignalFile {
+            path: path.into(),
+            error,
+        })?,
         None => s.to_string(),
     };
-    crate::spec::parse_pols(&text)
-        .map_err(|e| format!("not a per-polarisation signal ({{\"pol0\": {{\"components\": [...], \"delay\": ..., \"dither\": ...}}, \"pol1\": ..., \"seed\": ...}}): {e}"))
+    crate::spec::parse_pols(&text).map_err(ValueError::Signal)
 }
 
-fn parse_faults(s: &str) -> Result<FaultsRequest, String> {
-    let f: FaultsRequest =
-        serde_json::from_str(s).map_err(|e| format!("not a faults object: {e}"))?;
-    f.validate().map_err(|e| e.0)?;
+fn parse_faults(s: &str) -> Result<FaultsRequest, ValueError> {
+    let f: FaultsRequest = serde_json::from_str(s).map_err(ValueError::FaultsJson)?;
+    f.validate()?;
     Ok(f)
 }
 
 /// `now` or Unix seconds.
-fn parse_sync_time(s: &str) -> Result<f64, String> {
+fn parse_sync_time(s: &str) -> Result<f64, ValueError> {
     if s == "now" {
         return Ok(crate::schedule::unix_now());
     }
-    s.parse()
-        .map_err(|_| format!("'{s}' is not a Unix time in seconds or 'now'"))
+    s.parse().map_err(|_| ValueError::SyncTime(s.into()))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -493,6 +522,33 @@ mod tests {
             .run
             .to_config();
         assert!(c.validate().unwrap_err().0.contains("pol1 delay"));
+    }
+
+    #[test]
+    fn value_errors_read_as_before() {
+        let said = |e: ValueError| e.to_string();
+        assert_eq!(
+            said(parse_tone("5e6").unwrap_err()),
+            "'5e6' is not FREQ_HZ:AMPLITUDE (e.g. 1.5e7:0.5)"
+        );
+        assert_eq!(
+            said(parse_tone("x:0.5").unwrap_err()),
+            "'x' in 'x:0.5' is not a frequency in Hz"
+        );
+        assert_eq!(
+            said(parse_tone("1e6: y").unwrap_err()),
+            "' y' in '1e6: y' is not an amplitude (fraction of full scale)"
+        );
+        assert_eq!(
+            said(parse_sync_time("soon").unwrap_err()),
+            "'soon' is not a Unix time in seconds or 'now'"
+        );
+        let e = said(parse_signal("[]").unwrap_err());
+        assert!(
+            e.starts_with("not a per-polarisation signal ({\"pol0\": {\"components\": [...]"),
+            "{e}"
+        );
+        assert!(said(parse_faults("1").unwrap_err()).starts_with("not a faults object: "));
     }
 
     #[test]

@@ -124,8 +124,8 @@ async fn faults(State(c): State<Controller>) -> impl IntoResponse {
 
 async fn put_signal(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
     // Read by its keys, so that an error names the form it was read as and the wrong field.
-    let request =
-        crate::spec::parse_request(&body).map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))?;
+    let request = crate::spec::parse_request(&body)
+        .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e.to_string()))?;
     // Building the buffer is CPU work of up to seconds: keep it off the async workers.
     let change = tokio::task::spawn_blocking(move || c.set_signal(&request))
         .await
@@ -144,8 +144,8 @@ async fn put_rate(State(c): State<Controller>, body: Bytes) -> Result<Response, 
 }
 
 async fn put_faults(State(c): State<Controller>, body: Bytes) -> Result<Response, Refusal> {
-    let req =
-        crate::faults::parse_request(&body).map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))?;
+    let req = crate::faults::parse_request(&body)
+        .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e.to_string()))?;
     Ok(Json(c.set_faults(&req)?).into_response())
 }
 

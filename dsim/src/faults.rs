@@ -17,11 +17,15 @@ pub const MAX_LISTED: usize = 1_000_000;
 /// Largest reorder window, in heaps.
 pub const MAX_WINDOW: usize = 1024;
 
+/// A PUT /faults body that does not read as a faults request (serde's reason in the sentence).
+#[derive(Debug, thiserror::Error)]
+#[error("the body is not a valid faults request: {0}.")]
+pub struct FaultsBodyError(serde_json::Error);
+
 /// Reads a PUT /faults body (it is checked by [`FaultRules::validate`]); the error is one
 /// sentence.
-pub fn parse_request(body: &[u8]) -> Result<FaultsRequest, String> {
-    serde_json::from_slice(body)
-        .map_err(|e| format!("the body is not a valid faults request: {e}."))
+pub fn parse_request(body: &[u8]) -> Result<FaultsRequest, FaultsBodyError> {
+    serde_json::from_slice(body).map_err(FaultsBodyError)
 }
 
 /// dsim's rules for the fault requests it shares through [`fgpu_api::dsim`].

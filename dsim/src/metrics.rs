@@ -188,7 +188,7 @@ fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
 #[cfg(test)]
 mod tests {
     /// Every sample line is `name{labels} value` with a declared family.
-    pub fn check_exposition(text: &str) {
+    pub(super) fn check_exposition(text: &str) {
         let mut declared = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -311,8 +311,42 @@ pub fn resolve(
     }
 }
 
+/// A field of a signal request that does not read as its type: `path: reason`, or the reason
+/// alone when the fault is in the top object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FieldError(String);
+
+/// Why a PUT /signal body cannot be read; each says which form it was read as.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalBodyError {
+    /// Not JSON at all (serde's reason in the sentence).
+    #[error("the body is not JSON: {0}.")]
+    NotJson(serde_json::Error),
+    /// JSON, but not an object.
+    #[error("the body is not a JSON object: give the per-polarisation form {{\"pol0\": ..., \"pol1\": ...}} or the common form {{\"tones\": ..., \"noise\": ...}}.")]
+    NotObject,
+    /// An object naming `pol0` or `pol1` with a field that does not read.
+    #[error("the body names pol0 or pol1, so it was read as the per-polarisation form, and {0}.")]
+    Pols(FieldError),
+    /// An object naming neither with a field that does not read.
+    #[error("the body names neither pol0 nor pol1, so it was read as the common form, and {0}.")]
+    Common(FieldError),
+}
+
+/// Why a per-polarisation signal (`--signal`) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PolsError {
+    /// Not JSON at all (serde's reason in the sentence).
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// A field that does not read.
+    #[error(transparent)]
+    Field(#[from] FieldError),
+}
+
 /// Deserializes `value` as `T`, with the path of the offending field in the error.
-fn read<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+fn read<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let mut path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -327,44 +361,38 @@ fn read<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
                 path = parent.into();
             }
         }
-        if path == "." {
+        FieldError(if path == "." {
             inner
         } else {
             format!("{path}: {inner}")
-        }
+        })
     })
 }
 
 /// Reads a PUT /signal body: the per-polarisation form when the object names `pol0` or `pol1`,
 /// else the common form. The error, one sentence, says which form the body was read as and
 /// which field is wrong (rather than serde's "did not match any variant").
-pub fn parse_request(body: &[u8]) -> Result<SignalRequest, String> {
+pub fn parse_request(body: &[u8]) -> Result<SignalRequest, SignalBodyError> {
     let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}."))?;
+        serde_json::from_slice(body).map_err(SignalBodyError::NotJson)?;
     let serde_json::Value::Object(map) = &value else {
-        return Err(
-            "the body is not a JSON object: give the per-polarisation form {\"pol0\": ..., \"pol1\": ...} or the common form {\"tones\": ..., \"noise\": ...}."
-                .into(),
-        );
+        return Err(SignalBodyError::NotObject);
     };
     if map.contains_key("pol0") || map.contains_key("pol1") {
         read(value)
             .map(SignalRequest::Pols)
-            .map_err(|e| format!("the body names pol0 or pol1, so it was read as the per-polarisation form, and {e}."))
+            .map_err(SignalBodyError::Pols)
     } else {
-        read(value).map(SignalRequest::Common).map_err(|e| {
-            format!(
-                "the body names neither pol0 nor pol1, so it was read as the common form, and {e}."
-            )
-        })
+        read(value)
+            .map(SignalRequest::Common)
+            .map_err(SignalBodyError::Common)
     }
 }
 
 /// Reads the per-polarisation form alone (`--signal`), with the path of a wrong field.
-pub fn parse_pols(text: &str) -> Result<PolsRequest, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    read(value)
+pub fn parse_pols(text: &str) -> Result<PolsRequest, PolsError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(PolsError::NotJson)?;
+    Ok(read(value)?)
 }
 
 #[cfg(test)]
@@ -579,7 +607,7 @@ mod tests {
             (r#"[1, 2]"#, "not a JSON object"),
             ("fast please", "not JSON"),
         ] {
-            let e = parse_request(body.as_bytes()).unwrap_err();
+            let e = parse_request(body.as_bytes()).unwrap_err().to_string();
             eprintln!("{body}\n  -> {e}");
             assert!(
                 e.contains(expect),

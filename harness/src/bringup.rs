@@ -564,7 +564,7 @@ fn receive_endpoint(dst: Option<&str>, chosen: Option<&Chosen>) -> Result<Endpoi
     let sent_to = chosen.map(|c| (c.output.name.as_str(), c.destinations.as_ref()));
     match (dst, sent_to) {
         (Some(d), sent_to) => {
-            let given: Endpoint = d.parse().map_err(anyhow::Error::msg)?;
+            let given: Endpoint = d.parse()?;
             if let Some((name, Ok(e))) = sent_to {
                 if e.addrs != given.addrs {
                     tracing::warn!(

@@ -91,11 +91,21 @@ impl fmt::Display for OutputBits {
     }
 }
 
+/// Why a value is not an output format the harness reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputBitsError {
+    /// A width the engine may send but the harness does not unpack.
+    #[error("{0}-bit output is not one the harness reads (8 or 4)")]
+    Unsupported(u32),
+    /// Text that is not a number.
+    #[error("'{0}' is not a number of bits (8 or 4)")]
+    NotANumber(String),
+}
+
 impl TryFrom<u32> for OutputBits {
-    type Error = String;
-    fn try_from(bits: u32) -> Result<Self, String> {
-        Self::from_bits(bits)
-            .ok_or_else(|| format!("{bits}-bit output is not one the harness reads (8 or 4)"))
+    type Error = OutputBitsError;
+    fn try_from(bits: u32) -> Result<Self, OutputBitsError> {
+        Self::from_bits(bits).ok_or(OutputBitsError::Unsupported(bits))
     }
 }
 
@@ -106,12 +116,12 @@ impl From<OutputBits> for u32 {
 }
 
 impl std::str::FromStr for OutputBits {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = OutputBitsError;
+    fn from_str(s: &str) -> Result<Self, OutputBitsError> {
         let bits: u32 = s
             .trim()
             .parse()
-            .map_err(|_| format!("'{s}' is not a number of bits (8 or 4)"))?;
+            .map_err(|_| OutputBitsError::NotANumber(s.into()))?;
         Self::try_from(bits)
     }
 }
@@ -181,8 +191,14 @@ mod tests {
     fn widths_parse_and_serialise_as_numbers() {
         assert_eq!("4".parse::<OutputBits>(), Ok(OutputBits::Four));
         assert_eq!(" 8".parse::<OutputBits>(), Ok(OutputBits::Eight));
-        assert!("6".parse::<OutputBits>().unwrap_err().contains("8 or 4"));
-        assert!("x".parse::<OutputBits>().is_err());
+        assert_eq!(
+            "6".parse::<OutputBits>().unwrap_err().to_string(),
+            "6-bit output is not one the harness reads (8 or 4)"
+        );
+        assert_eq!(
+            "x".parse::<OutputBits>().unwrap_err().to_string(),
+            "'x' is not a number of bits (8 or 4)"
+        );
         assert_eq!(serde_json::to_string(&OutputBits::Four).unwrap(), "4");
         assert_eq!(
             serde_json::from_str::<OutputBits>("8").unwrap(),

@@ -89,19 +89,27 @@ impl Token {
     }
 }
 
+/// Why a control token is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// An empty token would admit nobody, or be a mistake for no token.
+    #[error("the control token is empty: give one, or leave it out (and its environment variable unset)")]
+    Empty,
+    /// A token that cannot travel in an HTTP header as given.
+    #[error("the control token must be 1 to 1024 visible ASCII characters without spaces")]
+    Unusable,
+}
+
 impl FromStr for Token {
-    type Err = String;
+    type Err = TokenError;
 
     /// One to 1024 visible ASCII characters: the token travels in an HTTP header.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, TokenError> {
         if s.is_empty() {
-            return Err("the control token is empty: give one, or leave it out (and its environment variable unset)".into());
+            return Err(TokenError::Empty);
         }
         if s.len() > 1024 || !s.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "the control token must be 1 to 1024 visible ASCII characters without spaces"
-                    .into(),
-            );
+            return Err(TokenError::Unusable);
         }
         Ok(Self(s.into()))
     }
@@ -333,8 +341,11 @@ mod tests {
 
     #[test]
     fn tokens_are_checked_and_never_shown() {
-        assert!("".parse::<Token>().is_err());
-        assert!("two words".parse::<Token>().is_err());
+        assert_eq!("".parse::<Token>().unwrap_err(), TokenError::Empty);
+        assert_eq!(
+            "two words".parse::<Token>().unwrap_err(),
+            TokenError::Unusable
+        );
         assert!("caf\u{e9}".parse::<Token>().is_err());
         let t: Token = "s3cret-T0ken_/+=".parse().unwrap();
         assert_eq!(format!("{t:?}"), "Token(hidden)");

@@ -41,10 +41,12 @@ pub const RECENT_HEAPS: usize = 64;
 /// A complete heap, owning its payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heap {
+    /// The heap's counter, unique within the stream.
     pub heap_cnt: u64,
     /// Item pointers (standard per-packet ones excluded), gathered from all its packets in order of
     /// first appearance.
     pub pointers: Vec<ItemPointer>,
+    /// The heap's bytes, which its addressed items point into.
     pub payload: Vec<u8>,
 }
 
@@ -67,9 +69,11 @@ impl Heap {
 /// What the assembler reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A heap all of whose bytes arrived.
     Complete(Heap),
     /// A heap evicted or flushed before all its bytes arrived.
     Incomplete {
+        /// The heap's counter.
         heap_cnt: u64,
         /// Declared size, if any packet carried one.
         size: Option<u64>,
@@ -91,6 +95,7 @@ pub enum Event {
 pub struct HeapStats {
     /// Packets offered (after decoding), rejected ones included.
     pub packets: AtomicU64,
+    /// Heaps reported complete.
     pub heaps_completed: AtomicU64,
     /// Heaps reported incomplete: evicted to make room, or flushed.
     pub heaps_incomplete: AtomicU64,
@@ -260,10 +265,12 @@ impl HeapAssembler {
         }
     }
 
+    /// The reasons and counts of what it dropped (shared with the receivers given the same counters).
     pub fn counters(&self) -> &Arc<RejectCounters> {
         &self.counters
     }
 
+    /// Its totals, for readers on other threads.
     pub fn stats(&self) -> &Arc<HeapStats> {
         &self.stats
     }

@@ -48,6 +48,8 @@ use crate::reject::{Reject, RejectCounters};
 mod window;
 pub use window::{Admit, Window};
 
+/// The shape of a chunk stream: how many heaps of what size make a chunk, and how far the window
+/// reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkConfig {
     /// Heaps per chunk.
@@ -68,7 +70,9 @@ pub struct ChunkConfig {
 /// Where a heap goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
+    /// Id of the chunk the heap belongs to.
     pub chunk: u64,
+    /// Index of the heap's slot inside that chunk.
     pub slot: usize,
 }
 
@@ -109,6 +113,7 @@ impl ChunkMemory for Discard {
 /// A filled (or partly filled) chunk.
 #[derive(Debug)]
 pub struct Chunk<B> {
+    /// The chunk's id, as the caller's placement named it.
     pub id: u64,
     /// `slots * slot_bytes` bytes (or more) as given; bytes of slots not present are stale.
     pub data: B,
@@ -128,6 +133,7 @@ impl<B> Chunk<B> {
             track: Tracking::default(),
         }
     }
+    /// How many of its heaps arrived whole.
     pub fn present_count(&self) -> usize {
         self.present.iter().filter(|&&p| p).count()
     }
@@ -152,7 +158,12 @@ pub enum ChunkEvent<B> {
     /// sees the gap in ids.
     Ready(Chunk<B>),
     /// The stream jumped (a restart): chunks before `to` were flushed, `to` opens the new window.
-    Resync { from: u64, to: u64 },
+    Resync {
+        /// The window's oldest chunk id before the jump.
+        from: u64,
+        /// The chunk id that made the jump, now the window's first.
+        to: u64,
+    },
 }
 
 /// Totals of one assembler, written only by it and readable from other threads.
@@ -168,6 +179,7 @@ pub struct ChunkStats {
     pub chunks: AtomicU64,
     /// Packets for chunks already emitted.
     pub too_old: AtomicU64,
+    /// Restarts seen (each one a [`ChunkEvent::Resync`]).
     pub resyncs: AtomicU64,
     /// Packets dropped because no free chunk buffer was available.
     pub no_buffer: AtomicU64,
@@ -182,6 +194,8 @@ fn bump(counter: &AtomicU64, n: u64) {
     );
 }
 
+/// Writes the packets of a stream into chunk buffers of type `B` and hands out each chunk as it
+/// leaves the window (see the module comment).
 pub struct ChunkAssembler<B> {
     cfg: ChunkConfig,
     packets_per_slot: usize,
@@ -221,14 +235,18 @@ impl<B: ChunkMemory> ChunkAssembler<B> {
         }
     }
 
+    /// The configuration in force, zero sizes raised to 1.
     pub fn config(&self) -> &ChunkConfig {
         &self.cfg
     }
 
+    /// Its totals, for readers on other threads.
     pub fn stats(&self) -> &Arc<ChunkStats> {
         &self.stats
     }
 
+    /// The reasons and counts of what it dropped (shared with the assemblers given the same
+    /// counters).
     pub fn counters(&self) -> &Arc<RejectCounters> {
         &self.counters
     }

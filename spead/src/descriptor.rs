@@ -9,10 +9,14 @@ use crate::items;
 use crate::packet::{Limits, Packet};
 use crate::reject::Reject;
 
+/// What a generic receiver needs to decode one item: its name, shape and type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Descriptor {
+    /// The item id it describes.
     pub id: u16,
+    /// The item's name, as spead2 exposes it (`timestamp`, `feng_raw`).
     pub name: String,
+    /// A sentence for people reading the stream.
     pub description: String,
     /// Dimensions; empty for a scalar.
     pub shape: Vec<u64>,

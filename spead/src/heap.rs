@@ -8,14 +8,28 @@ use crate::reject::Reject;
 /// One item of a heap being sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeapItem<'a> {
-    Immediate { id: u16, value: u64 },
-    Addressed { id: u16, value: &'a [u8] },
+    /// A value carried in the item pointer itself (at most 48 bits).
+    Immediate {
+        /// The item id.
+        id: u16,
+        /// The value.
+        value: u64,
+    },
+    /// A value carried in the heap's payload; the pointer holds its address.
+    Addressed {
+        /// The item id.
+        id: u16,
+        /// The bytes placed in the payload.
+        value: &'a [u8],
+    },
 }
 
 impl<'a> HeapItem<'a> {
+    /// An item whose value travels in its pointer.
     pub fn immediate(id: u16, value: u64) -> Self {
         Self::Immediate { id, value }
     }
+    /// An item whose bytes travel in the payload.
     pub fn addressed(id: u16, value: &'a [u8]) -> Self {
         Self::Addressed { id, value }
     }
@@ -34,6 +48,7 @@ pub struct HeapWriter {
 const EMPTY_HEAP_PADDING: usize = 8;
 
 impl HeapWriter {
+    /// A writer for packets of at most `max_payload` payload bytes (0 is raised to 1).
     pub fn new(max_payload: usize) -> Self {
         Self {
             max_payload: max_payload.max(1),
@@ -82,6 +97,7 @@ impl HeapWriter {
 /// A complete heap: its item pointers and its payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeapView<'a> {
+    /// The heap's counter, unique within the stream.
     pub heap_cnt: u64,
     pointers: Vec<ItemPointer>,
     payload: &'a [u8],
@@ -125,10 +141,12 @@ impl<'a> HeapView<'a> {
         &self.pointers
     }
 
+    /// The heap's bytes, which its addressed items point into.
     pub fn payload(&self) -> &'a [u8] {
         self.payload
     }
 
+    /// The value of immediate item `id`, if the heap has one.
     pub fn immediate(&self, id: u16) -> Option<u64> {
         self.pointers
             .iter()

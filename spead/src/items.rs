@@ -14,14 +14,20 @@ pub const PAYLOAD_LENGTH: u16 = 0x0004;
 pub const DESCRIPTOR: u16 = 0x0005;
 /// Stream control; value [`STREAM_CTRL_STOP`] ends the stream.
 pub const STREAM_CTRL: u16 = 0x0006;
+/// The [`STREAM_CTRL`] value that tells receivers the stream has ended.
 pub const STREAM_CTRL_STOP: u64 = 2;
 
-/// Fields of an embedded descriptor packet.
+/// Fields of an embedded descriptor packet: the item's name (addressed, text).
 pub const DESCRIPTOR_NAME: u16 = 0x0010;
+/// The item's description for people (addressed, text).
 pub const DESCRIPTOR_DESCRIPTION: u16 = 0x0011;
+/// The item's dimensions (addressed, a flag byte and a 48-bit size per dimension).
 pub const DESCRIPTOR_SHAPE: u16 = 0x0012;
+/// The item's spead2 format, (type code, bits) per field (addressed).
 pub const DESCRIPTOR_FORMAT: u16 = 0x0013;
+/// The id of the item described (immediate).
 pub const DESCRIPTOR_ID: u16 = 0x0014;
+/// The item's numpy header, which takes precedence over the format (addressed, text).
 pub const DESCRIPTOR_DTYPE: u16 = 0x0015;
 
 /// ADC sample count since the sync epoch.

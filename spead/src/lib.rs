@@ -11,6 +11,8 @@
 //! - [`samples`]: packing of digitiser samples.
 //! - [`transport`]: UDP sockets, GRO receive, GSO send, pacing.
 
+#![warn(missing_docs)]
+
 pub mod assemble;
 pub mod chunk;
 pub mod descriptor;

@@ -6,13 +6,17 @@
 use crate::items;
 use crate::reject::Reject;
 
+/// The first byte of every SPEAD packet ('S').
 pub const MAGIC: u8 = 0x53;
+/// The protocol version the header's second byte must carry.
 pub const VERSION: u8 = 4;
 /// Bytes of the item id field (with the immediate bit): 64 - 48 bits.
 pub const ITEM_POINTER_WIDTH: u8 = 2;
 /// Bytes of the value / address field.
 pub const HEAP_ADDRESS_WIDTH: u8 = 6;
+/// Bytes of the packet header, which ends with the item count.
 pub const HEADER_SIZE: usize = 8;
+/// Bytes of one item pointer on the wire.
 pub const ITEM_POINTER_SIZE: usize = 8;
 /// Largest immediate value or address (48 bits).
 pub const MAX_VALUE: u64 = (1 << 48) - 1;
@@ -34,9 +38,11 @@ impl ItemPointer {
     pub const fn addressed(id: u16, address: u64) -> Self {
         Self(((id as u64 & MAX_ID as u64) << 48) | (address & MAX_VALUE))
     }
+    /// True when the value is carried in the pointer rather than in the payload.
     pub const fn is_immediate(self) -> bool {
         self.0 & IMMEDIATE_BIT != 0
     }
+    /// The item id (15 bits).
     pub const fn id(self) -> u16 {
         ((self.0 >> 48) & MAX_ID as u64) as u16
     }
@@ -44,6 +50,7 @@ impl ItemPointer {
     pub const fn value(self) -> u64 {
         self.0 & MAX_VALUE
     }
+    /// The pointer as it travels on the wire (big-endian).
     pub const fn to_be_bytes(self) -> [u8; 8] {
         self.0.to_be_bytes()
     }
@@ -82,12 +89,15 @@ impl Default for Limits {
 /// A decoded packet borrowing its datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Packet<'a> {
+    /// Counter of the heap the packet belongs to.
     pub heap_cnt: u64,
     /// Declared heap size, when the packet carries one.
     pub heap_size: Option<u64>,
+    /// Where the packet's payload starts in the heap's payload.
     pub heap_offset: u64,
     /// Every item pointer of the packet, standard ones included, as raw bytes (8 each).
     pointers: &'a [u8],
+    /// This packet's part of the heap's payload.
     pub payload: &'a [u8],
 }
 
@@ -190,6 +200,7 @@ impl<'a> Packet<'a> {
         self.immediate(items::STREAM_CTRL) == Some(items::STREAM_CTRL_STOP)
     }
 
+    /// How many item pointers the packet carries, standard ones included.
     pub fn n_pointers(&self) -> usize {
         self.pointers.len() / ITEM_POINTER_SIZE
     }
@@ -206,8 +217,15 @@ fn iter_pointers(raw: &[u8]) -> impl Iterator<Item = ItemPointer> + '_ {
 /// Why a packet could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// The output buffer is shorter than the packet.
     #[error("buffer of {have} bytes cannot hold a {need}-byte packet")]
-    BufferTooSmall { need: usize, have: usize },
+    BufferTooSmall {
+        /// Bytes the packet takes.
+        need: usize,
+        /// Bytes the buffer has.
+        have: usize,
+    },
+    /// More item pointers than the header's 16-bit count can say.
     #[error("{0} item pointers do not fit the 16-bit count")]
     TooManyItems(usize),
 }

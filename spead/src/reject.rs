@@ -52,6 +52,7 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// Every reason, in the order counters and metrics list them.
     pub const ALL: [Reject; 21] = [
         Reject::TooShort,
         Reject::TooLong,
@@ -123,18 +124,23 @@ pub struct RejectCounters {
 }
 
 impl RejectCounters {
+    /// Counters all at zero.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Counts one drop for `reason`.
     pub fn count(&self, reason: Reject) {
         self.add(reason, 1);
     }
+    /// Counts `n` drops for `reason`.
     pub fn add(&self, reason: Reject, n: u64) {
         self.counts[reason.index()].fetch_add(n, Ordering::Relaxed);
     }
+    /// Drops counted so far for `reason`.
     pub fn get(&self, reason: Reject) -> u64 {
         self.counts[reason.index()].load(Ordering::Relaxed)
     }
+    /// Drops counted so far, every reason together.
     pub fn total(&self) -> u64 {
         Reject::ALL.iter().map(|&r| self.get(r)).sum()
     }

@@ -8,8 +8,9 @@
 //! Preconditions (programmer errors, so they panic rather than return errors): `bits` in 2..=16
 //! (check configuration with [`check_bits`]), and buffers long enough for the samples asked for.
 
-/// Narrowest and widest supported sample widths.
+/// Narrowest supported sample width.
 pub const MIN_BITS: u32 = 2;
+/// Widest supported sample width.
 pub const MAX_BITS: u32 = 16;
 
 /// The widths digitisers send and the engine accepts, each with a fast path here (dsim can

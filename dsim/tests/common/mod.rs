@@ -17,7 +17,7 @@ use spead::packet::{Limits, Packet};
 use spead::transport::{Endpoint, Receiver, SocketConfig, UdpSocket};
 
 /// One datagram as it arrived.
-pub struct Arrival {
+pub(crate) struct Arrival {
     pub at: Instant,
     /// Index of the destination address it arrived on.
     pub group: usize,
@@ -26,7 +26,7 @@ pub struct Arrival {
 
 /// Receivers for both polarisations on loopback: polarisation p, group g listens on
 /// 127.(p + 10).<id>.(g + 1) at one port per polarisation.
-pub struct Capture {
+pub(crate) struct Capture {
     pub endpoints: [Endpoint; 2],
     stop: Arc<AtomicBool>,
     received: Arc<AtomicU64>,
@@ -36,7 +36,7 @@ pub struct Capture {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Capture {
-    pub fn start(groups: [u32; 2]) -> Self {
+    pub(crate) fn start(groups: [u32; 2]) -> Self {
         // Distinct addresses per capture, so tests running side by side never share a socket.
         let id = (NEXT_ID.fetch_add(1, Ordering::Relaxed) % 250) as u8 + 1;
         let stop = Arc::new(AtomicBool::new(false));
@@ -93,7 +93,7 @@ impl Capture {
 
     /// Waits until nothing has arrived for `quiet`, then returns what each polarisation got,
     /// in arrival order.
-    pub fn finish(self, quiet: Duration) -> [Vec<Arrival>; 2] {
+    pub(crate) fn finish(self, quiet: Duration) -> [Vec<Arrival>; 2] {
         let mut last = self.received.load(Ordering::Relaxed);
         let mut since = Instant::now();
         while since.elapsed() < quiet {
@@ -116,7 +116,7 @@ impl Capture {
 }
 
 /// A config for tests: 1e8 samples/s, small buffer, one thread, no noise unless set.
-pub fn config(cap: &Capture) -> Config {
+pub(crate) fn config(cap: &Capture) -> Config {
     let mut c = Config::new(cap.endpoints[0].clone(), cap.endpoints[1].clone());
     c.rate = 1e8;
     c.buffer_heaps = 96;
@@ -128,7 +128,7 @@ pub fn config(cap: &Capture) -> Config {
 
 /// One digitiser heap, decoded.
 #[derive(Clone, Debug)]
-pub struct Heap {
+pub(crate) struct Heap {
     pub heap_cnt: u64,
     pub timestamp: u64,
     pub digitiser_id: u64,
@@ -142,7 +142,7 @@ pub struct Heap {
 }
 
 impl Heap {
-    pub fn samples(&self) -> Vec<i16> {
+    pub(crate) fn samples(&self) -> Vec<i16> {
         let mut out = vec![0i16; self.raw.len() * 8 / self.bits as usize];
         spead::samples::unpack(&self.raw, self.bits, 0, &mut out);
         out
@@ -150,7 +150,7 @@ impl Heap {
 }
 
 /// Decodes single-packet digitiser heaps; returns them and the number of datagrams rejected.
-pub fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
+pub(crate) fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
     let mut heaps = Vec::new();
     let mut rejected = 0;
     for a in arrivals {
@@ -179,7 +179,7 @@ pub fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
 }
 
 /// Checks the heaps' timestamps are contiguous; returns the first.
-pub fn contiguous(heaps: &[Heap], heap_samples: u64) -> u64 {
+pub(crate) fn contiguous(heaps: &[Heap], heap_samples: u64) -> u64 {
     let mut ts: Vec<u64> = heaps.iter().map(|h| h.timestamp).collect();
     ts.sort();
     for w in ts.windows(2) {
@@ -189,7 +189,7 @@ pub fn contiguous(heaps: &[Heap], heap_samples: u64) -> u64 {
 }
 
 /// The samples of heaps sorted by timestamp, checked contiguous.
-pub fn contiguous_samples(heaps: &[Heap], heap_samples: u64) -> (u64, Vec<f64>) {
+pub(crate) fn contiguous_samples(heaps: &[Heap], heap_samples: u64) -> (u64, Vec<f64>) {
     let t0 = contiguous(heaps, heap_samples);
     let mut hs: Vec<&Heap> = heaps.iter().collect();
     hs.sort_by_key(|h| h.timestamp);
@@ -202,7 +202,7 @@ pub fn contiguous_samples(heaps: &[Heap], heap_samples: u64) -> (u64, Vec<f64>) 
 }
 
 /// FFT of `x` (length a power of two works fastest).
-pub fn fft(x: &[f64]) -> Vec<Complex<f64>> {
+pub(crate) fn fft(x: &[f64]) -> Vec<Complex<f64>> {
     let mut buf: Vec<Complex<f64>> = x.iter().map(|&v| Complex::new(v, 0.0)).collect();
     FftPlanner::new()
         .plan_fft_forward(buf.len())
@@ -211,7 +211,7 @@ pub fn fft(x: &[f64]) -> Vec<Complex<f64>> {
 }
 
 /// Runs dsim in-process until it has sent `heaps` heaps per polarisation, and captures them.
-pub fn run(cap: Capture, mut cfg: Config, heaps: u64) -> (dsim::Status, [Vec<Arrival>; 2]) {
+pub(crate) fn run(cap: Capture, mut cfg: Config, heaps: u64) -> (dsim::Status, [Vec<Arrival>; 2]) {
     cfg.heaps = Some(heaps);
     let d = dsim::Dsim::start(cfg).unwrap();
     assert!(
@@ -225,7 +225,7 @@ pub fn run(cap: Capture, mut cfg: Config, heaps: u64) -> (dsim::Status, [Vec<Arr
 
 /// Theil-Sen slope of y against x: the median of the slopes between pairs of (up to 400 evenly
 /// spaced) points. Robust to the odd late arrival on a busy machine, unlike least squares.
-pub fn slope(points: &[(f64, f64)]) -> f64 {
+pub(crate) fn slope(points: &[(f64, f64)]) -> f64 {
     let step = points.len().div_ceil(400).max(1);
     let p: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
     let mut slopes = Vec::with_capacity(p.len() * p.len() / 2);

@@ -36,7 +36,7 @@ impl EngineCounts {
 
 /// The latest reading of the services.
 #[derive(Clone, Debug, Default)]
-pub struct Polled {
+pub(super) struct Polled {
     engine_first: Option<EngineCounts>,
     engine_now: Option<EngineCounts>,
     engine_backend: Option<String>,
@@ -52,7 +52,7 @@ pub struct Polled {
 
 impl Polled {
     /// Puts the services' counters, as grown since the first reading, into `c`.
-    pub fn fill(&self, c: &mut Counters) {
+    pub(super) fn fill(&self, c: &mut Counters) {
         if let (Some(first), Some(now)) = (self.engine_first, self.engine_now) {
             let d = now.since(&first);
             c.engine_missing_input = Some(d.missing_input);
@@ -74,7 +74,7 @@ impl Polled {
     }
 
     /// The latest input level per polarisation (dBFS), where the engine measures it.
-    pub fn input_rms_dbfs(&self) -> [Option<f64>; 2] {
+    pub(super) fn input_rms_dbfs(&self) -> [Option<f64>; 2] {
         [0, 1].map(|pol| {
             self.input_now
                 .as_ref()?
@@ -84,7 +84,7 @@ impl Polled {
         })
     }
 
-    pub fn engine_state(&self, ctx: &Config) -> ServiceState {
+    pub(super) fn engine_state(&self, ctx: &Config) -> ServiceState {
         ServiceState {
             url: ctx.engine.as_ref().map(|e| e.url().to_string()),
             backend: self.engine_backend.clone().or(Some(ctx.backend.clone())),
@@ -92,7 +92,7 @@ impl Polled {
         }
     }
 
-    pub fn dsim_state(&self, ctx: &Config) -> DsimState {
+    pub(super) fn dsim_state(&self, ctx: &Config) -> DsimState {
         DsimState {
             url: ctx.dsim.as_ref().map(|d| d.url().to_string()),
             ..self.dsim.clone()
@@ -101,7 +101,7 @@ impl Polled {
 }
 
 /// Reads the services once a period until the page closes.
-pub fn run(shared: &Shared) {
+pub(super) fn run(shared: &Shared) {
     let mut closed = shared.closed.subscribe();
     loop {
         let started = Instant::now();

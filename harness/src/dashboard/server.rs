@@ -30,7 +30,7 @@ const MAX_BODY: usize = 4096;
 /// output within a few heaps, and a partly old interval says nothing.
 pub(super) const RETUNE_REST: Duration = Duration::from_secs(3);
 
-pub fn run(listener: std::net::TcpListener, shared: Arc<Shared>) {
+pub(super) fn run(listener: std::net::TcpListener, shared: Arc<Shared>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -129,8 +129,12 @@ async fn status(State(s): State<Arc<Shared>>, Query(q): Query<Seq>) -> Response 
     }
 }
 
-fn refuse(status: StatusCode, why: impl Into<String>) -> Response {
-    (status, Json(json!({ "ok": false, "error": why.into() }))).into_response()
+fn refuse(status: StatusCode, why: impl std::fmt::Display) -> Response {
+    (
+        status,
+        Json(json!({ "ok": false, "error": why.to_string() })),
+    )
+        .into_response()
 }
 
 fn done(message: String) -> Response {
@@ -159,12 +163,17 @@ fn controls_off(s: &Shared) -> Option<Response> {
     })
 }
 
+/// A field of a control body that is not a finite number.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} must be a finite number")]
+struct NotFinite(&'static str);
+
 /// A number from a control body, or why it is refused.
-fn finite(name: &str, v: f64) -> Result<f64, String> {
+fn finite(name: &'static str, v: f64) -> Result<f64, NotFinite> {
     if v.is_finite() {
         Ok(v)
     } else {
-        Err(format!("{name} must be a finite number"))
+        Err(NotFinite(name))
     }
 }
 

@@ -96,8 +96,20 @@ pub fn find(name: &str) -> Option<&'static Check> {
     checks().iter().find(|c| c.name == name)
 }
 
+/// A name in `--tests` that the suite does not have; the sentence lists the ones it has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("there is no test named \"{name}\"; the tests are: {}", known_names().join(", "))]
+pub struct UnknownCheck {
+    /// The name given.
+    pub name: String,
+}
+
+fn known_names() -> Vec<&'static str> {
+    checks().iter().map(|c| c.name).collect()
+}
+
 /// Parses `--tests`: names separated by commas, each one the suite has; "all" for every one.
-pub fn select(names: &str) -> Result<Vec<&'static Check>, String> {
+pub fn select(names: &str) -> Result<Vec<&'static Check>, UnknownCheck> {
     if names.trim() == "all" {
         return Ok(checks().iter().collect());
     }
@@ -105,15 +117,7 @@ pub fn select(names: &str) -> Result<Vec<&'static Check>, String> {
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|n| {
-            find(n).ok_or_else(|| {
-                let known: Vec<&str> = checks().iter().map(|c| c.name).collect();
-                format!(
-                    "there is no test named \"{n}\"; the tests are: {}",
-                    known.join(", ")
-                )
-            })
-        })
+        .map(|n| find(n).ok_or_else(|| UnknownCheck { name: n.into() }))
         .collect()
 }
 
@@ -224,7 +228,7 @@ mod tests {
         assert_eq!(sorted.len(), names.len());
         assert_eq!(select("all").unwrap().len(), names.len());
         assert_eq!(select("gains, linearity").unwrap()[1].name, "linearity");
-        let e = select("gains,sfdr").err().unwrap();
+        let e = select("gains,sfdr").err().unwrap().to_string();
         assert!(
             e.contains("\"sfdr\"") && e.contains("channelisation"),
             "{e}"

@@ -165,7 +165,11 @@ fn malformed(sub: &Substream, reason: Option<Reject>) {
 
 impl<B: HeapMemory> Worker<B> {
     /// `lanes`: this substream's lane of each engine, in feng_id order.
-    pub fn new(lanes: Vec<Arc<Substream>>, sink: Arc<dyn HeapSink>, cfg: WorkerConfig) -> Self {
+    pub(super) fn new(
+        lanes: Vec<Arc<Substream>>,
+        sink: Arc<dyn HeapSink>,
+        cfg: WorkerConfig,
+    ) -> Self {
         let engines = lanes.len().max(1);
         Self {
             lanes: lanes
@@ -188,7 +192,7 @@ impl<B: HeapMemory> Worker<B> {
     }
 
     /// The thread's loop: receive until `stop`, then hand out the complete heaps still open.
-    pub fn run(mut self, socket: UdpSocket, stop: Arc<AtomicBool>) {
+    pub(super) fn run(mut self, socket: UdpSocket, stop: Arc<AtomicBool>) {
         let mut rx = spead::transport::Receiver::new(socket, 32);
         let mut drops = DropCounter::new(rx.socket());
         let mut count_drops = |rx: &spead::transport::Receiver, st: &Stats| {

@@ -317,26 +317,38 @@ pub struct Reference {
     pub rate: f64,
 }
 
+/// Why text is not a `NAME=RATE` reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    /// No `=` in the text.
+    #[error("'{0}' is not NAME=RATE (e.g. 'transport alone=6.3e9')")]
+    Form(String),
+    /// Nothing but spaces before the `=`.
+    #[error("'{0}' has no name before '='")]
+    NoName(String),
+    /// A rate that is not a positive finite number.
+    #[error("'{0}' is not a positive rate in sample/s per polarisation")]
+    Rate(String),
+}
+
 impl std::str::FromStr for Reference {
-    type Err = String;
+    type Err = ReferenceError;
 
     /// `NAME=RATE`, the rate in sample/s per polarisation (e.g. `transport alone=6.3e9`).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ReferenceError> {
         let (name, rate) = s
             .rsplit_once('=')
-            .ok_or_else(|| format!("'{s}' is not NAME=RATE (e.g. 'transport alone=6.3e9')"))?;
+            .ok_or_else(|| ReferenceError::Form(s.into()))?;
         let name = name.trim();
         if name.is_empty() {
-            return Err(format!("'{s}' has no name before '='"));
+            return Err(ReferenceError::NoName(s.into()));
         }
         match rate.trim().parse::<f64>() {
             Ok(r) if r.is_finite() && r > 0.0 => Ok(Self {
                 name: name.into(),
                 rate: r,
             }),
-            _ => Err(format!(
-                "'{rate}' is not a positive rate in sample/s per polarisation"
-            )),
+            _ => Err(ReferenceError::Rate(rate.into())),
         }
     }
 }
@@ -492,6 +504,22 @@ mod tests {
             rms_dbfs: rms,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn references_parse_or_say_why() {
+        let r: Reference = "transport alone = 6.3e9".parse().unwrap();
+        assert_eq!((r.name.as_str(), r.rate), ("transport alone", 6.3e9));
+        let said = |s: &str| s.parse::<Reference>().unwrap_err().to_string();
+        assert_eq!(
+            said("6.3e9"),
+            "'6.3e9' is not NAME=RATE (e.g. 'transport alone=6.3e9')"
+        );
+        assert_eq!(said(" =1"), "' =1' has no name before '='");
+        assert_eq!(
+            said("a=-1"),
+            "'-1' is not a positive rate in sample/s per polarisation"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
 /// Chromium on PATH (or $CHROMIUM), if any.
-pub fn find_chromium() -> Option<PathBuf> {
+pub(crate) fn find_chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("CHROMIUM") {
         return Some(PathBuf::from(p));
     }
@@ -37,18 +37,23 @@ pub fn find_chromium() -> Option<PathBuf> {
     })
 }
 
-pub struct Browser {
+pub(crate) struct Browser {
     child: Child,
     ws: WebSocket<MaybeTlsStream<TcpStream>>,
     next_id: u64,
 }
 
 /// A tab: its session on the browser's connection.
-pub struct Tab(String);
+pub(crate) struct Tab(String);
 
 impl Browser {
     /// Starts headless Chromium with its profile in `profile` and a window of `width` x `height`.
-    pub fn launch(exe: &Path, profile: &Path, width: u32, height: u32) -> Result<Self, String> {
+    pub(crate) fn launch(
+        exe: &Path,
+        profile: &Path,
+        width: u32,
+        height: u32,
+    ) -> Result<Self, String> {
         let mut child = Command::new(exe)
             .args([
                 "--headless",
@@ -96,7 +101,7 @@ impl Browser {
     }
 
     /// Sends one command and waits for its answer (events on the way are dropped).
-    pub fn call(
+    pub(crate) fn call(
         &mut self,
         tab: Option<&Tab>,
         method: &str,
@@ -126,7 +131,7 @@ impl Browser {
     }
 
     /// Opens `url` in a new tab.
-    pub fn open(&mut self, url: &str) -> Result<Tab, String> {
+    pub(crate) fn open(&mut self, url: &str) -> Result<Tab, String> {
         let target = self.call(None, "Target.createTarget", json!({ "url": url }))?;
         let id = target["targetId"].clone();
         let attached = self.call(
@@ -141,7 +146,7 @@ impl Browser {
     }
 
     /// Evaluates `expression` in the tab; its value as JSON.
-    pub fn eval(&mut self, tab: &Tab, expression: &str) -> Result<Value, String> {
+    pub(crate) fn eval(&mut self, tab: &Tab, expression: &str) -> Result<Value, String> {
         let r = self.call(
             Some(tab),
             "Runtime.evaluate",
@@ -154,7 +159,7 @@ impl Browser {
     }
 
     /// The whole page as PNG.
-    pub fn screenshot(&mut self, tab: &Tab) -> Result<Vec<u8>, String> {
+    pub(crate) fn screenshot(&mut self, tab: &Tab) -> Result<Vec<u8>, String> {
         let r = self.call(
             Some(tab),
             "Page.captureScreenshot",

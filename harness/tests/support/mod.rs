@@ -7,16 +7,16 @@
 
 #![allow(dead_code)] // each test file uses its part
 
-pub mod cdp;
+pub(crate) mod cdp;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub const CHANNELS: u64 = 1024;
-pub const SPECTRA: u64 = 64;
-pub const TAPS: u64 = 16;
+pub(crate) const CHANNELS: u64 = 1024;
+pub(crate) const SPECTRA: u64 = 64;
+pub(crate) const TAPS: u64 = 16;
 
-pub fn rate() -> f64 {
+pub(crate) fn rate() -> f64 {
     std::env::var("HARNESS_E2E_RATE")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -24,7 +24,7 @@ pub fn rate() -> f64 {
 }
 
 /// Whether a missing prerequisite fails the test (in CI) rather than skipping it.
-pub fn skip_or_fail(msg: &str) {
+pub(crate) fn skip_or_fail(msg: &str) {
     if std::env::var_os("CI").is_some() {
         panic!("{msg}");
     }
@@ -32,7 +32,7 @@ pub fn skip_or_fail(msg: &str) {
 }
 
 /// The dsim and fengine binaries, if built (and real: a placeholder has no --src-pol0).
-pub fn binaries() -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn binaries() -> Option<(PathBuf, PathBuf)> {
     let harness = PathBuf::from(env!("CARGO_BIN_EXE_harness"));
     let dir = harness.parent().expect("binary has a directory");
     let dsim = dir.join("dsim");
@@ -56,7 +56,7 @@ pub fn binaries() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// The harness arguments of the shared local system, after the command's own.
-pub fn local_system(bins: &(PathBuf, PathBuf), logs: &Path, dsim_args: &str) -> Vec<String> {
+pub(crate) fn local_system(bins: &(PathBuf, PathBuf), logs: &Path, dsim_args: &str) -> Vec<String> {
     let s = |x: &str| x.to_string();
     vec![
         s("--local"),

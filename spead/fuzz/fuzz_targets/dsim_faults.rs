@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let req = match parse_request(body) {
         Ok(r) => r,
         Err(e) => {
-            assert!(e.ends_with('.'), "{e:?}");
+            assert!(e.to_string().ends_with('.'), "{e:?}");
             return;
         }
     };

@@ -13,11 +13,19 @@ pub enum Admit {
     /// Inside the window (which opens here at the first id).
     Inside,
     /// Ahead of the window, which moved to start at `head`: release every id before it.
-    Advanced { head: u64 },
+    Advanced {
+        /// The window's new oldest id.
+        head: u64,
+    },
     /// Behind the window, but not far enough to be a restart.
     TooOld,
     /// Too far either way: the stream restarted. Release everything; the window now starts at `to`.
-    Restart { from: u64, to: u64 },
+    Restart {
+        /// The window's oldest id before the restart.
+        from: u64,
+        /// The id that restarted it, now the window's first.
+        to: u64,
+    },
 }
 
 /// A sliding window of `len` ids (see the module comment).

@@ -20,7 +20,7 @@ pub mod socket;
 mod sys;
 
 pub use batch::{Batch, Datagrams, RecvMeta};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, EndpointError};
 pub use pace::{Pacer, Rate};
 pub use recv::{Receiver, RecvConfig, RecvStats, DEFAULT_COALESCE, MAX_UDP_PAYLOAD};
 pub use send::{Datagram, SendStats, Sender};

@@ -115,6 +115,7 @@ impl Pacer {
         self
     }
 
+    /// The rate items are paced at now.
     pub fn rate(&self) -> Rate {
         self.rate
     }

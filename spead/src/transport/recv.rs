@@ -92,6 +92,8 @@ impl Receiver {
         )
     }
 
+    /// Receives as `cfg` says; the batch is clamped to 1..=32 and the datagram size to UDP's
+    /// largest.
     pub fn with_config(socket: UdpSocket, cfg: RecvConfig) -> Self {
         let cfg = RecvConfig {
             batch: cfg.batch.clamp(1, quinn_udp::BATCH_SIZE),
@@ -113,14 +115,17 @@ impl Receiver {
         }
     }
 
+    /// The socket it reads (for its address and capabilities).
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
     }
 
+    /// The configuration in force, after clamping.
     pub fn config(&self) -> RecvConfig {
         self.cfg
     }
 
+    /// Its running totals.
     pub fn stats(&self) -> RecvStats {
         self.stats
     }

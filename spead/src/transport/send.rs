@@ -22,15 +22,18 @@ use super::sys;
 /// One datagram to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Datagram<'a> {
+    /// Where it goes.
     pub dest: SocketAddr,
+    /// Its contents (a whole SPEAD packet).
     pub bytes: &'a [u8],
 }
 
 /// Running totals of a [`Sender`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendStats {
-    /// Datagrams and bytes the kernel accepted.
+    /// Datagrams the kernel accepted.
     pub datagrams: u64,
+    /// Bytes of those datagrams.
     pub bytes: u64,
     /// `sendmsg` / `sendmmsg` calls that sent something.
     pub syscalls: u64,
@@ -130,6 +133,7 @@ impl Source for Framed<'_> {
 }
 
 impl Sender {
+    /// Sends on `socket`, waiting at most 1 s for room in it.
     pub fn new(socket: UdpSocket) -> Self {
         Self {
             socket,
@@ -144,10 +148,12 @@ impl Sender {
         self
     }
 
+    /// The socket it sends on (for its address and capabilities).
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
     }
 
+    /// Its running totals.
     pub fn stats(&self) -> SendStats {
         self.stats
     }

@@ -48,9 +48,11 @@ pub struct Caps {
     pub gro: bool,
     /// What the kernel offers, whatever the configuration says.
     pub kernel_gso_segments: usize,
+    /// The kernel offers UDP GRO, whether or not this socket uses it.
     pub kernel_gro: bool,
-    /// SO_RCVBUF / SO_SNDBUF as the kernel reports them (Linux reports twice the payload room).
+    /// SO_RCVBUF as the kernel reports it (Linux reports twice the payload room).
     pub recv_buffer: usize,
+    /// SO_SNDBUF, likewise.
     pub send_buffer: usize,
     /// The kernel granted less than `buffer_bytes` (net.core.rmem_max / wmem_max).
     pub buffer_capped: bool,
@@ -162,10 +164,12 @@ impl UdpSocket {
         self.socket.set_multicast_loop_v4(on)
     }
 
+    /// What the kernel offers and what this socket uses.
     pub fn caps(&self) -> Caps {
         self.caps
     }
 
+    /// The address and port the socket is bound to.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket
             .local_addr()?

@@ -75,14 +75,25 @@ struct Setup {
     tau: f64,
 }
 
-fn prepare(b: &Bench) -> Result<Result<Setup, String>> {
+/// Why the delay checks do not run: the engine cannot hold the delay they load.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the engine's --max-delay ({max:.2} samples) is below the {needed:.2} samples these tests load"
+)]
+struct DelayOutOfRange {
+    max: f64,
+    needed: f64,
+}
+
+/// The signal set up for a delay check, or why the check does not run (the outer error: the
+/// bench failed).
+fn prepare(b: &Bench) -> Result<Result<Setup, DelayOutOfRange>> {
     let g = b.geometry;
     if g.max_delay_samples < TAU + 2.0 {
-        return Ok(Err(format!(
-            "the engine's --max-delay ({:.2} samples) is below the {:.2} samples these tests load",
-            g.max_delay_samples,
-            TAU + 2.0
-        )));
+        return Ok(Err(DelayOutOfRange {
+            max: g.max_delay_samples,
+            needed: TAU + 2.0,
+        }));
     }
     b.clear_delays()?;
     b.set_gain(15.0 / (NOISE * g.full_scale()))?;
@@ -202,7 +213,7 @@ fn compensated(
 fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why)),
+        Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
     let mut m = Measured::default();
     let tau = uncompensated(b, &s, s.from, plan.spectra, &mut m, "uncompensated")?;
@@ -224,7 +235,7 @@ fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
 fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why)),
+        Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
     let mut m = Measured::default();
     let spectra = (plan.spectra / 2).max(200);
@@ -247,7 +258,7 @@ fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
 fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why)),
+        Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
     let mut m = Measured::default();
     let errors = compensated(b, &s, plan.spectra, 0.7, &mut m, "phase 0.7 rad")?;
@@ -281,7 +292,7 @@ fn mid_point(int: &Integration, w0: u64, w1: u64, b: &Bench) -> f64 {
 fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why)),
+        Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
     let t_load = s.from.max(b.after_now()?);
     let (wins, span) = windows(b, plan, t_load);
@@ -340,7 +351,7 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
 fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why)),
+        Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
     let t_load = s.from.max(b.after_now()?);
     let (wins, span) = windows(b, plan, t_load);
