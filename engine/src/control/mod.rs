@@ -33,4 +33,3 @@ pub use delays::{check_delay_request, DelayContext, DelayUpdate};
 pub use error::ControlError;
 pub use gains::{check_gains, GainUpdate};
 pub use http::{parse_delay_request, parse_gain_request, parse_output_request};
-pub use status::{build as build_status, output as output_status};
