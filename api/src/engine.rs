@@ -1,10 +1,16 @@
 //! The F-engine's `GET /status`: the engine as a whole (backend, timing, delays), its one input
 //! (both polarisations of one digitiser) and its outputs keyed by name. Delays belong to the
-//! engine (they act on the input); gains, channels and destinations belong to each output.
+//! engine (they act on the input); gains, channels and destinations belong to each output. The
+//! requests its control takes (delays, gains, a narrowband centre) are in `control.rs` beside
+//! this file, re-exported here.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+mod control;
+
+pub use control::{CentreRequest, DelayRequest, Gain, Gains, GainsRequest, PolDelay, PolDelaySpec};
 
 /// The name of the output that the single-output command-line flags (`--dst`, `--channels`, ...)
 /// describe. An engine started with `--wideband NAME:...` outputs has the names given instead

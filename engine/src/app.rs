@@ -8,7 +8,7 @@ use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
 use crate::config::{
     BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
 };
-use crate::control::{self, ControlState};
+use crate::control::{self, Controller};
 use crate::pipeline::Pipeline;
 use crate::stats::Stats;
 
@@ -136,11 +136,10 @@ pub fn make_backend(
     Ok(b)
 }
 
-/// `fengine run`: runs until SIGINT or SIGTERM (or a fatal error).
-pub fn run(args: &RunArgs) -> Result<(), EngineError> {
+/// `fengine run`: runs until `stop` is set (the program sets it on SIGINT or SIGTERM) or a stage
+/// fails.
+pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
     let cfg = EngineConfig::from_args(args)?;
-    // Signals are watched from before the first line the engine logs (ControlRuntime).
-    let runtime = control::ControlRuntime::new().map_err(EngineError::Start)?;
     let input = &cfg.input.geometry;
     tracing::info!(
         sample_bits = input.sample_bits,
@@ -170,7 +169,6 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         );
     }
     let stats = Arc::new(Stats::for_config(&cfg));
-    let stop = Arc::new(AtomicBool::new(false));
     let (kind, precision, kernels, input, outputs, gpu) = (
         cfg.backend,
         cfg.fft_precision,
@@ -186,19 +184,19 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         stop.clone(),
     )
     .map_err(EngineError::Start)?;
-    let state = ControlState::new(
+    let controller = Arc::new(Controller::new(
         cfg.clone(),
         stats.clone(),
         pipeline.backend,
         pipeline.commands.clone(),
         stop.clone(),
-    );
-    let control = match control::start(state, runtime) {
+    ));
+    let control = match control::http::start(controller) {
         Ok((_, handle)) => handle,
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
             let _ = pipeline.join();
-            return Err(EngineError::Start(e));
+            return Err(EngineError::Start(e.to_string()));
         }
     };
     let result = pipeline.join();

@@ -1,9 +1,12 @@
-//! `fengine`: see `fengine --help`. The work is in the library (`fengine::app`).
+//! `fengine`: see `fengine --help`. The work is in the library (`fengine::app`); here are the
+//! command line, logging, and SIGINT and SIGTERM turned into the engine's stop flag.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 
 use clap::Parser;
-use fengine::config::{Cli, Command};
+use fengine::config::{Cli, Command, RunArgs};
 
 fn main() -> std::process::ExitCode {
     let cli = match Cli::parse().with_env_token() {
@@ -23,7 +26,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let result: anyhow::Result<()> = match (&cli.command, &cli.run) {
         (Some(Command::Bench(b)), _) => fengine::app::bench(b).map_err(Into::into),
-        (Some(Command::Run(r)), _) | (None, Some(r)) => fengine::app::run(r).map_err(Into::into),
+        (Some(Command::Run(r)), _) | (None, Some(r)) => run(r),
         (None, None) => Err(anyhow::anyhow!(
             "give the run options (see fengine --help) or a subcommand."
         )),
@@ -35,4 +38,49 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `fengine run`, stopped cleanly by SIGINT or SIGTERM. The handlers are installed before the
+/// engine logs its first line: a signal sent as soon as it logs anything then stops it instead of
+/// finding no handler and killing the process.
+fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(stop.clone())?;
+    fengine::app::run(args, stop)?;
+    Ok(())
+}
+
+/// Watches SIGINT and SIGTERM on a small runtime of their own thread; either sets `stop`.
+fn stop_on_signals(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the signal watcher: {e}."))?;
+    let signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _runtime = rt.enter();
+        signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+    };
+    std::thread::Builder::new()
+        .name("fengine-signals".into())
+        .spawn(move || {
+            rt.block_on(async {
+                let (mut int, mut term) = match signals {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(
+                            "cannot watch for signals ({e}); stop the engine with SIGKILL"
+                        );
+                        return;
+                    }
+                };
+                tokio::select! {
+                    _ = int.recv() => tracing::info!("SIGINT: stopping"),
+                    _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+                }
+                stop.store(true, Relaxed);
+            })
+        })
+        .map_err(|e| anyhow::anyhow!("cannot start the signal watcher: {e}."))?;
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! HTTP control of dsim and the engine: the only place that knows their endpoints, so that a
-//! change on their side is one edit here. Their replies are read as the types both sides share
-//! ([`fgpu_api::dsim`], [`fgpu_api::engine`]), never by guessing keys.
+//! change on their side is one edit here. Requests are built, and replies read, as the types both
+//! sides share ([`fgpu_api::dsim`], [`fgpu_api::engine`]), never by guessing keys.
 //!
 //! - dsim: `GET /status`, `PUT /rate`, `PUT /signal`, `PUT /faults`, `GET /metrics`.
 //! - fengine: `GET /status`, `GET /metrics` (Prometheus text, with the missing-input and
@@ -20,10 +20,11 @@ use std::time::Duration;
 use std::net::{SocketAddr, SocketAddrV4};
 
 use anyhow::{anyhow, bail, Context, Result};
-use fgpu_api::engine::{Output, Status, WIDEBAND};
+use fgpu_api::dsim::{FaultsRequest, RateRequest, SignalRequest, SignalUpdate};
+use fgpu_api::engine::{DelayRequest, Delays, Gain, Gains, GainsRequest, Output, Status, WIDEBAND};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use spead::transport::Endpoint;
 
 use crate::band::Band;
@@ -99,9 +100,8 @@ impl Client {
         Ok(body)
     }
 
-    /// PUT a JSON body; the reply's JSON (Null when the reply is not JSON). A typed body keeps
-    /// its own number formats (float32 stays short).
-    fn put_json(&self, path: &str, body: &impl Serialize) -> Result<Value> {
+    /// PUT a request as JSON; the reply's text.
+    fn put(&self, path: &str, body: &impl Serialize) -> Result<String> {
         let url = format!("{}{path}", self.base);
         let text = serde_json::to_string(body)?;
         let mut request = self
@@ -116,7 +116,24 @@ impl Client {
             .with_context(|| format!("PUT {url} {}", shorten(&text)))?;
         let text = reply.body_mut().read_to_string().unwrap_or_default();
         refused("PUT", &url, reply.status(), &text)?;
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+        Ok(text)
+    }
+
+    /// PUT a request and read the reply as `T`; a reply of another shape is an error that says
+    /// whose reply was expected (`what`).
+    fn put_typed<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+        what: &str,
+    ) -> Result<T> {
+        let text = self.put(path, body)?;
+        serde_json::from_str(&text).map_err(|e| {
+            anyhow!(
+                "PUT {}{path} did not answer with {what} ({e}); is that the right service, of this version?",
+                self.base
+            )
+        })
     }
 }
 
@@ -174,25 +191,15 @@ impl Dsim {
     }
     /// Sets the ADC sample rate (sample/s per polarisation).
     pub fn set_rate(&self, rate: f64) -> Result<()> {
-        self.0
-            .put_json("/rate", &json!({ "rate": rate }))
-            .map(|_| ())
+        self.0.put("/rate", &RateRequest { rate }).map(|_| ())
     }
     /// Replaces the tones with one (noise as given, else kept; dither kept).
     pub fn set_tone(&self, tone: Tone, noise: Option<f64>) -> Result<SignalApplied> {
-        let mut body = json!({
-            "tones": [{ "frequency": tone.frequency, "amplitude": tone.amplitude }],
-        });
-        if let Some(n) = noise {
-            body["noise"] = json!(n);
-        }
-        let reply = self.0.put_json("/signal", &body)?;
-        let change: fgpu_api::dsim::SignalChange = serde_json::from_value(reply).map_err(|e| {
-            anyhow!(
-                "PUT {}/signal did not answer with dsim's signal change ({e}); is that a dsim of this version?",
-                self.0.base
-            )
-        })?;
+        let change = self.set_signal(&SignalRequest::Common(SignalUpdate {
+            tones: Some(vec![tone]),
+            noise,
+            ..Default::default()
+        }))?;
         Ok(SignalApplied {
             from_timestamp: change.from_timestamp,
             frequency: change
@@ -203,19 +210,13 @@ impl Dsim {
         })
     }
     /// Sets the signal (either of dsim's forms); the reply names the first timestamp carrying it.
-    pub fn set_signal(&self, req: &fgpu_api::dsim::SignalRequest) -> Result<SignalChange> {
-        let body = serde_json::to_value(req)?;
-        let reply = self.0.put_json("/signal", &body)?;
-        serde_json::from_value(reply).map_err(|e| {
-            anyhow!(
-                "PUT {}/signal did not answer with dsim's signal change ({e}); is that a dsim of this version?",
-                self.0.base
-            )
-        })
+    pub fn set_signal(&self, req: &SignalRequest) -> Result<SignalChange> {
+        self.0.put_typed("/signal", req, "dsim's signal change")
     }
-    /// Passes a fault description through unchanged (its shape is dsim's).
-    pub fn set_faults(&self, faults: &Value) -> Result<()> {
-        self.0.put_json("/faults", faults).map(|_| ())
+    /// Replaces the faults of each polarisation the request names (`PolFaults::default()`
+    /// clears them).
+    pub fn set_faults(&self, faults: &FaultsRequest) -> Result<()> {
+        self.0.put("/faults", faults).map(|_| ())
     }
     pub fn metrics(&self) -> Result<String> {
         self.0.get_text("/metrics")
@@ -343,25 +344,27 @@ impl Engine {
     }
     /// Sets one real gain for every channel of both polarisations of the chosen output.
     pub fn set_gain(&self, gain: f64) -> Result<()> {
-        self.client
-            .put_json(&self.gains_path(), &json!({ "pol0": gain, "pol1": gain }))
+        self.set_gains(&GainsRequest::both(Gain::Real(gain)))
             .map(|_| ())
     }
     pub fn status(&self) -> Result<fgpu_api::engine::Status> {
         self.client.get_typed("/status", "an F-engine's status")
     }
     /// Sets the chosen output's gains: per polarisation a number, `[re, im]`, or one
-    /// `[re, im]` per channel (the engine's PUT /outputs/NAME/gains body).
-    pub fn set_gains(&self, body: &impl Serialize) -> Result<Value> {
-        self.client.put_json(&self.gains_path(), body)
+    /// `[re, im]` per channel; the gains now loaded.
+    pub fn set_gains(&self, req: &GainsRequest) -> Result<Gains> {
+        self.client
+            .put_typed(&self.gains_path(), req, "an F-engine's gains")
     }
-    /// The chosen output's gains, in the shape PUT takes.
-    pub fn gains(&self) -> Result<Value> {
-        self.client.get_json(&self.gains_path())
+    /// The chosen output's gains (`GainsRequest::from` loads them again).
+    pub fn gains(&self) -> Result<Gains> {
+        self.client
+            .get_typed(&self.gains_path(), "an F-engine's gains")
     }
-    /// Loads delay models (the engine's PUT /delays body, katgpucbf's units).
-    pub fn set_delays(&self, body: &Value) -> Result<Value> {
-        self.client.put_json("/delays", body)
+    /// Loads delay models (katgpucbf's units); both polarisations' models now loaded.
+    pub fn set_delays(&self, req: &DelayRequest) -> Result<Delays> {
+        self.client
+            .put_typed("/delays", req, "an F-engine's delays")
     }
     /// The chosen output's shape and the ADC rate, from `/status`.
     pub fn geometry(&self) -> Result<EngineGeometry> {
@@ -539,6 +542,8 @@ pub fn sum_matching(samples: &[Sample], patterns: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fgpu_api::dsim::PolFaults;
+    use serde_json::json;
 
     #[test]
     fn prometheus_text() {
@@ -721,7 +726,8 @@ mod tests {
                 fengine_output_skipped_heaps_total 4\nfengine_output_send_errors_total 1\n"
                     .into(),
             ),
-            ("PUT", "/rate") | ("PUT", "/gains") => (200, "{}".into()),
+            ("PUT", "/rate") => (200, "{}".into()),
+            ("PUT", "/gains") => (200, r#"{"pol0": [0.25, 0], "pol1": [0.25, 0]}"#.into()),
             _ => (400, "pol0: no faults here".into()),
         });
         let dsim = Dsim::new(&url);
@@ -744,7 +750,11 @@ mod tests {
         assert_eq!(applied.from_timestamp, 40960);
         assert_eq!(applied.frequency, Some(1.2500003e7));
         // A refusal is an error with the request in it.
-        let err = dsim.set_faults(&json!({"pol0": {}})).unwrap_err();
+        let clear = FaultsRequest {
+            pol0: Some(PolFaults::default()),
+            pol1: None,
+        };
+        let err = dsim.set_faults(&clear).unwrap_err();
         assert!(format!("{err:#}").contains("/faults"), "{err:#}");
         // ... and the service's reason.
         assert!(format!("{err:#}").contains("no faults here"), "{err:#}");
@@ -772,7 +782,8 @@ mod tests {
         assert_eq!(body("/rate"), json!({"rate": 2.5e9}));
         assert_eq!(
             body("/signal"),
-            json!({"tones": [{"frequency": 1.25e7, "amplitude": 0.9}], "noise": 0.001})
+            json!({"tones": [{"frequency": 1.25e7, "amplitude": 0.9}], "noise": 0.001,
+                "dither": null, "delays": null, "seed": null})
         );
         assert_eq!(body("/gains"), json!({"pol0": 0.25, "pol1": 0.25}));
     }
@@ -881,8 +892,10 @@ mod tests {
                 fengine_output_send_errors_total{backend=\"cpu\",output=\"fine\"} 2\n"
                     .into(),
             ),
-            ("PUT", "/outputs/fine/gains") => (200, "{}".into()),
-            ("GET", "/outputs/fine/gains") => (200, r#"{"pol0": [[1, 0]]}"#.into()),
+            ("PUT", "/outputs/fine/gains") => {
+                (200, r#"{"pol0": [0.5, 0], "pol1": [0.5, 0]}"#.into())
+            }
+            ("GET", "/outputs/fine/gains") => (200, r#"{"pol0": [[1, 0]], "pol1": 2}"#.into()),
             _ => (404, "no such resource".into()),
         });
         let mut engine = Engine::new(&url, CounterNames::default());
@@ -905,7 +918,13 @@ mod tests {
             }
         );
         engine.set_gain(0.5).unwrap();
-        assert_eq!(engine.gains().unwrap(), json!({"pol0": [[1, 0]]}));
+        assert_eq!(
+            engine.gains().unwrap(),
+            Gains {
+                pol0: Gain::PerChannel(vec![[1.0, 0.0]]),
+                pol1: Gain::Real(2.0)
+            }
+        );
         let seen = seen.lock().unwrap();
         assert!(
             seen.iter().any(|s| s.0 == "PUT"

@@ -1,35 +1,36 @@
-//! `GET /status`: the engine as [`fgpu_api::engine::Status`], built in one place from the
-//! configuration, the pipeline's counters and what the control server has loaded.
+//! The engine as [`fgpu_api::engine::Status`], built in one place from the configuration, the
+//! pipeline's counters and what the controller has loaded.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::response::Response;
 use fgpu_api::engine::{Control, Delays, Frames, Input, Narrowband, Output, PolInput, Status};
 
-use super::{reply, Shared};
+use super::Controller;
 use crate::backend::POLS;
 use crate::config::EngineConfig;
 use crate::stats::Stats;
 
-pub(super) async fn get_status(State(s): State<Shared>) -> Response {
-    let delays = s
-        .loaded()
-        .map(|l| l.delays_loaded.then_some(l.delays))
-        .unwrap_or_default();
-    reply::<Status>(Ok(build(
-        &s.cfg,
-        &s.stats,
-        s.backend,
-        !s.stop.load(Relaxed),
-        s.started.elapsed(),
-        delays,
-    )))
+impl Controller {
+    /// The engine's status now.
+    pub fn status(&self) -> Status {
+        let delays = self
+            .loaded()
+            .map(|l| l.delays_loaded.then_some(l.delays))
+            .unwrap_or_default();
+        build(
+            &self.cfg,
+            &self.stats,
+            self.backend,
+            self.running(),
+            self.started.elapsed(),
+            delays,
+        )
+    }
 }
 
 /// The status of an engine configured by `cfg`, whose pipeline keeps `stats`, running the
-/// `backend` for `uptime`, with `delays` loaded (None before the first PUT /delays).
+/// `backend` for `uptime`, with `delays` loaded (None before the first delay request).
 pub fn build(
     cfg: &EngineConfig,
     stats: &Stats,
@@ -160,14 +161,14 @@ pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::state;
+    use super::super::controller::tests::controller;
     use super::*;
 
     /// The status carries the configuration's shape and the counters, keyed by output name,
     /// and reads back through the shared type.
     #[test]
     fn status_has_the_documented_fields() {
-        let (s, _rx) = state();
+        let (s, _rx) = controller();
         s.stats.outputs[0].heaps_sent[0].fetch_add(5, Relaxed);
         s.stats.pols[1].heaps_missing.fetch_add(2, Relaxed);
         s.stats.pols[0].digitiser_clip_heaps.fetch_add(4, Relaxed);

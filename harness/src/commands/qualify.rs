@@ -245,7 +245,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
 fn restore(
     bench: &Bench,
     signal: Option<fgpu_api::dsim::SignalStatus>,
-    gains: Option<serde_json::Value>,
+    gains: Option<fgpu_api::engine::Gains>,
 ) {
     if let Some(sig) = signal {
         let pol = |i: usize| -> Option<PolSignal> { sig.pols.get(i).map(|p| p.signal.clone()) };
@@ -259,7 +259,7 @@ fn restore(
         }
     }
     if let Some(g) = gains {
-        if let Err(e) = bench.services.engine.set_gains(&g) {
+        if let Err(e) = bench.services.engine.set_gains(&g.into()) {
             eprintln!("qualify: could not restore the engine's gains: {e:#}");
         }
     }

@@ -265,10 +265,14 @@ async fn set_delay(State(s): State<Arc<Shared>>, Json(b): Json<DelayBody>) -> Re
         Ok(dp) => dp,
         Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
     };
-    let model = json!({ "delay": delay, "delay_rate": 0.0, "phase": phase, "phase_rate": 0.0 });
-    let body = json!({ "pol0": model, "pol1": model });
+    let model = fgpu_api::engine::PolDelay {
+        delay,
+        phase,
+        ..Default::default()
+    };
+    let req = fgpu_api::engine::DelayRequest::both(model, model);
     call(
-        move || engine.set_delays(&body),
+        move || engine.set_delays(&req),
         move |_| {
             format!(
                 "engine: delay {:.3} ns, phase {phase:.4} rad on both polarisations",

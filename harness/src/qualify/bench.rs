@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use fgpu_api::dsim::{Component, PolSignal, PolsRequest, SignalChange, SignalRequest};
+use fgpu_api::engine::{DelayRequest, Gain, GainsRequest, PolDelay};
 use num_complex::Complex64;
 
 use super::spectra::{Integration, Spectra, TracePoint};
@@ -130,8 +131,8 @@ impl Bench {
     }
 
     /// Sets the output's gains and returns the first timestamp they surely hold for.
-    pub fn set_gains(&self, body: &impl serde::Serialize) -> Result<Timestamp> {
-        self.services.engine.set_gains(body)?;
+    pub fn set_gains(&self, gains: &GainsRequest) -> Result<Timestamp> {
+        self.services.engine.set_gains(gains)?;
         self.after_now()
     }
 
@@ -263,16 +264,15 @@ impl Bench {
 
     /// Sets one real gain on every channel of both polarisations.
     pub fn set_gain(&self, gain: f64) -> Result<Timestamp> {
-        self.set_gains(&serde_json::json!({ "pol0": gain, "pol1": gain }))
+        self.set_gains(&GainsRequest::both(Gain::Real(gain)))
     }
 
     /// Clears the delay models of both polarisations (from the next frame).
     pub fn clear_delays(&self) -> Result<()> {
-        let zero =
-            serde_json::json!({"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0});
+        let zero = PolDelay::default();
         self.services
             .engine
-            .set_delays(&serde_json::json!({ "pol0": zero, "pol1": zero }))
+            .set_delays(&DelayRequest::both(zero, zero))
             .context("clearing the engine's delays")?;
         Ok(())
     }

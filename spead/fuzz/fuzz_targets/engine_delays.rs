@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let update = match parse_delay_request(body, &ctx) {
         Ok(u) => u,
         Err(e) => {
-            assert!(!e.is_empty());
+            assert!(!e.to_string().is_empty());
             return;
         }
     };

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use serde_json::json;
+use fgpu_api::dsim::{FaultsRequest, PolFaults, Selector};
 
 use super::{plot, points, NOISE};
 use crate::gaps::{engine_heap_span, outputs_hit};
@@ -142,10 +142,24 @@ fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let gap = (4 * out_step + span) / hs + 8;
     let k1 = k0 + gap;
     let before = b.services.engine.status()?;
-    b.services.dsim.set_faults(&json!({
-        "pol0": {"drop": {"heaps": [k0]}},
-        "pol1": {"drop": {"ranges": [[k1, k1 + 3]]}},
-    }))?;
+    let drop = |selector: Selector| PolFaults {
+        drop: Some(selector),
+        ..Default::default()
+    };
+    b.services.dsim.set_faults(&FaultsRequest {
+        pol0: Some(drop(Selector {
+            heaps: vec![k0],
+            ..Default::default()
+        })),
+        pol1: Some(drop(Selector {
+            ranges: vec![[k1, k1 + 3]],
+            ..Default::default()
+        })),
+    })?;
+    let none = FaultsRequest {
+        pol0: Some(PolFaults::default()),
+        pol1: Some(PolFaults::default()),
+    };
     progress(&format!(
         "lost-data: dropping heap {k0} of pol 0 and {k1}..{} of pol 1",
         k1 + 2
@@ -164,14 +178,12 @@ fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
             break snap;
         }
         if waited.elapsed() > limit {
-            let _ = b.services.dsim.set_faults(&json!({"pol0": {}, "pol1": {}}));
+            let _ = b.services.dsim.set_faults(&none);
             bail!("the output did not pass timestamp {hi} within {limit:?}");
         }
         signals::sleep(Duration::from_millis(50)).map_err(|_| anyhow!("interrupted"))?;
     };
-    b.services
-        .dsim
-        .set_faults(&json!({"pol0": {}, "pol1": {}}))?;
+    b.services.dsim.set_faults(&none)?;
     let after = b.services.engine.status()?;
     let mut m = Measured::default();
     let mut matched = 0;

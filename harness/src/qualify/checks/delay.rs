@@ -8,8 +8,8 @@
 //! turns it back by -pi k d / n, and its phase p adds p.
 
 use anyhow::Result;
+use fgpu_api::engine::{DelayRequest, PolDelay};
 use num_complex::Complex64;
-use serde_json::{json, Value};
 
 use super::{level, plot, points, NOISE};
 use crate::qualify::analysis::{deg, phase_errors, PhaseLine};
@@ -116,21 +116,22 @@ fn model(
     phase: f64,
     phase_rate: f64,
     load: Option<u64>,
-) -> Value {
-    let fs = b.geometry.adc_rate;
-    let mut v = json!({
-        "pol0": {"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0},
-        "pol1": {"delay": delay / fs, "delay_rate": rate, "phase": phase, "phase_rate": phase_rate},
-    });
-    if let Some(t) = load {
-        v["load_timestamp"] = json!(t);
+) -> DelayRequest {
+    let pol1 = PolDelay {
+        delay: delay / b.geometry.adc_rate,
+        delay_rate: rate,
+        phase,
+        phase_rate,
+    };
+    DelayRequest {
+        load_timestamp: load,
+        ..DelayRequest::both(PolDelay::default(), pol1)
     }
-    v
 }
 
 /// Loads a model at once and returns the first timestamp it surely holds for.
-fn load(b: &Bench, body: &Value) -> Result<u64> {
-    b.services.engine.set_delays(body)?;
+fn load(b: &Bench, req: &DelayRequest) -> Result<u64> {
+    b.services.engine.set_delays(req)?;
     b.after_now()
 }
 

@@ -1,6 +1,7 @@
 //! Gains: random complex gains per channel, measured as the ratio of the polarisations.
 
 use anyhow::Result;
+use fgpu_api::engine::{Gain, GainsRequest};
 use num_complex::Complex64;
 
 use super::{level, plot, points, uniform, NOISE};
@@ -41,14 +42,12 @@ fn gains(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         .map(|w| Complex64::new(w[0] as f64, w[1] as f64) / g0)
         .collect();
     b.set_signal(vec![noise(NOISE, 303)], vec![noise(NOISE, 303)])?;
-    #[derive(serde::Serialize)]
-    struct Body {
-        pol0: f32,
-        pol1: Vec<[f32; 2]>,
-    }
-    let from = b.set_gains(&Body {
-        pol0: g0 as f32,
-        pol1,
+    // The values the engine keeps (float32), so that what is judged is what was loaded.
+    let from = b.set_gains(&GainsRequest {
+        pol0: Some(Gain::Real(g0)),
+        pol1: Some(Gain::PerChannel(
+            pol1.iter().map(|w| [w[0] as f64, w[1] as f64]).collect(),
+        )),
     })?;
     progress("gains: random gains loaded; integrating");
     // The worst of every channel's phase is judged: with the noise at 12 counts rms, 500

@@ -2,8 +2,8 @@
 //! spectrum, and the group delay (where in a spectrum's window an input event lands).
 
 use anyhow::Result;
+use fgpu_api::engine::{DelayRequest, PolDelay};
 use num_complex::Complex64;
-use serde_json::json;
 
 use super::{level, line, plot, points, NOISE};
 use crate::qualify::analysis::crossing;
@@ -49,12 +49,13 @@ fn application_time(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> 
     // A third of a spectrum past a boundary, some spectra on.
     let t_load = start + 16 * step + step / 3;
     let want = t_load.div_ceil(step) * step;
-    let body = json!({
-        "load_timestamp": t_load,
-        "pol0": {"delay": 0.0, "delay_rate": 0.0, "phase": 0.0, "phase_rate": 0.0},
-        "pol1": {"delay": D / g.adc_rate, "delay_rate": 0.0, "phase": P, "phase_rate": 0.0},
-    });
-    b.services.engine.set_delays(&body)?;
+    let pol1 = PolDelay {
+        delay: D / g.adc_rate,
+        phase: P,
+        ..Default::default()
+    };
+    let req = DelayRequest::both(PolDelay::default(), pol1).at(t_load);
+    b.services.engine.set_delays(&req)?;
     // The new model turns channel k of x1 conj(x0) by P - pi k D / n; weight by its conjugate.
     let weights: Vec<Complex64> = (0..n)
         .map(|k| Complex64::from_polar(1.0, -(P - std::f64::consts::PI * k as f64 * D / n as f64)))
