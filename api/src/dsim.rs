@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub struct Tone {
     /// Hz, 0 (a constant) to rate/2.
     pub frequency: f64,
+    /// Peak amplitude as a fraction of full scale.
     pub amplitude: f64,
 }
 
@@ -19,6 +20,7 @@ pub struct Tone {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignalSpec {
+    /// The tones added to both polarisations (none: noise only).
     pub tones: Vec<Tone>,
     /// Noise rms as a fraction of full scale.
     pub noise: f64,
@@ -47,10 +49,15 @@ impl Default for SignalSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignalUpdate {
+    /// Replaces every tone (an empty list removes them); None keeps them.
     pub tones: Option<Vec<Tone>>,
+    /// Noise rms as a fraction of full scale, 0 for none; None keeps it.
     pub noise: Option<f64>,
+    /// Dither on or off in both polarisations; None keeps it.
     pub dither: Option<bool>,
+    /// Each polarisation's delay in samples, fractional allowed; None keeps them.
     pub delays: Option<[f64; 2]>,
+    /// Seeds the noise, the dither and the random faults; None keeps it.
     pub seed: Option<u64>,
 }
 
@@ -60,20 +67,32 @@ pub struct SignalUpdate {
 pub enum Component {
     /// `amplitude * cos(2 pi frequency t + phase)`, phase in radians.
     Tone {
+        /// Hz, 0 to rate/2; generated rounded to whole cycles per buffer.
         frequency: f64,
+        /// Peak amplitude as a fraction of full scale.
         amplitude: f64,
+        /// Phase in radians (left out: 0).
         #[serde(default)]
         phase: f64,
     },
     /// White Gaussian noise of the given rms. The noise is a function of the seed alone, so the
     /// same seed in both polarisations gives the same (fully correlated) noise, delayed with each
     /// polarisation's delay; different seeds give independent noise.
-    Noise { rms: f64, seed: u64 },
+    Noise {
+        /// Rms as a fraction of full scale, 0 or more.
+        rms: f64,
+        /// Picks the noise: equal seeds give the same noise, different seeds independent noise.
+        seed: u64,
+    },
     /// `count` tones of one amplitude at `start + i * spacing` Hz, phases 0.
     Comb {
+        /// Frequency of the first tooth, Hz.
         start: f64,
+        /// Hz between neighbouring teeth.
         spacing: f64,
+        /// Number of teeth, 1 to 4096; the last must lie at or below rate/2.
         count: usize,
+        /// Peak amplitude of every tooth as a fraction of full scale.
         amplitude: f64,
     },
 }
@@ -84,9 +103,12 @@ pub enum Component {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolSignal {
+    /// What is summed, at most 64 (none: silence, or only dither).
     pub components: Vec<Component>,
+    /// Delay in samples, fractional allowed: the polarisation emits `x(t + delay)` (left out: 0).
     #[serde(default)]
     pub delay: f64,
+    /// Uniform dither of +-0.5 LSB before rounding, independent per polarisation (left out: on).
     #[serde(default = "yes")]
     pub dither: bool,
 }
@@ -101,8 +123,11 @@ fn yes() -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolsRequest {
+    /// Polarisation 0's new signal; None keeps its signal.
     pub pol0: Option<PolSignal>,
+    /// Polarisation 1's new signal; None keeps its signal.
     pub pol1: Option<PolSignal>,
+    /// Seeds the dither and the random faults; None keeps the seed.
     pub seed: Option<u64>,
 }
 
@@ -111,7 +136,10 @@ pub struct PolsRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SignalRequest {
+    /// A body naming `pol0` or `pol1`: each polarisation's signal given in full.
     Pols(PolsRequest),
+    /// Any other body: applied to the latest common-form signal, which then rebuilds both
+    /// polarisations.
     Common(SignalUpdate),
 }
 
@@ -120,8 +148,10 @@ pub enum SignalRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Selector {
+    /// Chance, 0 to 1, that any heap is chosen, drawn from the seed so a run repeats (left out: 0).
     #[serde(default)]
     pub probability: f64,
+    /// Heap indices always chosen (left out: none).
     #[serde(default)]
     pub heaps: Vec<u64>,
     /// Half-open `[start, end)` heap index ranges.
@@ -134,12 +164,16 @@ pub struct Selector {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reorder {
+    /// Chance, 0 to 1, that any heap is held back, drawn from the seed (left out: 0).
     #[serde(default)]
     pub probability: f64,
+    /// Heap indices always held back (left out: none).
     #[serde(default)]
     pub heaps: Vec<u64>,
+    /// Half-open `[start, end)` heap index ranges held back (left out: none).
     #[serde(default)]
     pub ranges: Vec<[u64; 2]>,
+    /// How many later heaps of the same destination group go out first (left out: 1).
     #[serde(default = "one")]
     pub window: usize,
 }
@@ -154,10 +188,15 @@ fn one() -> usize {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolFaults {
+    /// Heaps never sent; None drops none.
     pub drop: Option<Selector>,
+    /// Heaps sent twice; None duplicates none.
     pub duplicate: Option<Selector>,
+    /// Heaps sent late, after others; None reorders none.
     pub reorder: Option<Reorder>,
+    /// Heaps sent with the SPEAD magic byte overwritten; None corrupts none.
     pub corrupt: Option<Selector>,
+    /// Heaps sent cut to the first half of their datagram; None (or absent) truncates none.
     #[serde(default)]
     pub truncate: Option<Selector>,
 }
@@ -167,17 +206,24 @@ pub struct PolFaults {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultsRequest {
+    /// Polarisation 0's faults in full; None keeps its faults.
     pub pol0: Option<PolFaults>,
+    /// Polarisation 1's faults in full; None keeps its faults.
     pub pol1: Option<PolFaults>,
 }
 
 /// Faults injected so far on one polarisation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultCounts {
+    /// Heaps not sent because the drop fault chose them.
     pub dropped: u64,
+    /// Heaps sent a second time by the duplicate fault.
     pub duplicated: u64,
+    /// Heaps held back and sent after later ones by the reorder fault.
     pub reordered: u64,
+    /// Heaps sent with their SPEAD magic byte overwritten by the corrupt fault.
     pub corrupted: u64,
+    /// Heaps sent cut to half a datagram by the truncate fault (absent from older dsims: 0).
     #[serde(default)]
     pub truncated: u64,
 }
@@ -193,9 +239,11 @@ pub struct RateRequest {
 /// The reply to a rate change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RateChange {
+    /// Samples per second per polarisation from `from_heap` on.
     pub rate: f64,
     /// First heap (timestamp / heap_samples) sent at the new rate.
     pub from_heap: u64,
+    /// That heap's timestamp in ADC samples, `from_heap * heap_samples`.
     pub from_timestamp: u64,
     /// Unix time at which that heap leaves.
     pub from_unix_time: f64,
@@ -206,8 +254,11 @@ pub struct RateChange {
 pub struct SignalChange {
     /// First heap with the new signal (a batch boundary).
     pub from_heap: u64,
+    /// That heap's timestamp in ADC samples, `from_heap * heap_samples`.
     pub from_timestamp: u64,
+    /// Unix time at which that heap leaves; heaps before it carry the old signal.
     pub from_unix_time: f64,
+    /// The signal in force from that heap on, as `GET /signal` answers it.
     pub signal: SignalStatus,
 }
 
@@ -227,27 +278,36 @@ pub struct RateReport {
 /// One polarisation's counters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolStatus {
+    /// The polarisation, 0 or 1.
     pub pol: usize,
+    /// Where its heaps go, `ADDR:PORT` or `ADDR+N:PORT` for N+1 multicast groups.
     pub destinations: String,
     /// Heaps whose timestamps have gone by (sent, dropped or held back).
     pub heaps: u64,
     /// Datagrams sent, duplicates, corrupted and truncated ones included.
     pub heaps_sent: u64,
+    /// UDP payload bytes of the datagrams sent.
     pub bytes_sent: u64,
+    /// Samples that saturated when quantised, over the heaps sent (a duplicate counts once).
     pub saturated_samples: u64,
+    /// Send calls that failed; the datagrams of a failed call are not counted as sent.
     pub send_errors: u64,
     /// Heaps never sent because the senders fell more than --max-late behind and skipped ahead.
     pub heaps_skipped: u64,
     /// Timestamp of the latest heap to leave.
     pub timestamp: Option<u64>,
+    /// The rate this polarisation achieved over the last 10 s.
     pub rate: RateReport,
+    /// Faults injected on this polarisation since the start.
     pub faults_injected: FaultCounts,
+    /// The faults in force on this polarisation, as `GET /faults` answers them.
     pub faults: PolFaults,
 }
 
 /// One polarisation's signal in force.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolSignalStatus {
+    /// The signal as given (or built from the common form), its fields inline.
     #[serde(flatten)]
     pub signal: PolSignal,
     /// The frequencies of its tones as generated, rounded to whole cycles per buffer period: one
@@ -299,6 +359,8 @@ pub struct Status {
     pub achieved_rate: Option<f64>,
     /// Largest relative error of the two polarisations over the window.
     pub rate_error: Option<f64>,
+    /// Seconds the shorter of the two polarisations' measurements spans, up to 10 (0 until both
+    /// have one).
     pub rate_window_s: f64,
     /// True when the rate error is within 0.1%.
     pub rate_ok: bool,
@@ -311,17 +373,31 @@ pub struct Status {
     pub sync_time: f64,
     /// The sync time the current rate implies (equal to sync_time until the rate changes).
     pub implied_sync_time: f64,
-    /// Next timestamp due by the wall clock.
+    /// Timestamp of the latest heap due by the wall clock, in ADC samples.
     pub timestamp: u64,
+    /// Samples per heap, per polarisation (`--heap-samples`).
     pub heap_samples: usize,
+    /// Bits per sample (`--sample-bits`).
     pub sample_bits: u32,
+    /// Index of the first heap sent: the first due shortly after dsim started, or 0 when the sync
+    /// time was still ahead.
     pub first_heap: u64,
+    /// Heap index at which sending stops (exclusive): after `--heaps` or `--duration`, at the
+    /// latest where timestamps would reach 2^48.
     pub end_heap: Option<u64>,
+    /// Send threads per polarisation (`--threads`, or one per 3 GB/s of the starting rate).
     pub threads_per_pol: usize,
+    /// Heaps per send batch of each polarisation: its destination groups times the heaps one
+    /// 64 KiB GSO send holds.
     pub heaps_per_batch: [usize; 2],
+    /// Heaps in the repeating signal buffer: `--buffer-heaps`, rounded up to whole batches for
+    /// every thread.
     pub buffer_heaps: usize,
+    /// The signal in force, as `GET /signal` answers it.
     pub signal: SignalStatus,
+    /// Polarisation 0's counters, then 1's.
     pub pols: Vec<PolStatus>,
+    /// Seconds since dsim started.
     pub uptime_s: f64,
 }
 

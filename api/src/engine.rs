@@ -44,7 +44,9 @@ pub struct Status {
     pub wideband_kernels: String,
     /// False once the engine has been asked to stop.
     pub running: bool,
+    /// Seconds since the engine started.
     pub uptime_s: f64,
+    /// This engine's index in its array (`--feng-id`), sent as the F-engine id item of every heap.
     pub feng_id: u64,
     /// ADC samples per second per polarisation.
     pub adc_sample_rate: f64,
@@ -52,9 +54,11 @@ pub struct Status {
     pub sync_time: Option<f64>,
     /// Largest |delay| a delay model may ask for, in seconds.
     pub max_delay_s: f64,
+    /// The digitiser input: its shape and each polarisation's counters.
     pub input: Input,
     /// Outputs by name: [`WIDEBAND`], or those that `--wideband` named.
     pub outputs: BTreeMap<String, Output>,
+    /// How many frames the compute stage has processed, and how long they took.
     pub frames: Frames,
     /// Spectra whose delayed window fell outside the samples at hand (flagged, not computed).
     pub delay_out_of_span: u64,
@@ -62,6 +66,7 @@ pub struct Status {
     pub delays: Option<Delays>,
     /// Items waiting in each of the pipeline's queues, by queue name.
     pub queues: BTreeMap<String, u64>,
+    /// The control server's own counters.
     pub control: Control,
 }
 
@@ -110,11 +115,15 @@ pub struct Input {
 /// One polarisation's input counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolInput {
+    /// The polarisation, 0 or 1.
     pub pol: usize,
     /// Addresses the receive sockets are bound to (ports resolved).
     pub sources: Vec<String>,
+    /// Threads receiving this polarisation (0 until the receivers have started).
     pub receive_threads: usize,
+    /// Digitiser packets that reached the receivers, rejected ones included.
     pub packets: u64,
+    /// Digitiser heaps received complete.
     pub heaps_received: u64,
     /// Digitiser heaps absent from the chunks the engine processed.
     pub heaps_missing: u64,
@@ -194,8 +203,11 @@ fn eight() -> u32 {
 /// One output: its shape, where it goes and what it sent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Output {
+    /// Wideband or narrowband.
     pub kind: OutputKind,
+    /// Frequency channels of the output, n.
     pub channels: usize,
+    /// PFB filter taps per channel.
     pub taps: usize,
     /// The PFB filter's taper, "hann" or "rect" (absent from older engines: hann).
     #[serde(default = "hann")]
@@ -211,23 +223,32 @@ pub struct Output {
     /// not dithered (absent from older engines: null, they did not dither).
     #[serde(default)]
     pub dither_seed: Option<u32>,
+    /// Spectra in each output heap (`--spectra-per-heap`).
     pub spectra_per_heap: usize,
     /// Output heaps (in time) per frame.
     pub heaps_per_frame: usize,
     /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m step (step 2n
     /// ADC samples, 2nD for a narrowband output).
     pub lag_samples: usize,
+    /// Streams the channels are split over, N+1 for a destination `ADDR+N:PORT`.
     pub substreams: usize,
+    /// Channels each substream carries: substream i has channels `[i c, (i+1) c)`.
     pub channels_per_substream: usize,
     /// Substream destinations, substream i at index i.
     pub destinations: Vec<String>,
+    /// Output heaps sent, every substream together.
     pub heaps_sent: u64,
     /// Heaps not sent because some of their input was missing.
     pub heaps_skipped: u64,
+    /// Heaps sent, substream i at index i.
     pub heaps_sent_per_substream: Vec<u64>,
+    /// Heaps skipped for missing input, substream i at index i.
     pub heaps_skipped_per_substream: Vec<u64>,
+    /// Datagrams sent, descriptor packets included.
     pub packets: u64,
+    /// Bytes of the datagrams sent, SPEAD headers included.
     pub bytes: u64,
+    /// Heaps (and descriptor packets) abandoned because a send failed.
     pub send_errors: u64,
     /// Timestamp of the newest heap sent, of the stream in place (it goes back when the digitiser
     /// restarts).
@@ -242,21 +263,30 @@ pub struct Output {
 /// The compute stage's progress.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Frames {
+    /// Frames the backend has computed.
     pub computed: u64,
     /// Frames with no valid spectrum (all input missing).
     pub empty: u64,
+    /// ADC timestamp of the chunk of the latest frame computed (0 before the first).
     pub last_timestamp: u64,
+    /// Unix time, s, at which the latest frame's output was ready (0 before the first).
     pub last_unix_time: f64,
+    /// Seconds from handing the latest frame to the backend until its output was ready.
     pub processing_s_last: f64,
+    /// The same, averaged over every frame computed (0 before the first).
     pub processing_s_mean: f64,
 }
 
 /// A polarisation's delay model as loaded (units as katgpucbf: s, s/s, rad, rad/s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DelayModel {
+    /// Delay added to the polarisation's signal at the load timestamp, s.
     pub delay: f64,
+    /// Change of the delay per second, s/s.
     pub delay_rate: f64,
+    /// Fringe phase at the load timestamp, rad.
     pub phase: f64,
+    /// Change of the phase per second, rad/s.
     pub phase_rate: f64,
     /// ADC timestamp at which the values hold.
     pub load_timestamp: u64,
@@ -267,7 +297,9 @@ pub struct DelayModel {
 /// Both polarisations' delay models.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Delays {
+    /// Polarisation 0's model (all zero until a request gave it one).
     pub pol0: DelayModel,
+    /// Polarisation 1's model (all zero until a request gave it one).
     pub pol1: DelayModel,
 }
 
