@@ -1,4 +1,4 @@
-//! Issue 20's cheapest fusion, measured before anything is built on it: cuFFT with the PFB FIR as
+//! The two-pass kernels' cheapest fusion, measured before anything is built on it: cuFFT with the PFB FIR as
 //! its LTO load callback (compiled by NVRTC with -dlto, linked into cuFFT's kernel by
 //! `cufftXtSetJITCallback`). The FFT then reads the packed 10-bit input itself instead of the FIR
 //! kernel's float32 output: the FIR's write and the FFT's read (8 B a sample) disappear.

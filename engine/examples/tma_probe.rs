@@ -1,4 +1,4 @@
-//! Issue 20: can one bulk tensor copy (TMA, sm_90) bring a `fused_fir` block's sample words for a
+//! Can one bulk tensor copy (TMA, sm_90) bring a `fused_fir` block's sample words for a
 //! batch into shared memory? The block needs, for each of a batch's 16 spectra and each of its R
 //! column groups, the same few words at a fixed word offset: a 3-D box of words x groups x spectra
 //! at strides of 1, 2A x bits / 32 and 2n x bits / 32 words. The box may start anywhere (the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-engine table of the GPU machine (paper: four engines sharing one GPU): `harness
+# The multi-engine table on a GPU host (paper: four engines sharing one GPU): `harness
 # max-rate --engines N` for every engine count and channel count, the null backend beside each,
 # the transport alone (spead's chain bench) in the same run; dsims, engines and the harness on
 # one host over loopback (no Docker there), 16 taps, 10-bit samples, 4096-sample input heaps,

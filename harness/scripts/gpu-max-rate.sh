@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's acceptance run of `harness max-rate`: dsim, fengine --backend cuda and the
+# A GPU host's acceptance run of `harness max-rate`: dsim, fengine --backend cuda and the
 # harness on one host over loopback (no Docker there), 32768 channels, 16 taps, 10-bit samples,
 # 4096-sample input heaps, with the same search on the null backend for comparison. Checks the
 # targets: at least 0.9 of the null-backend rate and at least 6.3 Gsample/s per polarisation.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's soak: dsim, fengine --backend cuda and the harness on one host over loopback
+# The soak on a GPU host: dsim, fengine --backend cuda and the harness on one host over loopback
 # (no Docker there), the system of gpu-max-rate.sh (32768 channels, 16 taps, 10-bit samples,
 # 4096-sample input heaps, 8 output substreams), held at FRACTION (default 0.8) of its max rate
 # for DURATION seconds (default 1800) with a sample every INTERVAL (default 60).

@@ -1,5 +1,5 @@
 //! The system under test, reached two ways: running services by URL (inside compose), or dsim
-//! and fengine launched here as child processes over loopback (the GPU machine has no Docker).
+//! and fengine launched here as child processes over loopback (for hosts without Docker).
 //! Either way it may be an array: N antennas, each a dsim and an engine, the engines sending to
 //! the same output substreams.
 //!

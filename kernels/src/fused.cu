@@ -1,4 +1,4 @@
-// The wideband output in two passes through device memory instead of three (issue 20): the FFT is
+// The wideband output in two passes through device memory instead of three: the FFT is
 // our own, split between the two kernels so that neither needs cuFFT.
 //
 // The n-point complex FFT of z (z_u = g_2u + i g_2u+1, n = CHANNELS) is taken as R x A
@@ -46,8 +46,8 @@
 // float32 has below float16's last mantissa bit) are added to the float32's bits, which are then
 // truncated toward zero. Rounding up happens with the probability of the dropped fraction, so
 // the error has mean zero whatever the signal: no spurs (round to nearest gives -96 dB on a
-// dithered tone, kernels/NOTES.md). The bits come from lowbias32 of the frame's key and the
-// value's counter, as engine/src/signal/half_rows.rs models them. NVRTC here has no headers:
+// dithered tone; kernels/HISTORY.md, "Float16 rows"). The bits come from lowbias32 of the frame's
+// key and the value's counter, as engine/src/signal/half_rows.rs models them. NVRTC here has no headers:
 // the conversions are PTX.
 typedef u32 row_t;
 __device__ __forceinline__ row_t make_row(float2 v, u32 key, u32 m, u32 pol, u32 u) {
@@ -118,7 +118,7 @@ __device__ __forceinline__ float4 load_here(const float4 *p) {
 // back to back: 12% fewer instructions), or each from its own offset. Word steps only at R = 16:
 // at R = 32 and 64 the burst throttles the load/store queue, which the shuffles and the row
 // stores share (ncu: 0.92 cycles an instruction stalled on it at R = 64), and per-offset loads
-// measured 2.5-5.5% faster (kernels/NOTES.md, "Version 12").
+// measured 2.5-5.5% faster (kernels/HISTORY.md, "Version 12").
 
 // W_16^j, exact constants (j < 16).
 __device__ __forceinline__ float2 w16(int j) {
@@ -595,7 +595,7 @@ extern "C" __global__ void F1_BOUNDS fused_fir(
 // between barriers of its own (`bar.sync` over half the block) and the two drift apart as two
 // blocks would, instead of all warps waiting at each barrier for the slowest (where A = 2048 a
 // block has the SM to itself). Below 512 the block is one group, whose threads take both
-// polarisations (halves there cost more than they gave; kernels/NOTES.md, "Version 13").
+// polarisations (halves there cost more than they gave; kernels/HISTORY.md, "Version 13").
 //
 // A step takes F_SB spectra: a group's rows (spectrum, polarisation, row) are transformed side by
 // side, A / 16 threads each; each thread then makes 16 values (channel, polarisation) of its

@@ -30,7 +30,7 @@ pub struct Tuning {
     /// A wideband output of [`FUSED_MIN_CHANNELS`] to [`Tuning::fused_max_channels`] channels
     /// runs in two passes (`fused_fir`, `fused_post`: the FFT our own, split between them)
     /// instead of three (`pfb_fir`, cuFFT, `postproc`): the default, faster at those sizes
-    /// (kernels/NOTES.md). Off, the three passes are the fallback.
+    /// (kernels/DESIGN.md). Off, the three passes are the fallback.
     pub fused: bool,
     /// The most channels for which [`Tuning::fused`] takes two passes: all (65536 included,
     /// where they measured 900 µs a frame against the three passes' 1040, H100).
@@ -38,7 +38,7 @@ pub struct Tuning {
     /// Spectra per chunk of the two-pass kernels (a multiple of 16; 0: the whole frame). In
     /// chunks, `fused_post` reads each chunk's rows while `fused_fir` makes the next, from L2.
     /// Slower than whole frames at every chunk size measured (64 to 512 spectra: the kernels
-    /// side by side each have half an SM's warps; kernels/NOTES.md, "Stop 45").
+    /// side by side each have half an SM's warps; kernels/HISTORY.md, "After version 19: the two passes side by side").
     pub fused_chunk: usize,
     /// Spectra each `fused_fir` block slides through (a multiple of 16; 0: 512, fewer where
     /// fewer blocks than fit on the GPU at once would have all the work).
@@ -50,7 +50,7 @@ pub struct Tuning {
     /// one offset (`Some(true)`: 32 loads back to back, no offsets read), or each from its own
     /// offset (`Some(false)`). `None`: word steps at R = 16 only; at R = 32 and 64 their burst of
     /// loads throttles the load/store queue, and per-offset loads measured 2.5-5.5% faster in
-    /// `fused_fir` with float32 or float16 rows (H200; kernels/NOTES.md, "Version 12").
+    /// `fused_fir` with float32 or float16 rows (H200; kernels/HISTORY.md, "Version 12").
     pub fused_fir_word_steps: Option<bool>,
     /// How many of a sliding `fused_fir` batch's 16 new sample pairs are loaded while the batch
     /// before is transformed (0 to 16), so that their latency passes behind that work: the block
@@ -58,34 +58,34 @@ pub struct Tuning {
     /// its weights again for each batch (from L1), so that their registers can hold the pairs.
     /// 0: none, one batch in shared memory. `None`: 4 at R = 16 (`fused_fir` 6-8% faster at
     /// 1024-16384 channels with float32 rows, 4% with float16; H200), 0 at R = 32 and 64, where
-    /// no count measured faster (kernels/NOTES.md, "Version 14"). More than 8 spill registers.
+    /// no count measured faster (kernels/HISTORY.md, "Version 14"). More than 8 spill registers.
     /// Where tensor copies take a sliding batch instead (sm_90), `None` is 0 at R = 16 too with
     /// float16 rows, and with float32 rows from A = 512 (8192 and 16384 channels where
     /// [`Tuning::fused_min_r`] is 16; by default float32 rows take R = 32 there): there they
-    /// measured faster than pairs ahead, and below A = 512 in float32 slower (kernels/NOTES.md,
+    /// measured faster than pairs ahead, and below A = 512 in float32 slower (kernels/HISTORY.md,
     /// "Version 18").
     pub fused_fir_ahead: Option<usize>,
     /// Where no pairs are loaded ahead (by default R >= 32, and R = 16 with float16 rows or
     /// A >= 512) and a group has at most 8 columns, a
     /// sliding `fused_fir` batch's sample words come into shared memory by one bulk tensor copy
     /// a block (TMA, sm_90), issued a batch ahead, instead of 32 loads a thread: `fused_fir`
-    /// 18% faster at 32768 and 65536 channels (H200; kernels/NOTES.md, "Version 17"). On.
+    /// 18% faster at 32768 and 65536 channels (H200; kernels/HISTORY.md, "Version 17"). On.
     pub fused_fir_tma: bool,
     /// How many of its steps ahead a `fused_post` block has a step's rows prefetched into L2
     /// (`cp.async.bulk.prefetch`, sm_90 on), 0 to 4 (0: none). `None`: 1 where A >= 512
     /// (16384 channels on with float32 rows, 8192 with float16: `fused_post` 4-9% faster, H200),
-    /// none below, where it measured slower (kernels/NOTES.md, "Version 15").
+    /// none below, where it measured slower (kernels/HISTORY.md, "Version 15").
     pub fused_post_prefetch: Option<usize>,
     /// `fused_post`'s FFT stages wait on barriers of each transform's own A / 16 threads (its
     /// warp's where A <= 512, else a named barrier of its own), and the block or half meets only
     /// where its threads read other transforms' values: 2 barriers of the group a step instead
-    /// of 4 to 6 (on: kernels/NOTES.md, "Version 16"). Off, every barrier is the group's.
+    /// of 4 to 6 (on: kernels/HISTORY.md, "Version 16"). Off, every barrier is the group's.
     pub fused_post_row_sync: bool,
     /// Channels of a row whose operands (its values, its partner's, its rotation) `fused_post`
     /// reads from shared memory together, before it quantises and stores any of them: 1, 2, 4
     /// or 8 (at most the 8 a thread takes of a row, or 4 below A = 512; other values round down
     /// to one of these). 0: 8 where A is 512 or 2048, 4 where A = 1024, 1 below A = 512
-    /// (kernels/NOTES.md, "Version 20").
+    /// (kernels/HISTORY.md, "Version 20").
     pub fused_post_gather: usize,
     /// Whether `fused_post` reads the next [`Tuning::fused_post_gather`] channels' operands
     /// before it works on the ones it has. `None`: below A = 512 only.
@@ -95,20 +95,20 @@ pub struct Tuning {
     /// latency passes behind that work rather than after the barrier that starts the step.
     /// `None`: with float16 rows 8; with float32 rows 4 at A = 64, 8 at A = 128, 1024 and 2048,
     /// 16 at A = 256 and none at A = 512, where more measured slower (`fused_post` 1-4% faster
-    /// at the others, H200; kernels/NOTES.md, "Version 21").
+    /// at the others, H200; kernels/HISTORY.md, "Version 21").
     pub fused_post_early: Option<usize>,
     /// The most rows R of the two-pass split (see [`Config::fused_split`]): 32 or 64 (0: 32). At
     /// 65536 channels, 32 makes A = 2048: `fused_post` blocks of 512 threads, one an SM (rows and
     /// tile take 214 KB of shared memory), which beat R = 64 with float32 rows (H100, version 10)
     /// and, since `fused_post`'s polarisation halves (version 13, H200), with float16 rows too
-    /// (722.8 against 747.3 µs a frame; kernels/NOTES.md).
+    /// (722.8 against 747.3 µs a frame; kernels/HISTORY.md).
     pub fused_max_r: usize,
     /// The fewest rows R of the two-pass split: 16 or 32, where that leaves A >= 64. 0: 32 with
     /// float32 rows and tensor copies where it leaves A >= 128 (4096 to 16384 channels), else 16.
     /// With tensor copies `fused_fir` costs about the same at R = 32 as at 16, and `fused_post`
     /// less on shorter rows: 1-7% faster whole frames at 4096-16384 channels, but 5% slower at
     /// 2048 (A = 64), and with float16 rows slower at every size, their rounding costing
-    /// `fused_fir` more at R = 32 (H200; kernels/NOTES.md, "Version 18").
+    /// `fused_fir` more at R = 32 (H200; kernels/HISTORY.md, "Version 18").
     pub fused_min_r: usize,
     /// Values in a `fused_post` block's output tile, 2A channels x its spectra: a power of two
     /// (0: `FUSED_TILE` (8192) or 16 A, whichever is more, so that each channel's run is at least 8
@@ -117,7 +117,7 @@ pub struct Tuning {
     /// Not a launch shape but a precision (`--fft-precision half`): the two-pass kernels keep the
     /// rows between their passes in float16 instead of float32, 4 bytes a complex value instead
     /// of 8, rounded stochastically; the arithmetic stays float32. It changes the output:
-    /// kernels/NOTES.md ("Float16 rows") measures by how much. Outputs on the three passes are
+    /// kernels/HISTORY.md ("Float16 rows") measures by how much. Outputs on the three passes are
     /// not affected.
     pub half_rows: bool,
     /// Not a kernel's but the pipeline's: each output beyond the first runs on a stream of its

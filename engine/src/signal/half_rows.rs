@@ -14,7 +14,7 @@
 //!
 //! Stochastic rounding, because rounding to nearest is a deterministic function of the signal:
 //! its errors on a dithered tone add up to spurs at -96 dB, against -124.7 with float32 rows
-//! (kernels/NOTES.md). Rounded up with the probability of the dropped fraction, the error has
+//! (kernels/HISTORY.md, "Float16 rows"). Rounded up with the probability of the dropped fraction, the error has
 //! mean zero whatever the signal, as the output dither's has. The random bits are counter-based,
 //! as the dither's (`signal::dither`): `h = lowbias32(key ^ (c * 0x9E3779B9))` with the frame's
 //! key ([`frame_key`]) and the value's counter c = (2m + pol) n + u (spectrum m of the frame,

@@ -127,7 +127,7 @@ impl Drop for Proc {
 }
 
 /// The engine binary: `FENGINE_E2E_BIN_DIR/fengine` when that is set (binaries copied to a host
-/// without cargo, such as the GPU machine), else the one cargo built for this test.
+/// without cargo, such as a GPU host fed by `scripts/gpu-checks.sh stage`), else the one cargo built for this test.
 pub fn fengine_binary() -> PathBuf {
     match std::env::var_os("FENGINE_E2E_BIN_DIR") {
         Some(dir) => PathBuf::from(dir).join("fengine"),

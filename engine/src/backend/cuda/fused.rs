@@ -18,7 +18,7 @@ use crate::backend::{Result, POLS};
 const RING: usize = 3;
 /// Spectra a `fused_fir` block slides through unless [`kernels::Tuning::fused_fir_spectra`] says:
 /// 512 made `fused_fir` 2-7% faster than 8T = 128 at 4096-65536 channels, 16 taps (whole frames
-/// 1-3%; kernels/NOTES.md, "Version 10").
+/// 1-3%; kernels/HISTORY.md, "Version 10").
 const FUSED_FIR_SPECTRA: usize = 512;
 
 /// Device pointers of one frame's pass over an output.

@@ -1215,7 +1215,7 @@ fn misuse_is_an_error() {
 /// the dither keeps that quantisation unbiased); results are divided by the gains.
 /// Both kernel sets: three passes (cuFFT) and two (our own FFT).
 /// And with float16 rows (`--fft-precision half`), rounded stochastically: rounded to nearest
-/// they measured -96.0 dB, which this bar fails (kernels/NOTES.md, "Float16 rows").
+/// they measured -96.0 dB, which this bar fails (kernels/HISTORY.md, "Float16 rows").
 #[test]
 fn dithered_tone_has_no_spurs() {
     for (tuning, what) in [
