@@ -254,7 +254,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         bits: args.output_bits,
         filter: Default::default(),
         dither: args.dither.then_some(1),
-        ddc: None,
+        kind: backend::OutputKind::Wideband,
     };
     let chunk = args
         .spectra_per_heap
@@ -267,7 +267,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         outputs.push(OutputGeometry {
             channels,
             spectra_per_heap: args.spectra_per_heap.min(spectra),
-            ddc: Some(backend::Ddc::new(decimation)),
+            kind: backend::OutputKind::Narrowband(backend::Ddc::new(decimation)),
             ..output
         });
     }

@@ -16,6 +16,7 @@ use fgpu_api::engine::Output;
 use serde_json::Value;
 
 use super::{reply, send, status, ControlState, Shared};
+use crate::backend::OutputKind;
 use crate::pipeline::Command;
 use crate::signal::ddc;
 
@@ -77,7 +78,7 @@ fn apply_output(s: &ControlState, name: &str, body: &[u8]) -> Result<Output, (St
     let k = index(s, name)?;
     let bad = |m: String| (StatusCode::BAD_REQUEST, m);
     let centre = parse_output_request(body).map_err(bad)?;
-    let Some(ddc) = s.cfg.outputs[k].geometry.ddc else {
+    let OutputKind::Narrowband(ddc) = s.cfg.outputs[k].geometry.kind else {
         return Err(bad(format!(
             "output \"{name}\" is a wideband output: only a narrowband output has a centre to change"
         )));
