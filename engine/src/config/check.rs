@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use spead::transport::Endpoint;
+use spead::packet::PACKET_HEADER_BYTES;
+use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 
 use super::derive::{delay_room, output_lag, overlap_samples, recv_threads, send_threads};
 use super::flags::RunArgs;
 use super::output_arg::check_output_name;
 use super::spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec};
-use super::{MAX_OUTPUTS, MAX_UDP_PAYLOAD, PACKET_HEADER_BYTES, WIDEBAND};
+use super::{MAX_OUTPUTS, WIDEBAND};
 use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry};
 use crate::signal::ddc;
 use crate::signal::delay::FramePlan;

@@ -29,10 +29,5 @@ pub(crate) use test_support::test_args;
 
 pub use fgpu_api::engine::{OutputKind, WIDEBAND};
 
-/// Bytes of the 8-byte SPEAD header and 8 item pointers that every packet carries.
-pub const PACKET_HEADER_BYTES: usize = 72;
-/// Largest UDP payload over IPv4.
-const MAX_UDP_PAYLOAD: usize = 65_507;
-
 /// Most outputs one engine makes: what a backend serves from one input.
 pub use crate::backend::MAX_OUTPUTS;
