@@ -27,8 +27,9 @@ use spead::{items, Descriptor, HeapItem, HeapWriter};
 
 use super::{recv_until_stop, Work};
 use crate::backend::POLS;
-use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use crate::config::EngineConfig;
 use crate::stats::{OutputStats, Stats};
+use spead::packet::PACKET_HEADER_BYTES;
 
 const DESCRIPTOR_PERIOD: Duration = Duration::from_secs(1);
 /// Heap counters keep the substream above this bit.

@@ -36,8 +36,9 @@ pub use place::CONFIRM;
 
 use super::RECV_WINDOW;
 use crate::backend::HostBuffer;
-use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use crate::config::EngineConfig;
 use crate::stats::Stats;
+use spead::packet::PACKET_HEADER_BYTES;
 
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
 /// copied in is likely still in the core's cache when the lane copies it into chunk memory.
