@@ -153,7 +153,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         let g = cfg.channelisation(k);
         tracing::info!(
             output = %o.name,
-            kind = ?o.kind,
+            kind = ?o.geometry.kind.label(),
             channels = g.output.channels,
             taps = g.output.taps,
             window_function = g.output.filter.window.name(),
@@ -165,7 +165,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
             lag_samples = o.lag,
             substreams = o.substreams(),
             decimation = g.output.decimation(),
-            centre_hz = o.mixer.map(|w| crate::signal::ddc::centre_frequency(w, cfg.fs)),
+            centre_hz = o.mixer().map(|w| crate::signal::ddc::centre_frequency(w, cfg.fs)),
             "configuration: output"
         );
     }

@@ -11,13 +11,12 @@ use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 use super::derive::{delay_room, output_lag, overlap_samples, recv_threads, send_threads};
 use super::flags::RunArgs;
 use super::output_arg::check_output_name;
-use super::spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec};
+use super::spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec, OutputStart};
 use super::{MAX_OUTPUTS, WIDEBAND};
-use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry};
+use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
 use crate::signal::ddc;
 use crate::signal::delay::FramePlan;
 use crate::signal::weights::FilterDesign;
-use fgpu_api::engine::OutputKind;
 
 /// One output as the command line asks for it, every key filled in, before the engine-wide
 /// derivation.
@@ -76,7 +75,7 @@ impl EngineConfig {
                 w_cutoff: a.w_cutoff,
             },
             dither: None,
-            ddc: None,
+            kind: OutputKind::Wideband,
         };
         // The flags' seed for output k; `None`: draw one.
         let flag_seed = |k: usize| match (a.no_dither, a.dither_seed) {
@@ -142,7 +141,7 @@ impl EngineConfig {
                         window: w.window.unwrap_or(flags.filter.window),
                         w_cutoff: w.w_cutoff.unwrap_or(flags.filter.w_cutoff),
                     },
-                    ddc: Some(Ddc {
+                    kind: OutputKind::Narrowband(Ddc {
                         decimation,
                         taps: w
                             .ddc_taps
@@ -368,15 +367,15 @@ impl EngineConfig {
                 return Err(w.refuse(format!("gain {gain} is not a finite number")));
             }
         }
-        let mut mixers = Vec::with_capacity(wanted.len());
+        let mut starts = Vec::with_capacity(wanted.len());
         for w in &wanted {
-            mixers.push(match (w.geometry.ddc, w.centre) {
-                (Some(ddc), Some(centre)) => Some(
-                    ddc::mixer_word(centre, a.adc_sample_rate, ddc.decimation)
+            starts.push(match (w.geometry.kind, w.centre) {
+                (OutputKind::Narrowband(ddc), Some(centre)) => OutputStart::Narrowband {
+                    mixer: ddc::mixer_word(centre, a.adc_sample_rate, ddc.decimation)
                         .map_err(|e| w.refuse(e.to_string()))?,
-                ),
-                (Some(_), None) => return Err(w.refuse("needs centre=HZ")),
-                (None, _) => None,
+                },
+                (OutputKind::Narrowband(_), None) => return Err(w.refuse("needs centre=HZ")),
+                (OutputKind::Wideband, _) => OutputStart::Wideband,
             });
         }
         if !(a.send_burst.is_finite() && (0.0..=1e6).contains(&a.send_burst)) {
@@ -408,36 +407,32 @@ impl EngineConfig {
         let outputs = wanted
             .into_iter()
             .zip(lags)
-            .zip(mixers)
-            .map(|((w, lag), mixer)| OutputSpec {
+            .zip(starts)
+            .map(|((w, lag), start)| OutputSpec {
                 send_threads: send_threads(
                     a.send_threads,
                     &w.geometry,
                     a.adc_sample_rate,
                     w.dst.addrs.len(),
                 ),
-                gain: match (w.gain, w.geometry.ddc) {
+                gain: match (w.gain, w.geometry.kind) {
                     (Some(gain), _) => gain,
-                    (None, None) => {
+                    (None, OutputKind::Wideband) => {
                         crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
                     }
                     // --gain, or the default, is a wideband output's gain.
-                    (None, Some(ddc)) => crate::signal::gain::narrowband_gain(
+                    (None, OutputKind::Narrowband(ddc)) => crate::signal::gain::narrowband_gain(
                         a.gain.unwrap_or_else(|| {
                             crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
                         }),
                         ddc.decimation,
                     ),
                 },
-                kind: match w.geometry.ddc {
-                    None => OutputKind::Wideband,
-                    Some(_) => OutputKind::Narrowband,
-                },
                 geometry: w.geometry,
                 lag,
                 dests: w.dst.addrs,
                 name: w.name,
-                mixer,
+                start,
             })
             .collect();
         Ok(Self {
@@ -773,20 +768,22 @@ mod tests {
             panic!("three outputs: {:?}", c.outputs)
         };
         assert_eq!(
-            (wide.name.as_str(), wide.kind),
-            (WIDEBAND, OutputKind::Wideband)
+            (wide.name.as_str(), wide.geometry.kind, wide.start),
+            (WIDEBAND, OutputKind::Wideband, OutputStart::Wideband)
         );
-        assert_eq!((wide.mixer, wide.geometry.ddc), (None, None));
-        assert_eq!((nb.name.as_str(), nb.kind), ("nb", OutputKind::Narrowband));
+        assert_eq!(nb.name.as_str(), "nb");
         let g = nb.geometry;
         assert_eq!(
             (g.channels, g.taps, g.bits, g.dither, g.filter),
             (1024, 8, 8, Some(11), FilterDesign::default())
         );
-        assert_eq!(g.ddc, Some(Ddc::new(16)));
-        assert_eq!(g.ddc.unwrap().taps, 192);
+        assert_eq!(g.kind, OutputKind::Narrowband(Ddc::new(16)));
+        assert_eq!(Ddc::new(16).taps, 192);
         assert_eq!(g.step(), 2 * 1024 * 16);
-        assert_eq!(nb.mixer, Some(ddc::mixer_word(400e6, 1712e6, 16).unwrap()));
+        assert_eq!(
+            nb.mixer(),
+            Some(ddc::mixer_word(400e6, 1712e6, 16).unwrap())
+        );
         assert_eq!(nb.gain, 4.0, "sqrt(16) x the 10-bit, 8-bit default of 1");
         assert_eq!(nb.dests.len(), 2);
         assert_eq!(
@@ -800,8 +797,8 @@ mod tests {
             (WindowFunction::Rect, 0.5)
         );
         assert_eq!(
-            g.ddc,
-            Some(Ddc {
+            g.kind,
+            OutputKind::Narrowband(Ddc {
                 decimation: 32,
                 taps: 320
             })
@@ -830,7 +827,7 @@ mod tests {
             "nb:dst=127.0.0.1:7151,channels=64,decimation=8,centre=12345678.9",
         ]);
         let word = (12345678.9 / 1e8 * 2f64.powi(32)).round() as u32;
-        assert_eq!(c.outputs[0].mixer, Some(word));
+        assert_eq!(c.outputs[0].start, OutputStart::Narrowband { mixer: word });
     }
 
     /// What a --narrowband output may not be: each refusal one sentence that names the output

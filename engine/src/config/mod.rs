@@ -23,11 +23,11 @@ pub use flags::{
     BackendKind, BenchArgs, Cli, Command, FftPrecision, RunArgs, WidebandKernels, CONTROL_TOKEN_ENV,
 };
 pub use output_arg::{check_output_name, OutputArg};
-pub use spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec};
+pub use spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec, OutputStart};
 #[cfg(test)]
 pub(crate) use test_support::test_args;
 
-pub use fgpu_api::engine::{OutputKind, WIDEBAND};
+pub use fgpu_api::engine::WIDEBAND;
 
 /// Most outputs one engine makes: what a backend serves from one input.
 pub use crate::backend::MAX_OUTPUTS;

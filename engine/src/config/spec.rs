@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::flags::{BackendKind, FftPrecision, WidebandKernels};
 use crate::backend::{Channelisation, InputGeometry, OutputGeometry, POLS};
 use crate::signal::delay::FramePlan;
-use fgpu_api::engine::OutputKind;
 
 /// Everything the pipeline needs, checked and derived from [`RunArgs`](super::RunArgs): the engine's one input,
 /// its outputs, and what the engine as a whole runs with.
@@ -60,7 +59,7 @@ pub struct InputSpec {
 pub struct OutputSpec {
     /// Keys the output in stats, control and `/status` ([`WIDEBAND`](super::WIDEBAND) for `--dst`'s output).
     pub name: String,
-    pub kind: OutputKind,
+    /// What it computes, its kind ([`crate::backend::OutputKind`]) included.
     pub geometry: OutputGeometry,
     /// Spectrum m of the frame whose chunk starts at T has timestamp T - lag + m step (step 2n,
     /// or 2nD for a narrowband output).
@@ -71,9 +70,29 @@ pub struct OutputSpec {
     pub gain: f32,
     /// Send threads (at least 1, at most one per substream).
     pub send_threads: usize,
-    /// A narrowband output's mixer word at start (`ddc::mixer_word` of its `centre=`, checked);
-    /// `None` for a wideband output. The control API may change it at run time.
-    pub mixer: Option<u32>,
+    /// What its kind starts with beyond the geometry; the same kind as the geometry's.
+    pub start: OutputStart,
+}
+
+/// What an output of each kind starts with beyond its geometry: values the control API may
+/// change at run time, unlike the geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputStart {
+    Wideband,
+    Narrowband {
+        /// The mixer word at start (`ddc::mixer_word` of its `centre=`, checked).
+        mixer: u32,
+    },
+}
+
+impl OutputSpec {
+    /// A narrowband output's mixer word at start; `None` for a wideband output.
+    pub fn mixer(&self) -> Option<u32> {
+        match self.start {
+            OutputStart::Wideband => None,
+            OutputStart::Narrowband { mixer } => Some(mixer),
+        }
+    }
 }
 
 /// Why a command line does not make a working engine: one sentence for the user.

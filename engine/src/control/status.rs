@@ -123,7 +123,7 @@ pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
     let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
     let (spec, os, g) = (&cfg.outputs[k], &stats.outputs[k], cfg.channelisation(k));
     Output {
-        kind: spec.kind,
+        kind: spec.geometry.kind.label(),
         channels: g.output.channels,
         taps: g.output.taps,
         window_function: g.output.filter.window.name().into(),

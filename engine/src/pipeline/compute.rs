@@ -120,7 +120,9 @@ impl Compute {
             slots,
             heap_samples: cfg.input.heap_samples,
             outputs: (0..cfg.outputs.len())
-                .map(|k| OutputPlan::new(cfg.channelisation(k), cfg.plan(k), cfg.outputs[k].mixer))
+                .map(|k| {
+                    OutputPlan::new(cfg.channelisation(k), cfg.plan(k), cfg.outputs[k].mixer())
+                })
                 .collect(),
             models: Default::default(),
             span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
@@ -528,7 +530,7 @@ mod tests {
     fn narrowband_delays_are_mapped_and_wideband_is_unchanged() {
         let (cfg, mut c) = engine();
         let (wide, nb) = (0, 1);
-        let word = cfg.outputs[nb].mixer.unwrap();
+        let word = cfg.outputs[nb].mixer().unwrap();
         assert_eq!(word, ddc::mixer_word(3e7, 1e8, 16).unwrap());
         let fs = cfg.fs;
         // +-max delay (1000 samples: k = +-63 of D = 16, ties away from zero), fractions, zero.
@@ -606,7 +608,7 @@ mod tests {
     fn a_new_centre_applies_to_whole_frames() {
         let (cfg, mut c) = engine();
         let nb = 1;
-        let old = cfg.outputs[nb].mixer.unwrap();
+        let old = cfg.outputs[nb].mixer().unwrap();
         let new = ddc::mixer_word(4e7, 1e8, 16).unwrap();
         let w = prepared(&cfg, &mut c, 50, 2.5e-6, 0.0);
         assert_eq!(w.frame.outputs[nb].mixer, old);
@@ -652,7 +654,7 @@ mod tests {
                 .map(|m| {
                     let t0 = plan.spectrum_timestamp(&g, w.frame.input.timestamp, m);
                     let at = DelayModel::fixed(delay, 0.0).at(t0, cfg.fs).unwrap();
-                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer.unwrap()).coarse;
+                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer().unwrap()).coarse;
                     let start = t0 - k as i128 * 16;
                     let end = start + g.window() as i128;
                     end <= lost.start || start >= lost.end

@@ -43,7 +43,8 @@ struct OutputSlot {
 /// What only one kind of output keeps on the device, chosen by its [`OutputKind`].
 enum KindStage {
     Wideband,
-    Narrowband(NarrowbandStage),
+    /// Boxed: it is large, and there is one per output.
+    Narrowband(Box<NarrowbandStage>),
 }
 
 /// The device pointers and sizes a frame's kernels of one output take (one slot's).
@@ -194,7 +195,7 @@ impl OutputStage {
         let kind = match g.output.kind {
             OutputKind::Wideband => KindStage::Wideband,
             OutputKind::Narrowband(d) => {
-                KindStage::Narrowband(NarrowbandStage::new(ctx, &g, d, &cfg, slots)?)
+                KindStage::Narrowband(Box::new(NarrowbandStage::new(ctx, &g, d, &cfg, slots)?))
             }
         };
         let layout = ParamLayout::new(&g, &cfg);
