@@ -159,7 +159,7 @@ impl OutputGeometry {
                 ));
             }
         }
-        self.filter.validate()
+        self.filter.validate().map_err(|e| e.to_string())
     }
 }
 
