@@ -9,7 +9,7 @@ use crate::config::{
     BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
 };
 use crate::control::{self, ControlState};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, StageSpecs};
 use crate::stats::Stats;
 
 /// Why `fengine run` or `fengine bench` could not start or stopped with an error: one sentence
@@ -180,7 +180,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
         cfg.gpu,
     );
     let pipeline = Pipeline::start(
-        &cfg,
+        StageSpecs::new(&cfg),
         Box::new(move || make_backend(kind, precision, kernels, input, &outputs, gpu)),
         stats.clone(),
         stop.clone(),

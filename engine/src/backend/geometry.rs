@@ -186,7 +186,7 @@ impl OutputGeometry {
                 ));
             }
         }
-        self.filter.validate()
+        self.filter.validate().map_err(|e| e.to_string())
     }
 }
 

@@ -35,13 +35,13 @@ struct Requested {
 
 impl Requested {
     /// `msg` as a sentence that names the output where `--wideband` or `--narrowband` made it.
-    fn refuse(&self, msg: impl Into<String>) -> String {
+    fn refuse(&self, msg: impl Into<String>) -> ConfigError {
         let msg = sentence(msg);
-        if self.named {
+        ConfigError(if self.named {
             format!("output {:?}: {msg}", self.name)
         } else {
             msg
-        }
+        })
     }
 
     /// How refusals call its destinations.
@@ -57,14 +57,14 @@ impl Requested {
 impl EngineConfig {
     /// Checks the arguments and derives the geometry. Errors are one sentence for the user.
     pub fn from_args(a: &RunArgs) -> Result<Self, ConfigError> {
-        Ok(Self::check(a)?)
+        Self::check(a)
     }
 
     /// The outputs the command line asks for, in order (`--dst`'s or the `--wideband` ones, then
     /// the `--narrowband` ones), each key given or taken from the output flags. Dither seeds: the
     /// output's own `dither=`, else none with `--no-dither`, else `--dither-seed` + k for output
     /// k, else a random seed unlike every other output's.
-    fn requested(a: &RunArgs) -> Result<Vec<Requested>, String> {
+    fn requested(a: &RunArgs) -> Result<Vec<Requested>, ConfigError> {
         let flags = OutputGeometry {
             channels: a.channels,
             taps: a.taps,
@@ -99,10 +99,16 @@ impl EngineConfig {
                 seeds.push(flag_seed(0));
             }
             (None, []) if narrowband.is_empty() => {
-                return Err("give --dst, or one or more --wideband or --narrowband outputs.".into())
+                return Err(ConfigError(
+                    "give --dst, or one or more --wideband or --narrowband outputs.".into(),
+                ))
             }
             (None, []) => {}
-            (Some(_), [_, ..]) => return Err("give either --dst or --wideband, not both.".into()),
+            (Some(_), [_, ..]) => {
+                return Err(ConfigError(
+                    "give either --dst or --wideband, not both.".into(),
+                ))
+            }
             (None, specs) => {
                 for w in specs {
                     wanted.push(Requested {
@@ -156,11 +162,11 @@ impl EngineConfig {
             seeds.push(w.dither.or_else(|| flag_seed(seeds.len())));
         }
         if wanted.len() > MAX_OUTPUTS {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "{} outputs is more than {MAX_OUTPUTS}; an engine makes at most {MAX_OUTPUTS} \
                  (--dst or --wideband, and --narrowband, together).",
                 wanted.len()
-            ));
+            )));
         }
         for (k, w) in wanted.iter().enumerate() {
             check_output_name(&w.name)?;
@@ -170,10 +176,10 @@ impl EngineConfig {
                 } else {
                     ""
                 };
-                return Err(format!(
+                return Err(ConfigError(format!(
                     "output {:?} is given twice{dst}; every output needs a name of its own.",
                     w.name
-                ));
+                )));
             }
         }
         let mut taken: Vec<u32> = seeds.iter().flatten().flatten().copied().collect();
@@ -190,37 +196,39 @@ impl EngineConfig {
         Ok(wanted)
     }
 
-    fn check(a: &RunArgs) -> Result<Self, String> {
+    fn check(a: &RunArgs) -> Result<Self, ConfigError> {
         if let Some(why) = a.fft_precision.refusal(a.backend) {
-            return Err(why);
+            return Err(ConfigError(why));
         }
         if let Some(why) = a.wideband_kernels.refusal(a.backend, a.fft_precision) {
-            return Err(why);
+            return Err(ConfigError(why));
         }
         if !(a.adc_sample_rate.is_finite() && a.adc_sample_rate >= 1.0) {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--adc-sample-rate {} is not a positive rate in Hz.",
                 a.adc_sample_rate
-            ));
+            )));
         }
         if !(a.max_delay.is_finite() && a.max_delay >= 0.0) {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--max-delay {} is not a delay of 0 seconds or more.",
                 a.max_delay
-            ));
+            )));
         }
         // Rounded up, but not for the last bits of floating-point error (1e-5 s x 1e8 Hz).
         let max_delay_samples = (a.max_delay * a.adc_sample_rate * (1.0 - 1e-12)).ceil();
         if max_delay_samples > 1e9 {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--max-delay {} s is {max_delay_samples} samples at this rate; at most 1e9 samples are supported.",
                 a.max_delay
-            ));
+            )));
         }
         let max_delay_samples = max_delay_samples as u64;
         let wanted = Self::requested(a)?;
         if a.spectra_per_heap == 0 || a.heaps_per_frame == 0 {
-            return Err("spectra per heap and heaps per frame must be positive.".into());
+            return Err(ConfigError(
+                "spectra per heap and heaps per frame must be positive.".into(),
+            ));
         }
         for w in &wanted {
             w.geometry.validate().map_err(|e| w.refuse(e))?;
@@ -258,10 +266,10 @@ impl EngineConfig {
         }
         let chunk = input.chunk_samples;
         if a.heap_samples == 0 || !a.heap_samples.is_multiple_of(8) {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--heap-samples {} must be a positive multiple of 8.",
                 a.heap_samples
-            ));
+            )));
         }
         let several = wanted.len() > 1;
         if !chunk.is_multiple_of(a.heap_samples) {
@@ -270,10 +278,10 @@ impl EngineConfig {
             } else {
                 "channels"
             };
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "a frame's chunk of {chunk} samples (spectra-per-heap x heaps-per-frame x 2 x {channels}) is not a whole number of {}-sample digitiser heaps.",
                 a.heap_samples
-            ));
+            )));
         }
         if overlap > chunk {
             let whose = if several || wanted[longest].named {
@@ -281,23 +289,23 @@ impl EngineConfig {
             } else {
                 "taps".to_string()
             };
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "the overlap of {overlap} samples that {whose} and --max-delay need exceeds a frame's chunk of {chunk} samples; raise --heaps-per-frame or --spectra-per-heap, or lower --max-delay."
-            ));
+            )));
         }
         let heap_bytes = a.heap_samples * a.sample_bits as usize / 8;
         if heap_bytes + PACKET_HEADER_BYTES > MAX_UDP_PAYLOAD {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "a digitiser heap of {} samples makes a packet larger than a UDP datagram.",
                 a.heap_samples
-            ));
+            )));
         }
         if a.packet_payload < 64 || a.packet_payload + PACKET_HEADER_BYTES > MAX_UDP_PAYLOAD {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--packet-payload {} must be from 64 to {} bytes.",
                 a.packet_payload,
                 MAX_UDP_PAYLOAD - PACKET_HEADER_BYTES
-            ));
+            )));
         }
         let mut senders: HashMap<SocketAddrV4, &str> = HashMap::new();
         for w in &wanted {
@@ -320,46 +328,52 @@ impl EngineConfig {
             }
             for addr in &w.dst.addrs {
                 if let Some(other) = senders.insert(*addr, &w.name) {
-                    return Err(format!(
+                    return Err(ConfigError(format!(
                         "outputs {other:?} and {:?} both send to {addr}; each output needs \
                          destinations of its own.",
                         w.name
-                    ));
+                    )));
                 }
             }
         }
         for (p, src) in [&a.src_pol0, &a.src_pol1].iter().enumerate() {
             if src.addrs.is_empty() || src.addrs.len() > 64 {
-                return Err(format!("--src-pol{p} {src} must name 1 to 64 addresses."));
+                return Err(ConfigError(format!(
+                    "--src-pol{p} {src} must name 1 to 64 addresses."
+                )));
             }
             if src
                 .addrs
                 .iter()
                 .any(|s| s.ip().is_multicast() && s.port() == 0)
             {
-                return Err(format!(
+                return Err(ConfigError(format!(
                     "--src-pol{p} {src} is multicast and needs a port other than 0."
-                ));
+                )));
             }
         }
         let fewest_sources = a.src_pol0.addrs.len().min(a.src_pol1.addrs.len());
         if a.recv_threads > fewest_sources {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--recv-threads {} needs at least that many source addresses per polarisation \
                  (ADDR+N:PORT); --src-pol0 has {} and --src-pol1 {}.",
                 a.recv_threads,
                 a.src_pol0.addrs.len(),
                 a.src_pol1.addrs.len()
-            ));
+            )));
         }
         if let Some(t) = a.sync_time {
             if !(t.is_finite() && t >= 0.0) {
-                return Err(format!("--sync-time {t} is not a Unix time in seconds."));
+                return Err(ConfigError(format!(
+                    "--sync-time {t} is not a Unix time in seconds."
+                )));
             }
         }
         if let Some(gain) = a.gain {
             if !gain.is_finite() {
-                return Err(format!("--gain {gain} is not a finite number."));
+                return Err(ConfigError(format!(
+                    "--gain {gain} is not a finite number."
+                )));
             }
         }
         for w in &wanted {
@@ -379,22 +393,22 @@ impl EngineConfig {
             });
         }
         if !(a.send_burst.is_finite() && (0.0..=1e6).contains(&a.send_burst)) {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--send-burst {} must be between 0 and 1000000 microseconds.",
                 a.send_burst
-            ));
+            )));
         }
         if !(a.send_rate_factor.is_finite() && a.send_rate_factor >= 0.0) {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--send-rate-factor {} must be 0 (unpaced) or a positive factor.",
                 a.send_rate_factor
-            ));
+            )));
         }
         if a.array_size == 0 || a.feng_id >= a.array_size {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "--feng-id {} must be below --array-size {} (at least 1).",
                 a.feng_id, a.array_size
-            ));
+            )));
         }
         for (w, &lag) in wanted.iter().zip(&lags) {
             let plan = FramePlan {

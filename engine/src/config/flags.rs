@@ -9,6 +9,7 @@ use spead::transport::Endpoint;
 
 use super::help::{ABOUT, AFTER_HELP, LONG_ABOUT};
 use super::output_arg::OutputArg;
+use super::spec::ConfigError;
 use crate::signal::weights::{self, WindowFunction};
 
 #[derive(Parser, Debug)]
@@ -38,12 +39,15 @@ impl Cli {
     /// the line gives none. Not clap's `env`: with the run options flattened beside the
     /// subcommands, a value from the environment counts as a run option given at the top level,
     /// and `fengine run ...` and `fengine bench` then fail to parse.
-    pub fn with_env_token(self) -> Result<Self, String> {
+    pub fn with_env_token(self) -> Result<Self, ConfigError> {
         self.with_token_from(std::env::var_os(CONTROL_TOKEN_ENV))
     }
 
     /// [`with_env_token`](Self::with_env_token) with the variable's value given.
-    pub fn with_token_from(mut self, value: Option<std::ffi::OsString>) -> Result<Self, String> {
+    pub fn with_token_from(
+        mut self,
+        value: Option<std::ffi::OsString>,
+    ) -> Result<Self, ConfigError> {
         let run = match &mut self.command {
             Some(Command::Run(r)) => Some(r),
             Some(Command::Bench(_)) => None,
@@ -55,9 +59,11 @@ impl Cli {
         if run.control_token.is_none() {
             let token = value
                 .to_str()
-                .ok_or_else(|| format!("{CONTROL_TOKEN_ENV} is not valid UTF-8."))?
+                .ok_or_else(|| ConfigError(format!("{CONTROL_TOKEN_ENV} is not valid UTF-8.")))?
                 .parse()
-                .map_err(|e| format!("{CONTROL_TOKEN_ENV} is not a usable token: {e}."))?;
+                .map_err(|e| {
+                    ConfigError(format!("{CONTROL_TOKEN_ENV} is not a usable token: {e}."))
+                })?;
             run.control_token = Some(token);
         }
         Ok(self)
@@ -398,7 +404,7 @@ pub struct BenchArgs {
     pub gpu: usize,
 }
 
-/// `--narrowband CHANNELS:D` of `fengine bench`.
+/// `--narrowband CHANNELS:D` of `fengine bench` (clap's value parser: its error is the message).
 fn parse_bench_narrowband(s: &str) -> Result<(usize, usize), String> {
     let parsed = s
         .split_once(':')
@@ -443,7 +449,8 @@ mod tests {
             let e = Cli::try_parse_from(&argv)
                 .unwrap()
                 .with_token_from(Some("".into()))
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.starts_with("FENGINE_CONTROL_TOKEN is not a usable token"),
                 "{e}"

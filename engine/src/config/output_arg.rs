@@ -3,9 +3,9 @@
 
 use spead::transport::Endpoint;
 
-use super::spec::sentence;
+use super::spec::{sentence, ConfigError};
 use crate::signal::ddc;
-use crate::signal::weights::WindowFunction;
+use crate::signal::weights::{UnknownWindow, WindowFunction};
 use fgpu_api::engine::OutputKind;
 
 /// Words of the control API's routes (`/status`, `/outputs/NAME/gains`, ...), which an output may
@@ -42,18 +42,18 @@ pub struct OutputArg {
 
 /// Checks an output's name: 1 to 32 of a-z, 0-9, `_` and `-`, and no word of the control API's
 /// routes. The error is a sentence.
-pub fn check_output_name(name: &str) -> Result<(), String> {
+pub fn check_output_name(name: &str) -> Result<(), ConfigError> {
     let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
     if name.is_empty() || name.len() > 32 || !name.chars().all(allowed) {
-        return Err(format!(
+        return Err(ConfigError(format!(
             "output name {name:?} must be 1 to 32 characters from a-z, 0-9, _ and -."
-        ));
+        )));
     }
     if RESERVED_NAMES.contains(&name) {
-        return Err(format!(
+        return Err(ConfigError(format!(
             "output name {name:?} would clash with the control API's routes ({}); choose another.",
             RESERVED_NAMES.join(", ")
-        ));
+        )));
     }
     Ok(())
 }
@@ -61,17 +61,17 @@ pub fn check_output_name(name: &str) -> Result<(), String> {
 impl OutputArg {
     /// Parses a `--wideband` spec, `NAME:dst=ADDR[+N]:PORT,key=value,...`. Errors are one
     /// sentence naming the output and the key.
-    pub fn wideband(s: &str) -> Result<Self, String> {
+    pub fn wideband(s: &str) -> Result<Self, ConfigError> {
         Self::parse(s, OutputKind::Wideband)
     }
 
     /// Parses a `--narrowband` spec, `NAME:dst=ADDR[+N]:PORT,channels=N,decimation=8|16|32,
     /// centre=HZ,key=value,...`. Errors are one sentence naming the output and the key.
-    pub fn narrowband(s: &str) -> Result<Self, String> {
+    pub fn narrowband(s: &str) -> Result<Self, ConfigError> {
         Self::parse(s, OutputKind::Narrowband)
     }
 
-    fn parse(s: &str, kind: OutputKind) -> Result<Self, String> {
+    fn parse(s: &str, kind: OutputKind) -> Result<Self, ConfigError> {
         let narrowband = kind == OutputKind::Narrowband;
         let Some((name, keys)) = s.split_once(':') else {
             let form = if narrowband {
@@ -79,10 +79,12 @@ impl OutputArg {
             } else {
                 "NAME:dst=ADDR[+N]:PORT,key=value,..."
             };
-            return Err(format!("{s:?} is not {form} (the name and a colon first)."));
+            return Err(ConfigError(format!(
+                "{s:?} is not {form} (the name and a colon first)."
+            )));
         };
         check_output_name(name)?;
-        let refuse = |msg: String| format!("output {name:?}: {msg}");
+        let refuse = |msg: String| ConfigError(format!("output {name:?}: {msg}"));
         let mut dst = None;
         let mut spec = OutputArg {
             kind,
@@ -130,10 +132,9 @@ impl OutputArg {
                     })
                 }
                 "window" => {
-                    spec.window =
-                        Some(value.parse().map_err(|e: String| {
-                            refuse(format!("window={value}: {}", sentence(e)))
-                        })?)
+                    spec.window = Some(value.parse().map_err(|e: UnknownWindow| {
+                        refuse(format!("window={value}: {}", sentence(e.to_string())))
+                    })?)
                 }
                 "w_cutoff" => {
                     spec.w_cutoff = Some(
@@ -265,7 +266,7 @@ mod tests {
                 "gain=inf is not a finite number.",
             ),
         ] {
-            let e = OutputArg::wideband(spec).unwrap_err();
+            let e = OutputArg::wideband(spec).unwrap_err().to_string();
             assert!(e.contains(want), "{spec:?}: {e:?} should say {want:?}");
             assert!(e.ends_with('.'), "{e:?}");
             // clap passes the sentence on.

@@ -17,7 +17,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{send_until_stop, Command, Meta, Work, TICK};
 use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
-use crate::config::EngineConfig;
 use crate::signal::delay::{fill_output_delays, spectrum_valid, DelayModel, FramePlan, Placement};
 use crate::stats::{unix_ns, Stats};
 
@@ -49,6 +48,26 @@ impl Models {
             self.pending.pop_front();
         }
     }
+}
+
+/// What the compute stage needs: the chunks' heaps, and where each output's spectra sit.
+#[derive(Clone, Debug)]
+pub struct ComputeSpec {
+    /// Digitiser heaps per chunk.
+    pub slots: usize,
+    /// Samples per digitiser heap.
+    pub heap_samples: usize,
+    /// Per output, in the configuration's order.
+    pub outputs: Vec<ComputeOutput>,
+}
+
+/// One output as the compute stage sees it.
+#[derive(Clone, Debug)]
+pub struct ComputeOutput {
+    pub g: Channelisation,
+    pub plan: FramePlan,
+    /// A narrowband output's mixer word at start; `None` for a wideband output.
+    pub mixer: Option<u32>,
 }
 
 enum InFlight {
@@ -109,20 +128,20 @@ pub struct Compute {
 
 impl Compute {
     pub fn new(
-        cfg: &EngineConfig,
+        spec: &ComputeSpec,
         backend: Box<dyn Backend>,
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        let slots = cfg.heaps_per_chunk();
+        let slots = spec.slots;
         Self {
             backend,
             slots,
-            heap_samples: cfg.input.heap_samples,
-            outputs: (0..cfg.outputs.len())
-                .map(|k| {
-                    OutputPlan::new(cfg.channelisation(k), cfg.plan(k), cfg.outputs[k].mixer())
-                })
+            heap_samples: spec.heap_samples,
+            outputs: spec
+                .outputs
+                .iter()
+                .map(|o| OutputPlan::new(o.g, o.plan, o.mixer))
                 .collect(),
             models: Default::default(),
             span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
@@ -450,6 +469,8 @@ impl Compute {
 mod tests {
     use super::*;
     use crate::backend::{null::NullBackend, Frame, Synchronous};
+    use crate::config::EngineConfig;
+    use crate::pipeline::StageSpecs;
     use crate::signal::ddc;
     use crate::signal::delay::fill_delays;
     use crate::signal::narrowband::narrowband_delay;
@@ -479,7 +500,7 @@ mod tests {
         let cfg = EngineConfig::from_args(&args).unwrap();
         let backend = NullBackend::new(cfg.input.geometry, &cfg.output_geometries()).unwrap();
         let compute = Compute::new(
-            &cfg,
+            &StageSpecs::new(&cfg).compute,
             Box::new(Synchronous::new(backend)),
             Arc::new(Stats::for_config(&cfg)),
             Arc::new(AtomicBool::new(false)),
@@ -489,7 +510,7 @@ mod tests {
 
     /// Frame `id` with every input heap present, or all but digitiser heap `missing` of pol 0.
     fn work(cfg: &EngineConfig, id: u64, missing: Option<usize>) -> Work {
-        let mut meta = Meta::new(cfg);
+        let mut meta = Meta::new(&StageSpecs::new(cfg).frame);
         meta.id = id;
         for p in 0..POLS {
             meta.present[p].fill(true);
