@@ -9,7 +9,7 @@ use crate::config::{
     BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
 };
 use crate::control::{self, ControlState};
-use crate::pipeline::{Pipeline, StageSpecs};
+use crate::pipeline::{Pipeline, PipelineError, StageSpecs};
 use crate::stats::Stats;
 
 /// Why `fengine run` or `fengine bench` could not start or stopped with an error: one sentence
@@ -22,9 +22,9 @@ pub enum EngineError {
     /// Start-up failed: a socket, a backend, a thread, the control server.
     #[error("{0}")]
     Start(String),
-    /// A pipeline stage failed while running.
-    #[error("{0}")]
-    Stage(String),
+    /// The pipeline could not start, or one of its stages failed while running.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
     /// The benchmark could not run.
     #[error("{0}")]
     Bench(String),
@@ -181,11 +181,13 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     );
     let pipeline = Pipeline::start(
         StageSpecs::new(&cfg),
-        Box::new(move || make_backend(kind, precision, kernels, input, &outputs, gpu)),
+        Box::new(move || {
+            make_backend(kind, precision, kernels, input, &outputs, gpu)
+                .map_err(PipelineError::NoBackend)
+        }),
         stats.clone(),
         stop.clone(),
-    )
-    .map_err(EngineError::Start)?;
+    )?;
     let state = ControlState::new(
         cfg.clone(),
         stats.clone(),
@@ -206,7 +208,7 @@ pub fn run(args: &RunArgs) -> Result<(), EngineError> {
     let _ = control.join();
     log_totals(&stats);
     tracing::info!("stopped");
-    result.map_err(EngineError::Stage)
+    Ok(result?)
 }
 
 /// What came in and what went out over the run, so that a log alone says where data was lost.

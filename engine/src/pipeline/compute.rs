@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::{send_until_stop, Command, Meta, Work, TICK};
+use super::{send_until_stop, Command, Meta, PipelineError, Work, TICK};
 use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
 use crate::signal::delay::{fill_output_delays, spectrum_valid, DelayModel, FramePlan, Placement};
 use crate::stats::{unix_ns, Stats};
@@ -161,7 +161,7 @@ impl Compute {
         rx: Receiver<Work>,
         tx: Sender<Work>,
         commands: Receiver<Command>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         let result = self.run_inner(&rx, &tx, &commands);
         if result.is_err() {
             self.stop.store(true, Relaxed);
@@ -174,7 +174,7 @@ impl Compute {
         rx: &Receiver<Work>,
         tx: &Sender<Work>,
         commands: &Receiver<Command>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         while !self.stop.load(Relaxed) {
             while let Ok(c) = commands.try_recv() {
                 self.command(c);
@@ -392,16 +392,19 @@ impl Compute {
         false
     }
 
-    fn enqueue(&mut self, mut work: Work, compute: bool, tx: &Sender<Work>) -> Result<(), String> {
+    fn enqueue(
+        &mut self,
+        mut work: Work,
+        compute: bool,
+        tx: &Sender<Work>,
+    ) -> Result<(), PipelineError> {
         if compute {
             while self.submitted >= self.backend.max_in_flight().max(1) {
                 self.complete_oldest(tx)?;
             }
             work.meta.submitted_at = Some(Instant::now());
             let Work { frame, meta } = work;
-            self.backend
-                .submit(frame)
-                .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?;
+            self.backend.submit(frame).map_err(|e| self.failed(e))?;
             self.in_flight.push_back(InFlight::Submitted(meta));
             self.submitted += 1;
         } else {
@@ -416,7 +419,15 @@ impl Compute {
         Ok(())
     }
 
-    fn complete_oldest(&mut self, tx: &Sender<Work>) -> Result<(), String> {
+    /// The backend's error as the stage's.
+    fn failed(&self, error: crate::backend::BackendError) -> PipelineError {
+        PipelineError::Backend {
+            backend: self.backend.name(),
+            error,
+        }
+    }
+
+    fn complete_oldest(&mut self, tx: &Sender<Work>) -> Result<(), PipelineError> {
         let work = match self.in_flight.pop_front() {
             None => return Ok(()),
             Some(InFlight::Skipped(w)) => w,
@@ -424,13 +435,8 @@ impl Compute {
                 let frame = self
                     .backend
                     .wait()
-                    .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?
-                    .ok_or_else(|| {
-                        format!(
-                            "the {} backend returned no frame for one submitted.",
-                            self.backend.name()
-                        )
-                    })?;
+                    .map_err(|e| self.failed(e))?
+                    .ok_or_else(|| PipelineError::NoFrame(self.backend.name()))?;
                 self.submitted -= 1;
                 if let Some(t) = meta.submitted_at {
                     self.stats.chunk_time.record(t.elapsed());

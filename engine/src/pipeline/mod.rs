@@ -17,6 +17,7 @@
 //!   that output's destinations.
 
 pub mod compute;
+mod error;
 pub mod pair;
 pub mod recv;
 pub mod send;
@@ -35,6 +36,7 @@ use crate::backend::{
 };
 use crate::signal::delay::DelayModel;
 use crate::stats::Stats;
+pub use error::PipelineError;
 pub use spec::StageSpecs;
 
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
@@ -139,7 +141,8 @@ pub enum Command {
 }
 
 /// Builds the backend on the compute thread, so that a GPU context belongs to the thread using it.
-pub type BackendFactory = Box<dyn FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static>;
+pub type BackendFactory =
+    Box<dyn FnOnce() -> Result<Box<dyn Backend>, PipelineError> + Send + 'static>;
 
 /// What the compute thread reports once its backend is up.
 struct Ready {
@@ -152,7 +155,7 @@ struct Ready {
 
 /// The running pipeline.
 pub struct Pipeline {
-    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
+    threads: Vec<(&'static str, Stage)>,
     stop: Arc<AtomicBool>,
     pub commands: Sender<Command>,
     pub backend: &'static str,
@@ -167,7 +170,7 @@ impl Pipeline {
         make_backend: BackendFactory,
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PipelineError> {
         let StageSpecs {
             frame: frame_spec,
             recv: recv_spec,
@@ -182,7 +185,7 @@ impl Pipeline {
         let transmitters = send::transmitters(&send_specs)?;
 
         let (commands_tx, commands_rx) = bounded::<Command>(64);
-        let (ready_tx, ready_rx) = bounded::<Result<Ready, String>>(1);
+        let (ready_tx, ready_rx) = bounded::<Result<Ready, PipelineError>>(1);
         let (to_send_tx, to_send_rx) = bounded::<Work>(2);
         let (to_compute_tx, to_compute_rx) = bounded::<Work>(2);
 
@@ -227,7 +230,7 @@ impl Pipeline {
             Err(_) => {
                 let e = join_all(threads)
                     .err()
-                    .unwrap_or_else(|| "the compute thread stopped while starting.".into());
+                    .unwrap_or(PipelineError::ComputeStopped);
                 return Err(e);
             }
         };
@@ -322,7 +325,7 @@ impl Pipeline {
 
     /// Waits until the stop flag is set (by a signal or a failing stage), then for every stage.
     /// Returns the first stage error.
-    pub fn join(self) -> Result<(), String> {
+    pub fn join(self) -> Result<(), PipelineError> {
         while !self.stop.load(Ordering::Relaxed) {
             if self.threads.iter().any(|(_, t)| t.is_finished()) {
                 // A stage ended by itself: that is an error (or a panic); stop the rest.
@@ -336,33 +339,39 @@ impl Pipeline {
     }
 }
 
+/// A stage's thread.
+type Stage = JoinHandle<Result<(), PipelineError>>;
+
 fn spawn(
     name: &str,
-    f: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<JoinHandle<Result<(), String>>, String> {
+    f: impl FnOnce() -> Result<(), PipelineError> + Send + 'static,
+) -> Result<Stage, PipelineError> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(f)
-        .map_err(|e| format!("cannot start thread {name}: {e}."))
+        .map_err(|error| PipelineError::Thread {
+            name: name.into(),
+            error,
+        })
 }
 
 /// Stops and joins the stages already started, and returns `e`.
 fn abort(
     stop: &AtomicBool,
-    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
-    e: String,
-) -> Result<Pipeline, String> {
+    threads: Vec<(&'static str, Stage)>,
+    e: PipelineError,
+) -> Result<Pipeline, PipelineError> {
     stop.store(true, Ordering::Relaxed);
     let _ = join_all(threads);
     Err(e)
 }
 
-fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Result<(), String> {
+fn join_all(threads: Vec<(&'static str, Stage)>) -> Result<(), PipelineError> {
     let mut first = Ok(());
     for (name, t) in threads {
         let r = match t.join() {
             Ok(r) => r,
-            Err(_) => Err(format!("the {name} stage panicked.")),
+            Err(_) => Err(PipelineError::Panicked(name)),
         };
         if let Err(e) = r {
             tracing::error!(stage = name, "{e}");
@@ -376,26 +385,22 @@ fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Res
 
 /// Frames for the pipeline and spare chunk buffers for the receivers, all from the backend (pinned
 /// memory for CUDA), and the initial gains.
-fn allocate(spec: &FrameSpec, backend: &mut dyn Backend) -> Result<Ready, String> {
+fn allocate(spec: &FrameSpec, backend: &mut dyn Backend) -> Result<Ready, PipelineError> {
     if *backend.input() != spec.input || backend.outputs() != spec.outputs {
-        return Err("the backend was built for another geometry.".into());
+        return Err(PipelineError::WrongGeometry);
     }
     for (k, (output, &gain)) in spec.outputs.iter().zip(&spec.gains).enumerate() {
         let gains = vec![Complex32::new(gain, 0.0); output.channels];
         for pol in 0..POLS {
             backend
                 .set_gains(k, pol, &gains)
-                .map_err(|e| format!("cannot set the initial gains: {e}."))?;
+                .map_err(PipelineError::InitialGains)?;
         }
     }
     let max_in_flight = backend.max_in_flight().max(1);
     // In flight in the backend, one being prepared, two in each queue, one sending, one pairing.
     let frames = max_in_flight + 6;
-    let alloc = |backend: &dyn Backend| {
-        backend
-            .alloc_frame()
-            .map_err(|e| format!("cannot allocate frame buffers: {e}."))
-    };
+    let alloc = |backend: &dyn Backend| backend.alloc_frame().map_err(PipelineError::Allocate);
     let mut out = Vec::with_capacity(frames);
     for _ in 0..frames {
         out.push(alloc(backend)?);

@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use spead::chunk::Chunk;
 
 use super::recv::RecvMsg;
-use super::{recv_until_stop, send_until_stop, Work, SLACK, TICK};
+use super::{recv_until_stop, send_until_stop, PipelineError, Work, SLACK, TICK};
 use crate::backend::{HostBuffer, POLS};
 use crate::stats::Stats;
 
@@ -91,7 +91,7 @@ impl Pair {
         free: Receiver<Work>,
         to_compute: Sender<Work>,
         returns: [Sender<Chunk<HostBuffer>>; POLS],
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         let mut ctx = Ctx {
             free,
             to_compute,

@@ -25,7 +25,7 @@ use spead::packet::{write_header, ItemPointer};
 use spead::transport::{self, Pacer, SocketConfig, UdpSocket};
 use spead::{items, Descriptor, HeapItem, HeapWriter};
 
-use super::{recv_until_stop, Work};
+use super::{recv_until_stop, PipelineError, Work};
 use crate::backend::{Channelisation, POLS};
 use crate::signal::delay::FramePlan;
 use crate::stats::{OutputStats, Stats};
@@ -127,7 +127,7 @@ fn record_newest(newest: &AtomicU64, t: u64, lag_limit: u64) {
 
 /// The transmitters of every output: each output's substreams split into contiguous shares, one
 /// per send thread of that output.
-pub fn transmitters(specs: &[SendSpec]) -> Result<Vec<Transmitter>, String> {
+pub fn transmitters(specs: &[SendSpec]) -> Result<Vec<Transmitter>, PipelineError> {
     let mut all = Vec::new();
     for (k, spec) in specs.iter().enumerate() {
         let n = spec.substreams();
@@ -153,7 +153,7 @@ pub fn run(
     free: Sender<Work>,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
-) -> Result<(), String> {
+) -> Result<(), PipelineError> {
     // The last holder of a frame gives it back (the pool holds every frame there is: no blocking).
     let release = |w: Arc<Work>| match Arc::into_inner(w) {
         Some(work) => free.send(work).is_ok(),
@@ -172,7 +172,7 @@ pub fn run(
                 Ok(_) => workers.push(tx),
                 Err(e) => {
                     stop.store(true, Relaxed);
-                    return Err(format!("cannot start a send thread: {e}."));
+                    return Err(PipelineError::SendThread(e));
                 }
             }
         }
@@ -180,7 +180,7 @@ pub fn run(
             let work = Arc::new(work);
             for tx in &workers {
                 if tx.send(work.clone()).is_err() {
-                    return Err("a send thread stopped.".to_string());
+                    return Err(PipelineError::SendThreadStopped);
                 }
             }
             if !release(work) {
@@ -193,9 +193,8 @@ pub fn run(
 
 impl Transmitter {
     /// A transmitter of substreams `subs` of output `output`, which `spec` describes.
-    pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>) -> Result<Self, String> {
-        let socket = UdpSocket::sender(&spec.socket)
-            .map_err(|e| format!("cannot open the output socket: {e}."))?;
+    pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>) -> Result<Self, PipelineError> {
+        let socket = UdpSocket::sender(&spec.socket).map_err(PipelineError::OutputSocket)?;
         let c = spec.substream_channels() as u64;
         let s = spec.g.output.spectra_per_heap as u64;
         // katgpucbf's description of the data: int8 (re, im) pairs, or one opaque byte per

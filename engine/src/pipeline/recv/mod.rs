@@ -34,7 +34,7 @@ use digitiser::ClipCount;
 use place::Placer;
 pub use place::CONFIRM;
 
-use super::RECV_WINDOW;
+use super::{PipelineError, RECV_WINDOW};
 use crate::backend::{HostBuffer, POLS};
 use crate::stats::Stats;
 use spead::packet::PACKET_HEADER_BYTES;
@@ -94,14 +94,18 @@ pub fn bind(
     spec: &RecvSpec,
     pol: usize,
     stats: &Stats,
-) -> Result<Vec<Vec<transport::Receiver>>, String> {
+) -> Result<Vec<Vec<transport::Receiver>>, PipelineError> {
     let sc = &spec.socket;
     let addrs = &spec.sources[pol];
     let lanes = spec.lanes.clamp(1, addrs.len().max(1));
     let mut out: Vec<Vec<transport::Receiver>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     let open = |what: &str, r: std::io::Result<UdpSocket>| {
-        r.map_err(|e| format!("cannot receive polarisation {pol} on {what}: {e}."))
+        r.map_err(|error| PipelineError::Bind {
+            pol,
+            addr: what.to_string(),
+            error,
+        })
     };
     let groups: Vec<_> = addrs.iter().map(|a| *a.ip()).collect();
     let port = addrs.first().map_or(0, |a| a.port());
@@ -248,7 +252,7 @@ impl Lane {
         format!("fengine-recv{}.{}", self.pol, self.lane)
     }
 
-    pub fn run(mut self) -> Result<(), String> {
+    pub fn run(mut self) -> Result<(), PipelineError> {
         let mut sockets = std::mem::take(&mut self.sockets);
         let mut pfds: Vec<libc::pollfd> = sockets
             .iter()
@@ -270,7 +274,10 @@ impl Lane {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(format!("polarisation {} receive failed: {e}.", self.pol));
+                return Err(PipelineError::Receive {
+                    pol: self.pol,
+                    error: e,
+                });
             }
             self.placer.now = Instant::now();
             drops.update(
