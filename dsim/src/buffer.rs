@@ -9,9 +9,10 @@
 //! leave in one GSO send.
 
 use spead::items;
-use spead::packet::{self, ItemPointer};
+use spead::packet::{self, ItemPointer, PACKET_HEADER_BYTES};
+use spead::transport::MAX_UDP_PAYLOAD;
 
-use crate::config::{packet_bytes, BadRequest, MAX_UDP_PAYLOAD};
+use crate::config::{packet_bytes, BadRequest};
 use crate::signal::Generator;
 
 /// Item pointer indices in every packet (patched per send: counter and timestamp).
@@ -60,7 +61,7 @@ impl Layout {
         Ok(Self {
             heap_samples,
             bits,
-            payload_bytes: packet_bytes - crate::config::HEADER_BYTES,
+            payload_bytes: packet_bytes - PACKET_HEADER_BYTES,
             packet_bytes,
             groups,
             run,

@@ -3,7 +3,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use spead::transport::Endpoint;
+use spead::packet::PACKET_HEADER_BYTES;
+use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 
 use crate::spec::Signal;
 
@@ -212,14 +213,10 @@ pub const DEFAULT_BUFFER_HEAPS: usize = 8192;
 pub const DEFAULT_MAX_LATE: f64 = 0.25;
 /// Far above anything a host can send; keeps heap arithmetic well inside f64 and u64.
 pub const MAX_RATE: f64 = 1e12;
-/// Largest UDP payload over IPv4.
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
-/// 8-byte header and 8 item pointers (docs/wire-formats.md).
-pub const HEADER_BYTES: usize = 72;
 
 /// Bytes of one digitiser packet (one heap).
 pub fn packet_bytes(heap_samples: usize, bits: u32) -> usize {
-    HEADER_BYTES + spead::samples::packed_len(heap_samples, bits)
+    PACKET_HEADER_BYTES + spead::samples::packed_len(heap_samples, bits)
 }
 
 #[cfg(test)]

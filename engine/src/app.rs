@@ -9,7 +9,7 @@ use crate::config::{
     BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
 };
 use crate::control::{self, Controller};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, PipelineError, StageSpecs};
 use crate::stats::Stats;
 
 /// Why `fengine run` or `fengine bench` could not start or stopped with an error: one sentence
@@ -22,9 +22,9 @@ pub enum EngineError {
     /// Start-up failed: a socket, a backend, a thread, the control server.
     #[error("{0}")]
     Start(String),
-    /// A pipeline stage failed while running.
-    #[error("{0}")]
-    Stage(String),
+    /// The pipeline could not start, or one of its stages failed while running.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
     /// The benchmark could not run.
     #[error("{0}")]
     Bench(String),
@@ -152,7 +152,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
         let g = cfg.channelisation(k);
         tracing::info!(
             output = %o.name,
-            kind = ?o.kind,
+            kind = ?o.geometry.kind.label(),
             channels = g.output.channels,
             taps = g.output.taps,
             window_function = g.output.filter.window.name(),
@@ -164,7 +164,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
             lag_samples = o.lag,
             substreams = o.substreams(),
             decimation = g.output.decimation(),
-            centre_hz = o.mixer.map(|w| crate::signal::ddc::centre_frequency(w, cfg.fs)),
+            centre_hz = o.mixer().map(|w| crate::signal::ddc::centre_frequency(w, cfg.fs)),
             "configuration: output"
         );
     }
@@ -178,12 +178,14 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
         cfg.gpu,
     );
     let pipeline = Pipeline::start(
-        &cfg,
-        Box::new(move || make_backend(kind, precision, kernels, input, &outputs, gpu)),
+        StageSpecs::new(&cfg),
+        Box::new(move || {
+            make_backend(kind, precision, kernels, input, &outputs, gpu)
+                .map_err(PipelineError::NoBackend)
+        }),
         stats.clone(),
         stop.clone(),
-    )
-    .map_err(EngineError::Start)?;
+    )?;
     let controller = Arc::new(Controller::new(
         cfg.clone(),
         stats.clone(),
@@ -204,7 +206,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
     let _ = control.join();
     log_totals(&stats);
     tracing::info!("stopped");
-    result.map_err(EngineError::Stage)
+    Ok(result?)
 }
 
 /// What came in and what went out over the run, so that a log alone says where data was lost.
@@ -252,7 +254,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         bits: args.output_bits,
         filter: Default::default(),
         dither: args.dither.then_some(1),
-        ddc: None,
+        kind: backend::OutputKind::Wideband,
     };
     let chunk = args
         .spectra_per_heap
@@ -265,7 +267,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         outputs.push(OutputGeometry {
             channels,
             spectra_per_heap: args.spectra_per_heap.min(spectra),
-            ddc: Some(backend::Ddc::new(decimation)),
+            kind: backend::OutputKind::Narrowband(backend::Ddc::new(decimation)),
             ..output
         });
     }

@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::Instant;
 
 use crate::backend::{
-    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, Result,
-    SpectrumDelay,
+    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, OutputKind,
+    Result, SpectrumDelay,
 };
 
 /// The outcome of [`run`].
@@ -103,7 +103,10 @@ fn prepare(input: &InputGeometry, outputs: &[OutputGeometry], frame: &mut Frame,
         let lag = (o.window() - o.step()).next_multiple_of(o.decimation());
         let base = input.overlap_samples - lag;
         // A narrowband centre at a quarter of the sample rate: valid for every decimation.
-        out.mixer = if o.ddc.is_some() { 1 << 30 } else { 0 };
+        out.mixer = match o.kind {
+            OutputKind::Wideband => 0,
+            OutputKind::Narrowband(_) => 1 << 30,
+        };
         for delays in &mut out.delays {
             for (m, d) in delays.iter_mut().enumerate() {
                 *d = SpectrumDelay {
@@ -195,7 +198,7 @@ mod tests {
             bits: 8,
             filter: Default::default(),
             dither: None,
-            ddc: None,
+            kind: OutputKind::Wideband,
         };
         (input, [output])
     }

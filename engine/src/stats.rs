@@ -199,7 +199,7 @@ impl Stats {
             .collect();
         let mut s = Self::new(&outputs);
         for (stats, spec) in s.outputs.iter_mut().zip(&cfg.outputs) {
-            stats.mixer = spec.mixer.map(AtomicU32::new);
+            stats.mixer = spec.mixer().map(AtomicU32::new);
         }
         s.adc_sample_rate = cfg.fs;
         s

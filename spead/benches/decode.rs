@@ -15,7 +15,7 @@ use std::sync::Arc;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use spead::assemble::HeapAssembler;
 use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, Placement};
-use spead::packet::{encode, ItemPointer, Limits, Packet};
+use spead::packet::{encode, ItemPointer, Limits, Packet, PACKET_HEADER_BYTES};
 use spead::{items, HeapItem, HeapWriter, Reject, RejectCounters};
 
 const DIG_HEAP: usize = 5120;
@@ -36,7 +36,7 @@ fn digitiser_packet(t: u64) -> Vec<u8> {
         ItemPointer::immediate(items::DIGITISER_STATUS, 0),
         ItemPointer::addressed(items::ADC_SAMPLES, 0),
     ];
-    let mut buf = vec![0u8; 72 + DIG_HEAP];
+    let mut buf = vec![0u8; PACKET_HEADER_BYTES + DIG_HEAP];
     encode(&mut buf, &pointers, &[0x11; DIG_HEAP]).unwrap();
     buf
 }
@@ -67,7 +67,7 @@ fn bench_chunks(
 ) {
     let limits = Limits::default();
     let mut g = c.benchmark_group("chunk");
-    let payload: usize = packets.iter().map(|p| p.len() - 72).sum();
+    let payload: usize = packets.iter().map(|p| p.len() - PACKET_HEADER_BYTES).sum();
     g.throughput(Throughput::Bytes(payload as u64));
     let chunks_per_round =
         (packets.len() / cfg.slots / cfg.slot_bytes.div_ceil(cfg.packet_payload)).max(1) as u64;

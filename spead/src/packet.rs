@@ -230,6 +230,14 @@ pub enum EncodeError {
     TooManyItems(usize),
 }
 
+/// Item pointers in every packet of our wire formats, digitiser and F-engine alike
+/// (docs/wire-formats.md): heap counter, size, offset, payload length, timestamp, source id and
+/// two items of the format's own.
+pub const WIRE_ITEM_POINTERS: usize = 8;
+/// Bytes before the payload of every packet of our wire formats: the 8-byte header and
+/// [`WIRE_ITEM_POINTERS`] item pointers, 72.
+pub const PACKET_HEADER_BYTES: usize = packet_size(WIRE_ITEM_POINTERS, 0);
+
 /// Bytes a packet with `n_pointers` item pointers and `payload` bytes takes.
 pub const fn packet_size(n_pointers: usize, payload: usize) -> usize {
     HEADER_SIZE + n_pointers * ITEM_POINTER_SIZE + payload
@@ -296,6 +304,11 @@ pub fn patch_pointer(packet: &mut [u8], index: usize, pointer: ItemPointer) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_packets_carry_a_72_byte_header() {
+        assert_eq!(PACKET_HEADER_BYTES, 72);
+    }
 
     fn pointers(payload: u64) -> Vec<ItemPointer> {
         vec![

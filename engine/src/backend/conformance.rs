@@ -11,7 +11,7 @@ use spead::samples::range as sample_range;
 
 use super::{
     Backend, BackendError, Channelisation, Ddc, Frame, InputGeometry, OutputFrame, OutputGeometry,
-    SpectrumDelay, MAX_OUTPUTS, POLS,
+    OutputKind, SpectrumDelay, MAX_OUTPUTS, POLS,
 };
 use crate::signal::ddc::{mixer_phase, phase_radians};
 use crate::signal::delay::{fill_delays, wrap_phase, DelayAt, DelayModel, FramePlan, Placement};
@@ -42,7 +42,7 @@ pub fn geometry(
             bits: 8,
             filter: Default::default(),
             dither: None,
-            ddc: None,
+            kind: OutputKind::Wideband,
         },
     )
 }
@@ -62,7 +62,7 @@ pub fn narrowband_output(
         bits: 8,
         filter: Default::default(),
         dither: None,
-        ddc: Some(Ddc::new(decimation)),
+        kind: OutputKind::Narrowband(Ddc::new(decimation)),
     }
 }
 
@@ -135,7 +135,7 @@ pub fn random_output_delays(
     margin: usize,
     out: &mut OutputFrame,
 ) {
-    if let Some(ddc) = g.output.ddc {
+    if let OutputKind::Narrowband(ddc) = g.output.kind {
         let word = random_mixer_word(rng, ddc.decimation);
         narrowband_delays(rng, g, margin, word, out);
         return;
@@ -603,7 +603,7 @@ pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
         bits: 8,
         filter: Default::default(),
         dither: Some(3),
-        ddc: None,
+        kind: OutputKind::Wideband,
     };
     let outputs = vec![
         base,
@@ -946,7 +946,7 @@ pub fn check_narrowband_tones(
     let mut report = Vec::new();
     for d in [8usize, 16] {
         let wide = OutputGeometry {
-            ddc: None,
+            kind: OutputKind::Wideband,
             spectra_per_heap: 4,
             ..narrowband_output(n, taps, d, 2)
         };
@@ -1169,7 +1169,7 @@ pub fn check_narrowband_refusals(make: TryMake) {
     };
     for decimation in [1, 4, 12, 64] {
         let bad = OutputGeometry {
-            ddc: Some(Ddc {
+            kind: OutputKind::Narrowband(Ddc {
                 decimation,
                 taps: 96,
             }),
@@ -1184,7 +1184,7 @@ pub fn check_narrowband_refusals(make: TryMake) {
     let e = refused(off_grid, &[d32]);
     assert!(e.contains("must be a multiple of the decimation 32"), "{e}");
     let no_taps = OutputGeometry {
-        ddc: Some(Ddc {
+        kind: OutputKind::Narrowband(Ddc {
             decimation: 16,
             taps: 0,
         }),

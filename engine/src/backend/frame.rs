@@ -198,7 +198,7 @@ impl OutputFrame {
                 )));
             }
         }
-        if let Some(ddc) = g.output.ddc {
+        if let super::OutputKind::Narrowband(ddc) = g.output.kind {
             crate::signal::ddc::check_mixer_word(self.mixer, ddc.decimation).map_err(|e| {
                 BackendError::Misuse(format!("narrowband output's mixer word: {e}"))
             })?;

@@ -82,8 +82,30 @@ impl Ddc {
     }
 }
 
-/// One output: a wideband channelisation of the input (or, with a [`Ddc`], a narrowband one of
-/// a band of it), sent in heaps of spectra.
+/// What an output computes from the input, with what only that kind needs. Each backend builds one
+/// per-kind piece of work from it when the output is made (its only `match` on the kind), so a
+/// new kind is a new variant here plus one module per backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputKind {
+    /// The whole band 0 .. fs/2: a real PFB of 2n points keeping n channels.
+    Wideband,
+    /// A band of fs/(2D) around the frame's mixer word: down-converted, then a complex PFB that
+    /// keeps the centre half of its 2n bins.
+    Narrowband(Ddc),
+}
+
+impl OutputKind {
+    /// The kind as the control API names it (`/status`).
+    pub fn label(&self) -> fgpu_api::engine::OutputKind {
+        match self {
+            Self::Wideband => fgpu_api::engine::OutputKind::Wideband,
+            Self::Narrowband(_) => fgpu_api::engine::OutputKind::Narrowband,
+        }
+    }
+}
+
+/// One output: a channelisation of the input (wideband, or narrowband of a band of it, as its
+/// [`OutputKind`] says), sent in heaps of spectra.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OutputGeometry {
     /// Output channels n (power of two). The FFT has 2n points; Nyquist is dropped.
@@ -98,14 +120,17 @@ pub struct OutputGeometry {
     pub filter: FilterDesign,
     /// The output dither's seed, or `None` for no dither (`crate::signal::dither`).
     pub dither: Option<u32>,
-    /// `None` for a wideband output; a narrowband output's down-conversion.
-    pub ddc: Option<Ddc>,
+    /// Wideband, or narrowband with its down-conversion.
+    pub kind: OutputKind,
 }
 
 impl OutputGeometry {
     /// D: 1 for a wideband output, the DDC's decimation for a narrowband one.
     pub fn decimation(&self) -> usize {
-        self.ddc.map_or(1, |d| d.decimation)
+        match self.kind {
+            OutputKind::Wideband => 1,
+            OutputKind::Narrowband(d) => d.decimation,
+        }
     }
     /// Input samples per spectrum: 2n (wideband), 2nD (narrowband).
     pub fn step(&self) -> usize {
@@ -114,9 +139,11 @@ impl OutputGeometry {
     /// Input samples one spectrum reads: 2nT (wideband); (2nT - 1) D + L (narrowband: the DDC's
     /// L taps behind each of the window's 2nT subsampled samples).
     pub fn window(&self) -> usize {
-        match self.ddc {
-            None => self.step() * self.taps,
-            Some(d) => (2 * self.channels * self.taps - 1) * d.decimation + d.taps,
+        match self.kind {
+            OutputKind::Wideband => self.step() * self.taps,
+            OutputKind::Narrowband(d) => {
+                (2 * self.channels * self.taps - 1) * d.decimation + d.taps
+            }
         }
     }
     /// Samples of input per output heap (S x step).
@@ -149,7 +176,7 @@ impl OutputGeometry {
         if self.bits != 8 && self.bits != 4 {
             return Err(format!("output bits must be 8 or 4, not {}", self.bits));
         }
-        if let Some(d) = self.ddc {
+        if let OutputKind::Narrowband(d) = self.kind {
             crate::signal::ddc::check_decimation(d.decimation).map_err(|e| e.to_string())?;
             if d.taps == 0 || d.taps > crate::signal::ddc::MAX_DDC_TAPS {
                 return Err(format!(
@@ -159,7 +186,7 @@ impl OutputGeometry {
                 ));
             }
         }
-        self.filter.validate()
+        self.filter.validate().map_err(|e| e.to_string())
     }
 }
 
@@ -290,7 +317,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
-                ddc: None,
+                kind: OutputKind::Wideband,
             },
         )
     }

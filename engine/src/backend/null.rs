@@ -77,7 +77,7 @@ mod tests {
             bits: 8,
             filter: Default::default(),
             dither: None,
-            ddc: None,
+            kind: crate::backend::OutputKind::Wideband,
         };
         let g = Channelisation::new(input, output);
         let mut b = Synchronous::new(NullBackend::new(input, &[output]).unwrap());

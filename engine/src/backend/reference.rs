@@ -15,7 +15,7 @@ use rustfft::{Fft, FftPlanner};
 
 use super::{
     channelisations, BackendError, Channelisation, Frame, InputGeometry, OutputFrame,
-    OutputGeometry, Process, Result, SpectrumDelay, POLS,
+    OutputGeometry, OutputKind, Process, Result, SpectrumDelay, POLS,
 };
 use crate::signal::half_rows::{self, HalfRowsFft};
 use crate::signal::narrowband::{Narrowband, NarrowbandDelay, NarrowbandReference};
@@ -37,14 +37,22 @@ pub struct ReferenceBackend {
 pub struct ReferenceOutput {
     geometry: Channelisation,
     weights: Vec<f64>,
-    /// The wideband 2n-point FFT (a narrowband output's is in `narrowband`).
-    fft: Arc<dyn Fft<f64>>,
-    /// Set by [`ReferenceBackend::model_half_rows`]: the FFT as the two-pass CUDA kernels take it
-    /// with float16 rows, instead of `fft`.
-    half_rows: Option<HalfRowsFft>,
-    /// A narrowband output's channeliser (its mixer word set from each frame's).
-    narrowband: Option<NarrowbandReference>,
+    /// What only its kind keeps.
+    channeliser: Channeliser,
     gains: [Vec<Complex64>; POLS],
+}
+
+/// One kind of output's channeliser, chosen by its [`OutputKind`] when the output is made.
+enum Channeliser {
+    Wideband {
+        /// The 2n-point FFT.
+        fft: Arc<dyn Fft<f64>>,
+        /// Set by [`ReferenceBackend::model_half_rows`]: the FFT as the two-pass CUDA kernels
+        /// take it with float16 rows, instead of `fft`.
+        half_rows: Option<HalfRowsFft>,
+    },
+    /// Its mixer word set from each frame's.
+    Narrowband(NarrowbandReference),
 }
 
 impl ReferenceBackend {
@@ -79,7 +87,13 @@ impl ReferenceBackend {
             .get_mut(k)
             .ok_or_else(|| BackendError::Misuse(format!("no output {k}")))?;
         let g = o.geometry;
-        if o.narrowband.is_some() || r == 0 || g.output.channels % r != 0 {
+        let Channeliser::Wideband { half_rows, .. } = &mut o.channeliser else {
+            return Err(BackendError::Unsupported(format!(
+                "float16 rows are modelled for wideband outputs split n = R x A; not output {k} \
+                 with R = {r}"
+            )));
+        };
+        if r == 0 || g.output.channels % r != 0 {
             return Err(BackendError::Unsupported(format!(
                 "float16 rows are modelled for wideband outputs split n = R x A; not output {k} \
                  with R = {r}"
@@ -87,7 +101,7 @@ impl ReferenceBackend {
         }
         let scale = half_rows::row_scale(&o.weights, g.output.channels, g.input.sample_bits, r);
         let mut planner = FftPlanner::new();
-        o.half_rows = Some(HalfRowsFft::new(
+        *half_rows = Some(HalfRowsFft::new(
             g.output.channels,
             r,
             Some(scale),
@@ -151,10 +165,12 @@ impl ReferenceOutput {
         let unsupported = |e: crate::signal::SignalError| BackendError::Unsupported(e.to_string());
         let o = &geometry.output;
         let weights = o.weights().map_err(unsupported)?;
-        let fft = planner.plan_fft_forward(geometry.step());
-        let narrowband = match o.ddc {
-            None => None,
-            Some(ddc) => Some(
+        let channeliser = match o.kind {
+            OutputKind::Wideband => Channeliser::Wideband {
+                fft: planner.plan_fft_forward(geometry.step()),
+                half_rows: None,
+            },
+            OutputKind::Narrowband(ddc) => Channeliser::Narrowband(
                 NarrowbandReference::new(Narrowband {
                     channels: o.channels,
                     taps: o.taps,
@@ -174,9 +190,7 @@ impl ReferenceOutput {
         Ok(Self {
             geometry,
             weights,
-            fft,
-            half_rows: None,
-            narrowband,
+            channeliser,
             gains: std::array::from_fn(|_| vec![g0; geometry.output.channels]),
         })
     }
@@ -219,11 +233,11 @@ impl ReferenceOutput {
         at: (u32, usize),
     ) -> Result<Vec<Complex64>> {
         let g = &self.geometry;
-        if self.narrowband.is_some() {
+        let Channeliser::Wideband { fft, half_rows } = &self.channeliser else {
             return Err(BackendError::Misuse(
                 "spectrum computes wideband spectra; this output is narrowband".into(),
             ));
-        }
+        };
         if pol >= POLS || window.len() != g.window() {
             return Err(BackendError::Misuse(format!(
                 "spectrum needs pol 0 or 1 and a window of {} samples, not pol {pol} and {}",
@@ -239,9 +253,9 @@ impl ReferenceOutput {
                 buf[t].re += window[t + step * j] * self.weights[t + step * j];
             }
         }
-        match &self.half_rows {
+        match half_rows {
             // X_k = sum_t g_t exp(-2 pi i k t / 2n)
-            None => self.fft.process(&mut buf),
+            None => fft.process(&mut buf),
             Some(h) => {
                 let g: Vec<f64> = buf.iter().map(|x| x.re).collect();
                 buf = h.process(&g, at.0, at.1, pol);
@@ -289,7 +303,7 @@ impl ReferenceOutput {
         span_start: u64,
         out: &mut OutputFrame,
     ) -> Result<Vec<Complex64>> {
-        if let Some(nb) = &mut self.narrowband {
+        if let Channeliser::Narrowband(nb) = &mut self.channeliser {
             nb.set_mixer(out.mixer)
                 .map_err(|e| BackendError::Misuse(e.to_string()))?;
         }
@@ -299,9 +313,11 @@ impl ReferenceOutput {
         for m in 0..g.spectra_per_frame() {
             for (pol, saturated) in saturated.iter_mut().enumerate() {
                 let delay = out.delays[pol][m];
-                let y = match &self.narrowband {
-                    Some(nb) => self.narrowband_spectrum(nb, pol, &span[pol], span_start, delay),
-                    None => {
+                let y = match &self.channeliser {
+                    Channeliser::Narrowband(nb) => {
+                        self.narrowband_spectrum(nb, pol, &span[pol], span_start, delay)
+                    }
+                    Channeliser::Wideband { .. } => {
                         let start = delay.offset as usize;
                         let window = &span[pol][start..start + g.window()];
                         let at = (half_rows::frame_key(out.timestamp), m);

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use fgpu_api::engine::Output;
 
 use super::{status, ControlError, Controller};
+use crate::backend::OutputKind;
 use crate::pipeline::Command;
 use crate::signal::ddc;
 
@@ -25,7 +26,7 @@ impl Controller {
     /// pipeline; the output's section of the status as it now stands.
     pub fn set_centre(&self, name: &str, centre: f64) -> Result<Output, ControlError> {
         let k = self.output_index(name)?;
-        let Some(ddc) = self.cfg.outputs[k].geometry.ddc else {
+        let OutputKind::Narrowband(ddc) = self.cfg.outputs[k].geometry.kind else {
             return Err(ControlError::NoCentre {
                 output: name.to_string(),
             });

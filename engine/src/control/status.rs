@@ -7,7 +7,7 @@ use std::time::Duration;
 use fgpu_api::engine::{Control, Delays, Frames, Input, Narrowband, Output, PolInput, Status};
 
 use super::Controller;
-use crate::backend::POLS;
+use crate::backend::{OutputKind, POLS};
 use crate::config::EngineConfig;
 use crate::stats::Stats;
 
@@ -124,7 +124,7 @@ pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
     let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
     let (spec, os, g) = (&cfg.outputs[k], &stats.outputs[k], cfg.channelisation(k));
     Output {
-        kind: spec.kind,
+        kind: spec.geometry.kind.label(),
         channels: g.output.channels,
         taps: g.output.taps,
         window_function: g.output.filter.window.name().into(),
@@ -146,16 +146,19 @@ pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
         send_errors: os.send_errors.load(Relaxed),
         last_timestamp: os.last_output_timestamp.load(Relaxed),
         saturated: os.saturated.iter().map(|c| c.load(Relaxed)).collect(),
-        narrowband: g.output.ddc.map(|ddc| {
-            let word = os.mixer.as_ref().map_or(0, |m| m.load(Relaxed));
-            Narrowband {
-                centre_hz: crate::signal::ddc::centre_frequency(word, cfg.fs),
-                mixer_word: word,
-                decimation: ddc.decimation,
-                ddc_taps: ddc.taps,
-                bandwidth_hz: cfg.fs / (2 * ddc.decimation) as f64,
+        narrowband: match g.output.kind {
+            OutputKind::Wideband => None,
+            OutputKind::Narrowband(ddc) => {
+                let word = os.mixer.as_ref().map_or(0, |m| m.load(Relaxed));
+                Some(Narrowband {
+                    centre_hz: crate::signal::ddc::centre_frequency(word, cfg.fs),
+                    mixer_word: word,
+                    decimation: ddc.decimation,
+                    ddc_taps: ddc.taps,
+                    bandwidth_hz: cfg.fs / (2 * ddc.decimation) as f64,
+                })
             }
-        }),
+        },
     }
 }
 

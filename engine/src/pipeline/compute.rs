@@ -15,9 +15,8 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::{send_until_stop, Command, Meta, Work, TICK};
+use super::{send_until_stop, Command, Meta, PipelineError, Work, TICK};
 use crate::backend::{Backend, Channelisation, SpectrumDelay, POLS};
-use crate::config::EngineConfig;
 use crate::signal::delay::{fill_output_delays, spectrum_valid, DelayModel, FramePlan, Placement};
 use crate::stats::{unix_ns, Stats};
 
@@ -49,6 +48,26 @@ impl Models {
             self.pending.pop_front();
         }
     }
+}
+
+/// What the compute stage needs: the chunks' heaps, and where each output's spectra sit.
+#[derive(Clone, Debug)]
+pub struct ComputeSpec {
+    /// Digitiser heaps per chunk.
+    pub slots: usize,
+    /// Samples per digitiser heap.
+    pub heap_samples: usize,
+    /// Per output, in the configuration's order.
+    pub outputs: Vec<ComputeOutput>,
+}
+
+/// One output as the compute stage sees it.
+#[derive(Clone, Debug)]
+pub struct ComputeOutput {
+    pub g: Channelisation,
+    pub plan: FramePlan,
+    /// A narrowband output's mixer word at start; `None` for a wideband output.
+    pub mixer: Option<u32>,
 }
 
 enum InFlight {
@@ -109,18 +128,20 @@ pub struct Compute {
 
 impl Compute {
     pub fn new(
-        cfg: &EngineConfig,
+        spec: &ComputeSpec,
         backend: Box<dyn Backend>,
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
     ) -> Self {
-        let slots = cfg.heaps_per_chunk();
+        let slots = spec.slots;
         Self {
             backend,
             slots,
-            heap_samples: cfg.input.heap_samples,
-            outputs: (0..cfg.outputs.len())
-                .map(|k| OutputPlan::new(cfg.channelisation(k), cfg.plan(k), cfg.outputs[k].mixer))
+            heap_samples: spec.heap_samples,
+            outputs: spec
+                .outputs
+                .iter()
+                .map(|o| OutputPlan::new(o.g, o.plan, o.mixer))
                 .collect(),
             models: Default::default(),
             span_present: std::array::from_fn(|_| vec![false; 2 * slots]),
@@ -140,7 +161,7 @@ impl Compute {
         rx: Receiver<Work>,
         tx: Sender<Work>,
         commands: Receiver<Command>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         let result = self.run_inner(&rx, &tx, &commands);
         if result.is_err() {
             self.stop.store(true, Relaxed);
@@ -153,7 +174,7 @@ impl Compute {
         rx: &Receiver<Work>,
         tx: &Sender<Work>,
         commands: &Receiver<Command>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         while !self.stop.load(Relaxed) {
             while let Ok(c) = commands.try_recv() {
                 self.command(c);
@@ -371,16 +392,19 @@ impl Compute {
         false
     }
 
-    fn enqueue(&mut self, mut work: Work, compute: bool, tx: &Sender<Work>) -> Result<(), String> {
+    fn enqueue(
+        &mut self,
+        mut work: Work,
+        compute: bool,
+        tx: &Sender<Work>,
+    ) -> Result<(), PipelineError> {
         if compute {
             while self.submitted >= self.backend.max_in_flight().max(1) {
                 self.complete_oldest(tx)?;
             }
             work.meta.submitted_at = Some(Instant::now());
             let Work { frame, meta } = work;
-            self.backend
-                .submit(frame)
-                .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?;
+            self.backend.submit(frame).map_err(|e| self.failed(e))?;
             self.in_flight.push_back(InFlight::Submitted(meta));
             self.submitted += 1;
         } else {
@@ -395,7 +419,15 @@ impl Compute {
         Ok(())
     }
 
-    fn complete_oldest(&mut self, tx: &Sender<Work>) -> Result<(), String> {
+    /// The backend's error as the stage's.
+    fn failed(&self, error: crate::backend::BackendError) -> PipelineError {
+        PipelineError::Backend {
+            backend: self.backend.name(),
+            error,
+        }
+    }
+
+    fn complete_oldest(&mut self, tx: &Sender<Work>) -> Result<(), PipelineError> {
         let work = match self.in_flight.pop_front() {
             None => return Ok(()),
             Some(InFlight::Skipped(w)) => w,
@@ -403,13 +435,8 @@ impl Compute {
                 let frame = self
                     .backend
                     .wait()
-                    .map_err(|e| format!("the {} backend failed: {e}.", self.backend.name()))?
-                    .ok_or_else(|| {
-                        format!(
-                            "the {} backend returned no frame for one submitted.",
-                            self.backend.name()
-                        )
-                    })?;
+                    .map_err(|e| self.failed(e))?
+                    .ok_or_else(|| PipelineError::NoFrame(self.backend.name()))?;
                 self.submitted -= 1;
                 if let Some(t) = meta.submitted_at {
                     self.stats.chunk_time.record(t.elapsed());
@@ -448,6 +475,8 @@ impl Compute {
 mod tests {
     use super::*;
     use crate::backend::{null::NullBackend, Frame, Synchronous};
+    use crate::config::EngineConfig;
+    use crate::pipeline::StageSpecs;
     use crate::signal::ddc;
     use crate::signal::delay::fill_delays;
     use crate::signal::narrowband::narrowband_delay;
@@ -477,7 +506,7 @@ mod tests {
         let cfg = EngineConfig::from_args(&args).unwrap();
         let backend = NullBackend::new(cfg.input.geometry, &cfg.output_geometries()).unwrap();
         let compute = Compute::new(
-            &cfg,
+            &StageSpecs::new(&cfg).compute,
             Box::new(Synchronous::new(backend)),
             Arc::new(Stats::for_config(&cfg)),
             Arc::new(AtomicBool::new(false)),
@@ -487,7 +516,7 @@ mod tests {
 
     /// Frame `id` with every input heap present, or all but digitiser heap `missing` of pol 0.
     fn work(cfg: &EngineConfig, id: u64, missing: Option<usize>) -> Work {
-        let mut meta = Meta::new(cfg);
+        let mut meta = Meta::new(&StageSpecs::new(cfg).frame);
         meta.id = id;
         for p in 0..POLS {
             meta.present[p].fill(true);
@@ -528,7 +557,7 @@ mod tests {
     fn narrowband_delays_are_mapped_and_wideband_is_unchanged() {
         let (cfg, mut c) = engine();
         let (wide, nb) = (0, 1);
-        let word = cfg.outputs[nb].mixer.unwrap();
+        let word = cfg.outputs[nb].mixer().unwrap();
         assert_eq!(word, ddc::mixer_word(3e7, 1e8, 16).unwrap());
         let fs = cfg.fs;
         // +-max delay (1000 samples: k = +-63 of D = 16, ties away from zero), fractions, zero.
@@ -606,7 +635,7 @@ mod tests {
     fn a_new_centre_applies_to_whole_frames() {
         let (cfg, mut c) = engine();
         let nb = 1;
-        let old = cfg.outputs[nb].mixer.unwrap();
+        let old = cfg.outputs[nb].mixer().unwrap();
         let new = ddc::mixer_word(4e7, 1e8, 16).unwrap();
         let w = prepared(&cfg, &mut c, 50, 2.5e-6, 0.0);
         assert_eq!(w.frame.outputs[nb].mixer, old);
@@ -652,7 +681,7 @@ mod tests {
                 .map(|m| {
                     let t0 = plan.spectrum_timestamp(&g, w.frame.input.timestamp, m);
                     let at = DelayModel::fixed(delay, 0.0).at(t0, cfg.fs).unwrap();
-                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer.unwrap()).coarse;
+                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer().unwrap()).coarse;
                     let start = t0 - k as i128 * 16;
                     let end = start + g.window() as i128;
                     end <= lost.start || start >= lost.end

@@ -17,9 +17,11 @@
 //!   that output's destinations.
 
 pub mod compute;
+mod error;
 pub mod pair;
 pub mod recv;
 pub mod send;
+pub mod spec;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,10 +31,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use num_complex::Complex32;
 
-use crate::backend::{Backend, Frame, HostBuffer, POLS};
-use crate::config::EngineConfig;
+use crate::backend::{
+    Backend, Channelisation, Frame, HostBuffer, InputGeometry, OutputGeometry, POLS,
+};
 use crate::signal::delay::DelayModel;
 use crate::stats::Stats;
+pub use error::PipelineError;
+pub use spec::StageSpecs;
 
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
 /// threads).
@@ -47,15 +52,32 @@ pub const SLACK: Duration = Duration::from_millis(250);
 const SLACK_BYTES: usize = 256 << 20;
 
 /// Chunks of one polarisation the pairing stage holds while waiting for the other: enough for
-/// [`SLACK`] (within `SLACK_BYTES`), and at least [`MAX_PENDING`].
-pub fn max_pending(cfg: &EngineConfig) -> usize {
-    let chunk_bytes = (cfg.heaps_per_chunk() * cfg.input.heap_bytes).max(1);
-    let by_time = (SLACK.as_secs_f64() / cfg.chunk_seconds()).ceil();
+/// [`SLACK`] (within `SLACK_BYTES`), and at least [`MAX_PENDING`], for chunks of `chunk_bytes`
+/// per polarisation that last `chunk_seconds`.
+pub fn max_pending(chunk_bytes: usize, chunk_seconds: f64) -> usize {
+    let chunk_bytes = chunk_bytes.max(1);
+    let by_time = (SLACK.as_secs_f64() / chunk_seconds).ceil();
     let by_memory = (SLACK_BYTES / chunk_bytes) as f64;
     (by_time.min(by_memory) as usize).max(MAX_PENDING)
 }
 /// How often blocked threads look at the stop flag.
 pub const TICK: Duration = Duration::from_millis(50);
+
+/// What the frames and their bookkeeping are sized for, and what the backend starts with.
+#[derive(Clone, Debug)]
+pub struct FrameSpec {
+    pub input: InputGeometry,
+    /// Every output's geometry, in order: what the backend must have been built for.
+    pub outputs: Vec<OutputGeometry>,
+    /// Each output's initial gain (real) for every channel of both polarisations.
+    pub gains: Vec<f32>,
+    /// Digitiser heaps per chunk.
+    pub slots: usize,
+    /// Receive threads per polarisation.
+    pub recv_lanes: usize,
+    /// Chunks of one polarisation the pairing stage may hold ([`max_pending`]).
+    pub max_pending: usize,
+}
 
 /// A frame and what the engine knows about it beyond the backend's [`Frame`].
 pub struct Work {
@@ -79,14 +101,16 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Bookkeeping sized for the input and outputs of `cfg`.
-    pub fn new(cfg: &EngineConfig) -> Self {
-        let slots = cfg.heaps_per_chunk();
+    /// Bookkeeping sized for the input and outputs of `spec`.
+    pub fn new(spec: &FrameSpec) -> Self {
+        let slots = spec.slots;
         Self {
             id: 0,
             present: [vec![false; slots], vec![false; slots]],
-            heap_valid: (0..cfg.outputs.len())
-                .map(|k| vec![false; cfg.channelisation(k).heaps_per_frame()])
+            heap_valid: spec
+                .outputs
+                .iter()
+                .map(|&o| vec![false; Channelisation::new(spec.input, o).heaps_per_frame()])
                 .collect(),
             computed: false,
             submitted_at: None,
@@ -117,7 +141,8 @@ pub enum Command {
 }
 
 /// Builds the backend on the compute thread, so that a GPU context belongs to the thread using it.
-pub type BackendFactory = Box<dyn FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static>;
+pub type BackendFactory =
+    Box<dyn FnOnce() -> Result<Box<dyn Backend>, PipelineError> + Send + 'static>;
 
 /// What the compute thread reports once its backend is up.
 struct Ready {
@@ -130,7 +155,7 @@ struct Ready {
 
 /// The running pipeline.
 pub struct Pipeline {
-    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
+    threads: Vec<(&'static str, Stage)>,
     stop: Arc<AtomicBool>,
     pub commands: Sender<Command>,
     pub backend: &'static str,
@@ -138,18 +163,29 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Binds the sockets, builds the backend (through `make_backend`, on the compute thread),
-    /// allocates every buffer and starts the stages. Errors are sentences.
+    /// allocates every buffer and starts the stages, each with its own part of `specs`. Errors are
+    /// sentences.
     pub fn start(
-        cfg: &EngineConfig,
+        specs: StageSpecs,
         make_backend: BackendFactory,
         stats: Arc<Stats>,
         stop: Arc<AtomicBool>,
-    ) -> Result<Self, String> {
-        let receivers = [recv::bind(cfg, 0, &stats)?, recv::bind(cfg, 1, &stats)?];
-        let transmitters = send::transmitters(cfg)?;
+    ) -> Result<Self, PipelineError> {
+        let StageSpecs {
+            frame: frame_spec,
+            recv: recv_spec,
+            pair: pair_spec,
+            compute: compute_spec,
+            send: send_specs,
+        } = specs;
+        let receivers = [
+            recv::bind(&recv_spec, 0, &stats)?,
+            recv::bind(&recv_spec, 1, &stats)?,
+        ];
+        let transmitters = send::transmitters(&send_specs)?;
 
         let (commands_tx, commands_rx) = bounded::<Command>(64);
-        let (ready_tx, ready_rx) = bounded::<Result<Ready, String>>(1);
+        let (ready_tx, ready_rx) = bounded::<Result<Ready, PipelineError>>(1);
         let (to_send_tx, to_send_rx) = bounded::<Work>(2);
         let (to_compute_tx, to_compute_rx) = bounded::<Work>(2);
 
@@ -157,7 +193,7 @@ impl Pipeline {
         let to_compute_depth = to_compute_rx.clone();
         let mut threads = Vec::new();
         let compute = {
-            let cfg = cfg.clone();
+            let frame_spec = frame_spec.clone();
             let stats = stats.clone();
             let stop = stop.clone();
             spawn("fengine-compute", move || {
@@ -168,7 +204,7 @@ impl Pipeline {
                         return Ok(());
                     }
                 };
-                match allocate(&cfg, backend.as_mut()) {
+                match allocate(&frame_spec, backend.as_mut()) {
                     Ok(ready) => {
                         let _ = ready_tx.send(Ok(ready));
                     }
@@ -177,7 +213,7 @@ impl Pipeline {
                         return Ok(());
                     }
                 }
-                compute::Compute::new(&cfg, backend, stats, stop).run(
+                compute::Compute::new(&compute_spec, backend, stats, stop).run(
                     to_compute_rx,
                     to_send_tx,
                     commands_rx,
@@ -194,7 +230,7 @@ impl Pipeline {
             Err(_) => {
                 let e = join_all(threads)
                     .err()
-                    .unwrap_or_else(|| "the compute thread stopped while starting.".into());
+                    .unwrap_or(PipelineError::ComputeStopped);
                 return Err(e);
             }
         };
@@ -204,7 +240,7 @@ impl Pipeline {
         let buffers_per_pol = frames + spare_per_pol;
         let (free_tx, free_rx) = bounded::<Work>(frames);
         for frame in ready.frames {
-            let meta = Meta::new(cfg);
+            let meta = Meta::new(&frame_spec);
             // Cannot fail: the queue holds exactly `frames` items.
             let _ = free_tx.try_send(Work { frame, meta });
         }
@@ -229,7 +265,7 @@ impl Pipeline {
         {
             let stage = if pol == 0 { "recv pol0" } else { "recv pol1" };
             let lanes = recv::lanes(
-                cfg,
+                &recv_spec,
                 pol,
                 sockets,
                 spare,
@@ -246,7 +282,7 @@ impl Pipeline {
             }
         }
         drop(to_pair_tx);
-        let pair = pair::Pair::new(cfg, stats.clone(), stop.clone());
+        let pair = pair::Pair::new(&pair_spec, stats.clone(), stop.clone());
         match spawn("fengine-pair", move || {
             pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
         }) {
@@ -255,11 +291,10 @@ impl Pipeline {
         }
         let out_stats = stats.clone();
         let out_stop = stop.clone();
-        let out_cfg = cfg.clone();
         match spawn("fengine-send", move || {
             send::run(
                 transmitters,
-                &out_cfg,
+                &send_specs,
                 to_send_rx,
                 free_tx,
                 out_stats,
@@ -290,7 +325,7 @@ impl Pipeline {
 
     /// Waits until the stop flag is set (by a signal or a failing stage), then for every stage.
     /// Returns the first stage error.
-    pub fn join(self) -> Result<(), String> {
+    pub fn join(self) -> Result<(), PipelineError> {
         while !self.stop.load(Ordering::Relaxed) {
             if self.threads.iter().any(|(_, t)| t.is_finished()) {
                 // A stage ended by itself: that is an error (or a panic); stop the rest.
@@ -304,33 +339,39 @@ impl Pipeline {
     }
 }
 
+/// A stage's thread.
+type Stage = JoinHandle<Result<(), PipelineError>>;
+
 fn spawn(
     name: &str,
-    f: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<JoinHandle<Result<(), String>>, String> {
+    f: impl FnOnce() -> Result<(), PipelineError> + Send + 'static,
+) -> Result<Stage, PipelineError> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(f)
-        .map_err(|e| format!("cannot start thread {name}: {e}."))
+        .map_err(|error| PipelineError::Thread {
+            name: name.into(),
+            error,
+        })
 }
 
 /// Stops and joins the stages already started, and returns `e`.
 fn abort(
     stop: &AtomicBool,
-    threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>,
-    e: String,
-) -> Result<Pipeline, String> {
+    threads: Vec<(&'static str, Stage)>,
+    e: PipelineError,
+) -> Result<Pipeline, PipelineError> {
     stop.store(true, Ordering::Relaxed);
     let _ = join_all(threads);
     Err(e)
 }
 
-fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Result<(), String> {
+fn join_all(threads: Vec<(&'static str, Stage)>) -> Result<(), PipelineError> {
     let mut first = Ok(());
     for (name, t) in threads {
         let r = match t.join() {
             Ok(r) => r,
-            Err(_) => Err(format!("the {name} stage panicked.")),
+            Err(_) => Err(PipelineError::Panicked(name)),
         };
         if let Err(e) = r {
             tracing::error!(stage = name, "{e}");
@@ -344,34 +385,30 @@ fn join_all(threads: Vec<(&'static str, JoinHandle<Result<(), String>>)>) -> Res
 
 /// Frames for the pipeline and spare chunk buffers for the receivers, all from the backend (pinned
 /// memory for CUDA), and the initial gains.
-fn allocate(cfg: &EngineConfig, backend: &mut dyn Backend) -> Result<Ready, String> {
-    if *backend.input() != cfg.input.geometry || backend.outputs() != cfg.output_geometries() {
-        return Err("the backend was built for another geometry.".into());
+fn allocate(spec: &FrameSpec, backend: &mut dyn Backend) -> Result<Ready, PipelineError> {
+    if *backend.input() != spec.input || backend.outputs() != spec.outputs {
+        return Err(PipelineError::WrongGeometry);
     }
-    for (k, output) in cfg.outputs.iter().enumerate() {
-        let gains = vec![Complex32::new(output.gain, 0.0); output.geometry.channels];
+    for (k, (output, &gain)) in spec.outputs.iter().zip(&spec.gains).enumerate() {
+        let gains = vec![Complex32::new(gain, 0.0); output.channels];
         for pol in 0..POLS {
             backend
                 .set_gains(k, pol, &gains)
-                .map_err(|e| format!("cannot set the initial gains: {e}."))?;
+                .map_err(PipelineError::InitialGains)?;
         }
     }
     let max_in_flight = backend.max_in_flight().max(1);
     // In flight in the backend, one being prepared, two in each queue, one sending, one pairing.
     let frames = max_in_flight + 6;
-    let alloc = |backend: &dyn Backend| {
-        backend
-            .alloc_frame()
-            .map_err(|e| format!("cannot allocate frame buffers: {e}."))
-    };
+    let alloc = |backend: &dyn Backend| backend.alloc_frame().map_err(PipelineError::Allocate);
     let mut out = Vec::with_capacity(frames);
     for _ in 0..frames {
         out.push(alloc(backend)?);
     }
     // The receivers hold their window, one chunk being opened, and what the pairing stage holds;
     // several lanes of one polarisation may be a chunk or two apart.
-    let lag = if cfg.input.recv_threads > 1 { 2 } else { 0 };
-    let spares = RECV_WINDOW + max_pending(cfg) + 3 + lag;
+    let lag = if spec.recv_lanes > 1 { 2 } else { 0 };
+    let spares = RECV_WINDOW + spec.max_pending + 3 + lag;
     let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
     for _ in 0..spares {
         let f = alloc(backend)?;

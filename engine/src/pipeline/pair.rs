@@ -7,7 +7,7 @@
 //! - different ids: the smaller goes alone (the other polarisation never produced it: a chunk with
 //!   no packet at all is not emitted), its partner counted all-missing;
 //! - only one polarisation has a chunk: it waits up to a timeout (a few chunk durations, and at
-//!   least [`SLACK`]) or until [`max_pending`] more arrive, then goes alone;
+//!   least [`SLACK`]) or until [`max_pending`](super::max_pending) more arrive, then goes alone;
 //! - a resync notice is a barrier: the other polarisation's chunks before its own notice drain
 //!   alone first, so old and new streams are never paired.
 
@@ -20,9 +20,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use spead::chunk::Chunk;
 
 use super::recv::RecvMsg;
-use super::{max_pending, recv_until_stop, send_until_stop, Work, SLACK, TICK};
+use super::{recv_until_stop, send_until_stop, PipelineError, Work, SLACK, TICK};
 use crate::backend::{HostBuffer, POLS};
-use crate::config::EngineConfig;
 use crate::stats::Stats;
 
 enum Entry {
@@ -53,6 +52,18 @@ enum Step {
     Wait,
 }
 
+/// What the pairing stage needs: the chunks' length, and how long and how many of one
+/// polarisation's it holds while waiting for the other's.
+#[derive(Clone, Debug)]
+pub struct PairSpec {
+    /// New samples per polarisation per chunk.
+    pub chunk_samples: u64,
+    /// How long one chunk lasts (at most a minute, for the timeout).
+    pub chunk: Duration,
+    /// Chunks of one polarisation held at most ([`max_pending`](super::max_pending)).
+    pub max_pending: usize,
+}
+
 pub struct Pair {
     chunk_samples: u64,
     timeout: Duration,
@@ -63,12 +74,11 @@ pub struct Pair {
 }
 
 impl Pair {
-    pub fn new(cfg: &EngineConfig, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> Self {
-        let chunk = Duration::from_secs_f64(cfg.chunk_seconds().min(60.0));
+    pub fn new(spec: &PairSpec, stats: Arc<Stats>, stop: Arc<AtomicBool>) -> Self {
         Self {
-            chunk_samples: cfg.input.geometry.chunk_samples as u64,
-            timeout: (chunk * 3).max(SLACK),
-            max_pending: max_pending(cfg),
+            chunk_samples: spec.chunk_samples,
+            timeout: (spec.chunk * 3).max(SLACK),
+            max_pending: spec.max_pending,
             pending: [VecDeque::new(), VecDeque::new()],
             stats,
             stop,
@@ -81,7 +91,7 @@ impl Pair {
         free: Receiver<Work>,
         to_compute: Sender<Work>,
         returns: [Sender<Chunk<HostBuffer>>; POLS],
-    ) -> Result<(), String> {
+    ) -> Result<(), PipelineError> {
         let mut ctx = Ctx {
             free,
             to_compute,
@@ -271,7 +281,8 @@ struct Ctx {
 mod tests {
     use super::*;
     use crate::backend::Frame;
-    use crate::pipeline::Meta;
+    use crate::config::EngineConfig;
+    use crate::pipeline::{Meta, StageSpecs};
     use crossbeam_channel::bounded;
     use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, Placement};
     use spead::{HeapItem, HeapWriter, Limits, RejectCounters};
@@ -348,12 +359,13 @@ mod tests {
 
     fn rig() -> Rig {
         let cfg = config();
+        let specs = StageSpecs::new(&cfg);
         let stats = Arc::new(Stats::new(&[(crate::config::WIDEBAND, 1)]));
         let (free_tx, free) = bounded(16);
         for _ in 0..16 {
             let work = Work {
                 frame: Frame::new_host(&cfg.input.geometry, &cfg.output_geometries()),
-                meta: Meta::new(&cfg),
+                meta: Meta::new(&specs.frame),
             };
             free_tx.send(work).unwrap();
         }
@@ -361,7 +373,7 @@ mod tests {
         let (r0, r0rx) = bounded(64);
         let (r1, r1rx) = bounded(64);
         Rig {
-            pair: Pair::new(&cfg, stats, Arc::new(AtomicBool::new(false))),
+            pair: Pair::new(&specs.pair, stats, Arc::new(AtomicBool::new(false))),
             ctx: Ctx {
                 free,
                 to_compute,

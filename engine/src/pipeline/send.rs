@@ -14,7 +14,7 @@
 //! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
 //! engines and substreams never collide and a heap's counter follows from its timestamp.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -25,10 +25,11 @@ use spead::packet::{write_header, ItemPointer};
 use spead::transport::{self, Pacer, SocketConfig, UdpSocket};
 use spead::{items, Descriptor, HeapItem, HeapWriter};
 
-use super::{recv_until_stop, Work};
-use crate::backend::POLS;
-use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use super::{recv_until_stop, PipelineError, Work};
+use crate::backend::{Channelisation, POLS};
+use crate::signal::delay::FramePlan;
 use crate::stats::{OutputStats, Stats};
+use spead::packet::PACKET_HEADER_BYTES;
 
 const DESCRIPTOR_PERIOD: Duration = Duration::from_secs(1);
 /// Heap counters keep the substream above this bit.
@@ -36,6 +37,51 @@ const SUBSTREAM_SHIFT: u32 = 40;
 const COUNTER_MASK: u64 = (1 << SUBSTREAM_SHIFT) - 1;
 /// Descriptor heaps use this bit of the counter, so they never collide with data heaps.
 const DESCRIPTOR_BIT: u64 = 1 << 39;
+
+/// What the send stage needs for one output: its channelisation and timestamps, where it goes,
+/// and the engine-wide settings of every output's packets and pace.
+#[derive(Clone, Debug)]
+pub struct SendSpec {
+    pub g: Channelisation,
+    pub plan: FramePlan,
+    /// Substream destinations: substream i carries channels [i c, (i+1) c), c = channels / N.
+    pub dests: Vec<SocketAddrV4>,
+    /// Send threads (at least 1, at most one per substream).
+    pub threads: usize,
+    /// Sockets for sending (GSO, no GRO).
+    pub socket: SocketConfig,
+    /// Largest payload of a packet, bytes.
+    pub packet_payload: usize,
+    /// Output rate as a multiple of the input's data rate; 0: unpaced.
+    pub rate_factor: f64,
+    /// How far ahead of its pace output may leave.
+    pub burst: Duration,
+    /// ADC sample rate, Hz.
+    pub fs: f64,
+    pub array_size: u64,
+    pub feng_id: u64,
+}
+
+impl SendSpec {
+    pub fn substreams(&self) -> usize {
+        self.dests.len()
+    }
+
+    /// Channels per substream.
+    pub fn substream_channels(&self) -> usize {
+        self.g.output.channels / self.substreams()
+    }
+
+    /// Bytes of one substream's heap: its channels' slice of a heap.
+    pub fn substream_bytes(&self) -> usize {
+        self.g.output.heap_bytes() / self.substreams()
+    }
+
+    /// Samples between consecutive heaps of one substream (S x 2n, or S x 2nD).
+    pub fn heap_timestamp_step(&self) -> u64 {
+        self.g.output.heap_samples() as u64
+    }
+}
 
 /// One send thread's socket, its share of one output's substreams and everything precomputed for
 /// them.
@@ -81,14 +127,14 @@ fn record_newest(newest: &AtomicU64, t: u64, lag_limit: u64) {
 
 /// The transmitters of every output: each output's substreams split into contiguous shares, one
 /// per send thread of that output.
-pub fn transmitters(cfg: &EngineConfig) -> Result<Vec<Transmitter>, String> {
+pub fn transmitters(specs: &[SendSpec]) -> Result<Vec<Transmitter>, PipelineError> {
     let mut all = Vec::new();
-    for (k, spec) in cfg.outputs.iter().enumerate() {
+    for (k, spec) in specs.iter().enumerate() {
         let n = spec.substreams();
-        let threads = spec.send_threads.clamp(1, n);
+        let threads = spec.threads.clamp(1, n);
         for t in 0..threads {
             all.push(Transmitter::new(
-                cfg,
+                spec,
                 k,
                 t * n / threads..(t + 1) * n / threads,
             )?);
@@ -99,14 +145,15 @@ pub fn transmitters(cfg: &EngineConfig) -> Result<Vec<Transmitter>, String> {
 
 /// Sends every frame from `rx` through `transmitters`, one thread each (this thread hands each
 /// frame to all of them), and returns each frame to `free` once every transmitter is done with it.
+/// `specs` are the outputs', in order.
 pub fn run(
     transmitters: Vec<Transmitter>,
-    cfg: &EngineConfig,
+    specs: &[SendSpec],
     rx: Receiver<Work>,
     free: Sender<Work>,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
-) -> Result<(), String> {
+) -> Result<(), PipelineError> {
     // The last holder of a frame gives it back (the pool holds every frame there is: no blocking).
     let release = |w: Arc<Work>| match Arc::into_inner(w) {
         Some(work) => free.send(work).is_ok(),
@@ -117,14 +164,15 @@ pub fn run(
         for (k, out) in transmitters.into_iter().enumerate() {
             let (tx, wrx) = crossbeam_channel::bounded::<Arc<Work>>(2);
             let (stats, stop, release) = (&stats, &stop, &release);
+            let spec = &specs[out.output];
             let spawned = std::thread::Builder::new()
                 .name(format!("fengine-send{k}"))
-                .spawn_scoped(scope, move || out.run(cfg, wrx, release, stats, stop));
+                .spawn_scoped(scope, move || out.run(spec, wrx, release, stats, stop));
             match spawned {
                 Ok(_) => workers.push(tx),
                 Err(e) => {
                     stop.store(true, Relaxed);
-                    return Err(format!("cannot start a send thread: {e}."));
+                    return Err(PipelineError::SendThread(e));
                 }
             }
         }
@@ -132,7 +180,7 @@ pub fn run(
             let work = Arc::new(work);
             for tx in &workers {
                 if tx.send(work.clone()).is_err() {
-                    return Err("a send thread stopped.".to_string());
+                    return Err(PipelineError::SendThreadStopped);
                 }
             }
             if !release(work) {
@@ -144,22 +192,14 @@ pub fn run(
 }
 
 impl Transmitter {
-    /// A transmitter of substreams `subs` of output `output`.
-    pub fn new(cfg: &EngineConfig, output: usize, subs: Range<usize>) -> Result<Self, String> {
-        let spec = &cfg.outputs[output];
-        let socket = UdpSocket::sender(&SocketConfig {
-            buffer_bytes: cfg.socket_buffer,
-            interface: cfg.interface,
-            ttl: cfg.ttl,
-            gso: true,
-            gro: false,
-        })
-        .map_err(|e| format!("cannot open the output socket: {e}."))?;
+    /// A transmitter of substreams `subs` of output `output`, which `spec` describes.
+    pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>) -> Result<Self, PipelineError> {
+        let socket = UdpSocket::sender(&spec.socket).map_err(PipelineError::OutputSocket)?;
         let c = spec.substream_channels() as u64;
-        let s = spec.geometry.spectra_per_heap as u64;
+        let s = spec.g.output.spectra_per_heap as u64;
         // katgpucbf's description of the data: int8 (re, im) pairs, or one opaque byte per
         // complex value (real in the high nibble) at 4 bits.
-        let (raw_text, raw_dtype, raw_shape) = if spec.geometry.bits == 4 {
+        let (raw_text, raw_dtype, raw_shape) = if spec.g.output.bits == 4 {
             (
                 "Channelised data: (channels, spectra, polarisations), one byte per complex value, real in the high nibble, imaginary in the low, 4-bit two's complement.",
                 "|V1",
@@ -203,14 +243,14 @@ impl Transmitter {
                     .map(|e| HeapItem::addressed(items::DESCRIPTOR, e))
                     .collect();
                 let mut packets = Vec::new();
-                HeapWriter::new(cfg.packet_payload).write(DESCRIPTOR_BIT, &items, |p| {
+                HeapWriter::new(spec.packet_payload).write(DESCRIPTOR_BIT, &items, |p| {
                     packets.push(p.to_vec())
                 });
                 packets
             })
             .collect();
         let heap_payload = spec.substream_bytes();
-        let packets = heap_payload.div_ceil(cfg.packet_payload);
+        let packets = heap_payload.div_ceil(spec.packet_payload);
         Ok(Self {
             output,
             sender: transport::Sender::new(socket),
@@ -226,14 +266,14 @@ impl Transmitter {
     /// handed to `release`.
     fn run(
         mut self,
-        cfg: &EngineConfig,
+        spec: &SendSpec,
         rx: Receiver<Arc<Work>>,
         release: &dyn Fn(Arc<Work>) -> bool,
         stats: &Stats,
         stop: &AtomicBool,
     ) {
         let k = self.output;
-        let (spec, g, plan) = (&cfg.outputs[k], cfg.channelisation(k), cfg.plan(k));
+        let (g, plan) = (spec.g, spec.plan);
         let Some(out_stats) = stats.outputs.get(k) else {
             return;
         };
@@ -242,16 +282,16 @@ impl Transmitter {
         let lag_limit = 4 * g.heaps_per_frame() as u64 * heap_step;
         let sub_bytes = spec.substream_bytes();
         let heap_bytes = g.heap_bytes();
-        let segment = PACKET_HEADER_BYTES + cfg.packet_payload;
+        let segment = PACKET_HEADER_BYTES + spec.packet_payload;
         // Output is n channels x 2 pols x 2 components of `bits` bits per 2n samples: 2 fs bytes/s
         // at 8 bits, fs at 4, plus headers. This transmitter's share of it.
         let share = self.subs.len() as f64 / spec.substreams() as f64;
         let bytes_per_sample = g.heap_bytes() as f64 / g.output.heap_samples() as f64;
         let rate = share
-            * cfg.send_rate_factor
+            * spec.rate_factor
             * bytes_per_sample
-            * cfg.fs
-            * (segment as f64 / cfg.packet_payload as f64);
+            * spec.fs
+            * (segment as f64 / spec.packet_payload as f64);
         let mut pacer = (rate > 0.0).then(|| Pacer::new(Instant::now(), 0, rate));
         let mut paced_bytes = 0u64;
         let mut last_descriptors: Option<Instant> = None;
@@ -264,7 +304,7 @@ impl Transmitter {
                 Some(t) => t.elapsed() >= DESCRIPTOR_PERIOD,
             };
             if due {
-                self.send_descriptors(cfg, descriptor_seq, out_stats, &mut errors);
+                self.send_descriptors(spec, descriptor_seq, out_stats, &mut errors);
                 descriptor_seq += 1;
                 last_descriptors = Some(Instant::now());
             }
@@ -290,14 +330,14 @@ impl Transmitter {
                 for i in self.subs.clone() {
                     let start = h * heap_bytes + i * sub_bytes;
                     let data = &output[start..start + sub_bytes];
-                    let cnt = heap_counter(i, t, heap_step, cfg.array_size, cfg.feng_id);
+                    let cnt = heap_counter(i, t, heap_step, spec.array_size, spec.feng_id);
                     let frequency = (i * spec.substream_channels()) as u64;
-                    self.write_headers(cnt, t, cfg.feng_id, frequency, data, cfg.packet_payload);
+                    self.write_headers(cnt, t, spec.feng_id, frequency, data, spec.packet_payload);
                     // Pace per GSO-sized part so that a heap is not one long burst.
                     let per_part = (65_000 / segment).max(1);
                     let mut sent_ok = true;
                     let parts = data
-                        .chunks(per_part * cfg.packet_payload)
+                        .chunks(per_part * spec.packet_payload)
                         .zip(self.headers.chunks(per_part * PACKET_HEADER_BYTES));
                     for (part, headers) in parts {
                         if let Some(p) = pacer.as_mut() {
@@ -306,7 +346,7 @@ impl Transmitter {
                             if p.due(paced_bytes) + Duration::from_millis(2) < now {
                                 *p = Pacer::new(now, paced_bytes, rate);
                             }
-                            p.wait_early(paced_bytes, cfg.send_burst);
+                            p.wait_early(paced_bytes, spec.burst);
                         }
                         paced_bytes += (part.len() + headers.len()) as u64;
                         let sent = self.sender.send_framed(
@@ -314,7 +354,7 @@ impl Transmitter {
                             headers,
                             PACKET_HEADER_BYTES,
                             part,
-                            cfg.packet_payload,
+                            spec.packet_payload,
                         );
                         if let Err(e) = sent {
                             if errors.is_multiple_of(1000) {
@@ -382,13 +422,13 @@ impl Transmitter {
 
     fn send_descriptors(
         &mut self,
-        cfg: &EngineConfig,
+        spec: &SendSpec,
         seq: u64,
         stats: &OutputStats,
         errors: &mut u64,
     ) {
         for (i, packets) in self.subs.clone().zip(self.descriptors.iter_mut()) {
-            let k = seq.wrapping_mul(cfg.array_size).wrapping_add(cfg.feng_id);
+            let k = seq.wrapping_mul(spec.array_size).wrapping_add(spec.feng_id);
             let cnt = ((i as u64) << SUBSTREAM_SHIFT) | DESCRIPTOR_BIT | (k & (DESCRIPTOR_BIT - 1));
             for p in packets.iter_mut() {
                 spead::packet::patch_pointer(p, 0, ItemPointer::immediate(items::HEAP_CNT, cnt));

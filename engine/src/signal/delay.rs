@@ -8,7 +8,7 @@
 use super::ddc::check_mixer_word;
 use super::narrowband::narrowband_delay;
 use super::{bail, Result};
-use crate::backend::{Channelisation, SpectrumDelay, POLS};
+use crate::backend::{Channelisation, OutputKind, SpectrumDelay, POLS};
 
 /// One polarisation's delay model, as loaded by the control interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -146,7 +146,7 @@ pub fn fill_delays(
 }
 
 /// [`fill_delays`] for any output. A wideband output's spectrum gets the model's value at its
-/// timestamp as it is: offset nominal - coarse, fine, phase. A narrowband output's (`g.output.ddc`)
+/// timestamp as it is: offset nominal - coarse, fine, phase. A narrowband output's
 /// is mapped by [`narrowband_delay`] with decimation D and the frame's mixer word `mixer`
 /// (ignored for wideband): offset nominal - k D (on the DDC's grid, as the nominal offset is),
 /// fine r' in subsampled samples, and the phase with the mixer's turn over the delay folded in.
@@ -173,8 +173,8 @@ pub fn fill_output_delays(
             );
         }
     }
-    let ddc = g.output.ddc;
-    if let Some(d) = ddc {
+    let kind = g.output.kind;
+    if let OutputKind::Narrowband(d) = kind {
         check_mixer_word(mixer, d.decimation)?;
     }
     let max_offset = g.max_offset() as i128;
@@ -185,9 +185,9 @@ pub fn fill_output_delays(
         for m in 0..spectra {
             let at = models[pol].at(plan.spectrum_timestamp(g, timestamp, m), plan.fs)?;
             let nominal = (g.input.overlap_samples - plan.lag + m * g.step()) as i128;
-            let (shift, fine, phase) = match ddc {
-                None => (at.coarse as i128, at.fine, at.phase),
-                Some(d) => {
+            let (shift, fine, phase) = match kind {
+                OutputKind::Wideband => (at.coarse as i128, at.fine, at.phase),
+                OutputKind::Narrowband(d) => {
                     let nb = narrowband_delay(&at, d.decimation, mixer);
                     (nb.coarse as i128 * decimation, nb.fine, nb.phase)
                 }
@@ -252,7 +252,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
-                ddc: None,
+                kind: crate::backend::OutputKind::Wideband,
             },
         )
     }

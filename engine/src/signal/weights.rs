@@ -28,13 +28,18 @@ impl WindowFunction {
     }
 }
 
+/// A window function's name that is not one of [`WindowFunction::ALL`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the window function must be hann or rect, not {0:?}")]
+pub struct UnknownWindow(pub String);
+
 impl std::str::FromStr for WindowFunction {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = UnknownWindow;
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownWindow> {
         Self::ALL
             .into_iter()
             .find(|w| w.name() == s)
-            .ok_or_else(|| format!("the window function must be hann or rect, not {s:?}"))
+            .ok_or_else(|| UnknownWindow(s.to_string()))
     }
 }
 
@@ -55,14 +60,16 @@ impl Default for FilterDesign {
     }
 }
 
+/// A sinc cutoff that is not a number 0 or more.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("the sinc cutoff must be a number 0 or more, not {0}")]
+pub struct BadCutoff(pub f64);
+
 impl FilterDesign {
-    /// Checks the cutoff, with a sentence saying what is wrong.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    /// Checks the cutoff.
+    pub fn validate(&self) -> std::result::Result<(), BadCutoff> {
         if !(self.w_cutoff.is_finite() && self.w_cutoff >= 0.0) {
-            return Err(format!(
-                "the sinc cutoff must be a number 0 or more, not {}",
-                self.w_cutoff
-            ));
+            return Err(BadCutoff(self.w_cutoff));
         }
         Ok(())
     }
@@ -231,6 +238,7 @@ mod tests {
         assert!("hamming"
             .parse::<WindowFunction>()
             .unwrap_err()
+            .to_string()
             .contains("hann or rect"));
     }
 

@@ -53,7 +53,7 @@ impl Output {
         let thread = std::thread::spawn(move || {
             let mut rx = Receiver::new(socket, 32);
             let limits = Limits {
-                max_packet: 65_507,
+                max_packet: spead::transport::MAX_UDP_PAYLOAD,
                 max_heap: 64 << 20,
             };
             let mut asm = HeapAssembler::new(limits, 64, Arc::new(RejectCounters::new()));

@@ -11,7 +11,7 @@ use super::device::{check, driver, DeviceBuffer, PinnedAlloc};
 use super::pipeline::{nominal_delays, StageMarks};
 use super::{CudaBackend, Tuning};
 use crate::backend::{
-    Backend, BackendError, Channelisation, InputGeometry, OutputGeometry, Result, POLS,
+    Backend, BackendError, Channelisation, InputGeometry, OutputGeometry, OutputKind, Result, POLS,
 };
 
 /// What to measure.
@@ -123,7 +123,7 @@ fn geometry(opts: &BenchOptions, channels: usize) -> Channelisation {
             bits: opts.output_bits,
             filter: Default::default(),
             dither: opts.dither.then_some(1),
-            ddc: None,
+            kind: OutputKind::Wideband,
         },
     )
 }
@@ -140,7 +140,7 @@ fn output_set(opts: &BenchOptions, channels: usize) -> Vec<Channelisation> {
         outputs.push(OutputGeometry {
             channels: n,
             spectra_per_heap: opts.spectra_per_heap.min(chunk / step).max(1),
-            ddc: Some(crate::backend::Ddc::new(decimation)),
+            kind: OutputKind::Narrowband(crate::backend::Ddc::new(decimation)),
             ..wide.output
         });
     }

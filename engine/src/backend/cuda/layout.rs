@@ -3,7 +3,7 @@
 
 use cudarc::driver::LaunchConfig;
 
-use crate::backend::{BackendError, Channelisation, Result, POLS};
+use crate::backend::{BackendError, Channelisation, OutputKind, Result, POLS};
 
 /// Where each per-frame parameter lives in a slot's parameter block (byte offsets, 256-aligned).
 #[derive(Clone, Copy, Debug)]
@@ -29,10 +29,9 @@ impl ParamLayout {
         let m = g.spectra_per_frame();
         let rotation = align(4 * POLS * m);
         let ddc_taps = rotation + align(16 * POLS * m);
-        let taps = if g.output.ddc.is_some() {
-            cfg.ddc_taps_table_bytes()
-        } else {
-            0
+        let taps = match g.output.kind {
+            OutputKind::Wideband => 0,
+            OutputKind::Narrowband(_) => cfg.ddc_taps_table_bytes(),
         };
         let gains = ddc_taps + align(taps);
         Self {
@@ -198,7 +197,7 @@ mod tests {
                 bits: 8,
                 filter: Default::default(),
                 dither: None,
-                ddc: None,
+                kind: OutputKind::Wideband,
             },
         );
         let cfg = kernels::Config {

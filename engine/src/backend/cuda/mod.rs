@@ -22,6 +22,7 @@ mod device;
 mod fft;
 mod fused;
 mod layout;
+mod narrowband;
 mod output;
 mod pipeline;
 #[cfg(test)]

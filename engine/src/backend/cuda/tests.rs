@@ -8,7 +8,7 @@ use super::*;
 use crate::backend::conformance::*;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
-use crate::backend::{SpectrumDelay, Synchronous, POLS};
+use crate::backend::{OutputKind, SpectrumDelay, Synchronous, POLS};
 use crate::signal::weights::FilterDesign;
 use crate::signal::{dither, gain, unpack, weights};
 
@@ -1358,7 +1358,7 @@ fn narrowband_matches_the_float64_oracle() {
             bits: 8,
             filter: Default::default(),
             dither: None,
-            ddc: Some(ddc),
+            kind: OutputKind::Narrowband(ddc),
         };
         let (step, window) = (output.step(), output.window());
         let kmax = 8usize; // coarse moves of up to 8 subsampled samples either way

@@ -17,7 +17,7 @@ mod digitiser;
 mod place;
 mod stream;
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,10 +34,10 @@ use digitiser::ClipCount;
 use place::Placer;
 pub use place::CONFIRM;
 
-use super::RECV_WINDOW;
-use crate::backend::HostBuffer;
-use crate::config::{EngineConfig, PACKET_HEADER_BYTES};
+use super::{PipelineError, RECV_WINDOW};
+use crate::backend::{HostBuffer, POLS};
 use crate::stats::Stats;
+use spead::packet::PACKET_HEADER_BYTES;
 
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
 /// copied in is likely still in the core's cache when the lane copies it into chunk memory.
@@ -53,6 +53,28 @@ const COALESCE: Duration = transport::DEFAULT_COALESCE;
 /// How often a lane reads its sockets' drop counts from the kernel.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
 
+/// What the receive stage needs: where the digitiser sends, how to open the sockets, and the
+/// shape of its heaps and of the chunks they go into.
+#[derive(Clone, Debug)]
+pub struct RecvSpec {
+    /// Sockets for receiving (GRO, no GSO).
+    pub socket: SocketConfig,
+    /// Each polarisation's source addresses.
+    pub sources: [Vec<SocketAddrV4>; POLS],
+    /// Receive threads per polarisation (at least 1, at most one per source address).
+    pub lanes: usize,
+    /// Digitiser heaps per chunk.
+    pub slots: usize,
+    /// Samples per digitiser heap.
+    pub heap_samples: usize,
+    /// Packed bytes of one digitiser heap.
+    pub heap_bytes: usize,
+    /// New samples per polarisation per chunk.
+    pub chunk_samples: usize,
+    /// ADC sample rate, Hz.
+    pub fs: f64,
+}
+
 /// What the receivers hand to the pairing stage.
 #[derive(Debug)]
 pub enum RecvMsg {
@@ -66,26 +88,24 @@ pub enum RecvMsg {
     Resync { pol: usize, to: u64 },
 }
 
-/// Opens the sockets of polarisation `pol`, dealt out to `cfg.input.recv_threads` lanes, and records
-/// where they are bound.
+/// Opens the sockets of polarisation `pol`, dealt out to `spec.lanes` lanes, and records where
+/// they are bound.
 pub fn bind(
-    cfg: &EngineConfig,
+    spec: &RecvSpec,
     pol: usize,
     stats: &Stats,
-) -> Result<Vec<Vec<transport::Receiver>>, String> {
-    let sc = SocketConfig {
-        buffer_bytes: cfg.socket_buffer,
-        interface: cfg.interface,
-        ttl: cfg.ttl,
-        gso: false,
-        gro: true,
-    };
-    let addrs = &cfg.input.sources[pol];
-    let lanes = cfg.input.recv_threads.clamp(1, addrs.len().max(1));
+) -> Result<Vec<Vec<transport::Receiver>>, PipelineError> {
+    let sc = &spec.socket;
+    let addrs = &spec.sources[pol];
+    let lanes = spec.lanes.clamp(1, addrs.len().max(1));
     let mut out: Vec<Vec<transport::Receiver>> = (0..lanes).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     let open = |what: &str, r: std::io::Result<UdpSocket>| {
-        r.map_err(|e| format!("cannot receive polarisation {pol} on {what}: {e}."))
+        r.map_err(|error| PipelineError::Bind {
+            pol,
+            addr: what.to_string(),
+            error,
+        })
     };
     let groups: Vec<_> = addrs.iter().map(|a| *a.ip()).collect();
     let port = addrs.first().map_or(0, |a| a.port());
@@ -96,13 +116,13 @@ pub fn bind(
     {
         // One thread for several groups on one port: one socket joined to all of them.
         let what = format!("{}+{}:{port}", groups[0], groups.len() - 1);
-        let s = open(&what, UdpSocket::bind_groups(&groups, port, &sc))?;
+        let s = open(&what, UdpSocket::bind_groups(&groups, port, sc))?;
         tracing::info!(pol, addr = %what, gro = s.caps().gro, "receiving");
         bound.extend(addrs.iter().map(|a| SocketAddr::V4(*a)));
         out[0].push(transport::Receiver::new(s, RECV_BATCH));
     } else {
         for (i, addr) in addrs.iter().enumerate() {
-            let s = open(&addr.to_string(), UdpSocket::bind(*addr, &sc))?;
+            let s = open(&addr.to_string(), UdpSocket::bind(*addr, sc))?;
             // A multicast socket is bound to the group; a unicast one may have had port 0.
             let shown = if addr.ip().is_multicast() {
                 SocketAddr::V4(*addr)
@@ -124,7 +144,7 @@ pub fn bind(
 /// Builds polarisation `pol`'s lanes around one collector holding `buffers`.
 #[allow(clippy::too_many_arguments)]
 pub fn lanes(
-    cfg: &EngineConfig,
+    spec: &RecvSpec,
     pol: usize,
     sockets: Vec<Vec<transport::Receiver>>,
     buffers: Vec<HostBuffer>,
@@ -137,7 +157,7 @@ pub fn lanes(
     let collector = Arc::new(Mutex::new(Collector::new(
         pol,
         n,
-        cfg.heaps_per_chunk(),
+        spec.slots,
         buffers,
         to_pair,
         returns,
@@ -146,7 +166,7 @@ pub fn lanes(
     let lanes: Vec<Lane> = sockets
         .into_iter()
         .enumerate()
-        .map(|(lane, sockets)| Lane::new(cfg, pol, lane, n, sockets, &collector, stats, stop))
+        .map(|(lane, sockets)| Lane::new(spec, pol, lane, n, sockets, &collector, stats, stop))
         .collect();
     let chunk_stats = lanes.iter().map(|l| l.asm.stats().clone()).collect();
     let _ = stats.pols[pol].chunk.set(chunk_stats);
@@ -183,7 +203,7 @@ pub struct Lane {
 impl Lane {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        cfg: &EngineConfig,
+        spec: &RecvSpec,
         pol: usize,
         lane: usize,
         lanes: usize,
@@ -193,27 +213,27 @@ impl Lane {
         stop: &Arc<AtomicBool>,
     ) -> Self {
         let chunk_cfg = ChunkConfig {
-            slots: cfg.heaps_per_chunk(),
-            slot_bytes: cfg.input.heap_bytes,
-            packet_payload: cfg.input.heap_bytes,
+            slots: spec.slots,
+            slot_bytes: spec.heap_bytes,
+            packet_payload: spec.heap_bytes,
             window: RECV_WINDOW,
             // Restarts are recognised by the placer and made explicit, never guessed here.
             max_jump: u64::MAX,
         };
-        let chunk_samples = cfg.input.geometry.chunk_samples as u64;
+        let chunk_samples = spec.chunk_samples as u64;
         Self {
             pol,
             lane,
             lanes: lanes as u64,
-            addresses: cfg.input.sources[pol].len().max(1) as u64,
-            heap_samples: cfg.input.heap_samples as u64,
+            addresses: spec.sources[pol].len().max(1) as u64,
+            heap_samples: spec.heap_samples as u64,
             sockets,
             asm: ChunkAssembler::new(chunk_cfg, stats.pols[pol].rejects.clone()),
-            placer: Placer::new(chunk_samples, cfg.input.heap_samples as u64, cfg.fs),
+            placer: Placer::new(chunk_samples, spec.heap_samples as u64, spec.fs),
             // Heaps of another size are let through decoding so that the assembler counts them as
             // the wrong size rather than too large.
             limits: Limits {
-                max_packet: (cfg.input.heap_bytes + PACKET_HEADER_BYTES + 1024).max(9200),
+                max_packet: (spec.heap_bytes + PACKET_HEADER_BYTES + 1024).max(9200),
                 max_heap: Limits::default().max_heap,
             },
             gen_now: lock(collector).gen_now(),
@@ -232,7 +252,7 @@ impl Lane {
         format!("fengine-recv{}.{}", self.pol, self.lane)
     }
 
-    pub fn run(mut self) -> Result<(), String> {
+    pub fn run(mut self) -> Result<(), PipelineError> {
         let mut sockets = std::mem::take(&mut self.sockets);
         let mut pfds: Vec<libc::pollfd> = sockets
             .iter()
@@ -254,7 +274,10 @@ impl Lane {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(format!("polarisation {} receive failed: {e}.", self.pol));
+                return Err(PipelineError::Receive {
+                    pol: self.pol,
+                    error: e,
+                });
             }
             self.placer.now = Instant::now();
             drops.update(
@@ -475,6 +498,8 @@ fn lock(c: &Mutex<Collector>) -> MutexGuard<'_, Collector> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::EngineConfig;
+    use crate::pipeline::StageSpecs;
     use crossbeam_channel::bounded;
     use spead::{HeapItem, HeapWriter};
 
@@ -529,7 +554,7 @@ mod tests {
             .collect();
         let pol = 1;
         let mut lanes = lanes(
-            &cfg,
+            &StageSpecs::new(&cfg).recv,
             pol,
             vec![Vec::new()],
             buffers,
