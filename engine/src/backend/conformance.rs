@@ -21,7 +21,7 @@ use crate::signal::weights;
 
 /// A geometry with room for coarse delays of up to `margin` samples either way (a multiple of
 /// 4): overlap (T-1) 2n + 2 margin, nominal offset of spectrum m = margin + m 2n.
-pub fn geometry(
+pub(crate) fn geometry(
     channels: usize,
     taps: usize,
     bits: u32,
@@ -49,7 +49,7 @@ pub fn geometry(
 
 /// A narrowband output of `channels` channels, `taps` taps, decimation `decimation` (default DDC
 /// length) and `s` spectra per heap: 8-bit, undithered, the default filter design.
-pub fn narrowband_output(
+pub(crate) fn narrowband_output(
     channels: usize,
     taps: usize,
     decimation: usize,
@@ -67,23 +67,23 @@ pub fn narrowband_output(
 }
 
 /// A random mixer word for decimation `decimation`: a centre anywhere its band fits.
-pub fn random_mixer_word(rng: &mut StdRng, decimation: usize) -> u32 {
+pub(crate) fn random_mixer_word(rng: &mut StdRng, decimation: usize) -> u32 {
     let half = (1u32 << 30) / decimation as u32;
     rng.random_range(half..=(1u32 << 31) - half)
 }
 
 /// A frame in ordinary memory for the one output of `g`.
-pub fn host_frame(g: &Channelisation) -> Frame {
+pub(crate) fn host_frame(g: &Channelisation) -> Frame {
     Frame::new_host(&g.input, &[g.output])
 }
 
-pub fn rng(seed: u64) -> StdRng {
+pub(crate) fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
 /// Near-Gaussian noise (a sum of four uniforms: cheap in debug builds) of rms 10% of full
 /// scale, never all zero.
-pub fn noise(rng: &mut StdRng, bits: u32, len: usize) -> Vec<i16> {
+pub(crate) fn noise(rng: &mut StdRng, bits: u32, len: usize) -> Vec<i16> {
     let (lo, _) = sample_range(bits);
     // Each byte is uniform on [0, 256): variance 256^2 / 12; four of them: 256^2 / 3.
     let scale = 0.1 * -(lo as f64) / (256.0 / 3f64.sqrt());
@@ -103,19 +103,23 @@ pub fn noise(rng: &mut StdRng, bits: u32, len: usize) -> Vec<i16> {
 }
 
 /// Packs `samples` (one chunk per polarisation) into the frame.
-pub fn load_chunk(frame: &mut Frame, bits: u32, samples: [&[i16]; POLS]) {
+pub(crate) fn load_chunk(frame: &mut Frame, bits: u32, samples: [&[i16]; POLS]) {
     for (chunk, samples) in frame.input.chunk.iter_mut().zip(samples) {
         pack(samples, bits, chunk).unwrap();
     }
 }
 
 /// Sets both polarisations' gains of the first output.
-pub fn set_gains(backend: &mut dyn Backend, gains: &[Vec<Complex32>; POLS]) {
+pub(crate) fn set_gains(backend: &mut dyn Backend, gains: &[Vec<Complex32>; POLS]) {
     set_output_gains(backend, 0, gains);
 }
 
 /// Sets both polarisations' gains of output `output`.
-pub fn set_output_gains(backend: &mut dyn Backend, output: usize, gains: &[Vec<Complex32>; POLS]) {
+pub(crate) fn set_output_gains(
+    backend: &mut dyn Backend,
+    output: usize,
+    gains: &[Vec<Complex32>; POLS],
+) {
     for (pol, g) in gains.iter().enumerate() {
         backend.set_gains(output, pol, g).unwrap();
     }
@@ -123,13 +127,18 @@ pub fn set_output_gains(backend: &mut dyn Backend, output: usize, gains: &[Vec<C
 
 /// Random coarse delays within `margin`, fine delays in [-0.5, 0.5], phases in [-pi, pi), and a
 /// random output timestamp (which keys the dither), for the first output.
-pub fn random_delays(rng: &mut StdRng, g: &Channelisation, margin: usize, frame: &mut Frame) {
+pub(crate) fn random_delays(
+    rng: &mut StdRng,
+    g: &Channelisation,
+    margin: usize,
+    frame: &mut Frame,
+) {
     random_output_delays(rng, g, margin, &mut frame.outputs[0]);
 }
 
 /// [`random_delays`] for one output, `g` being its channelisation. A narrowband output also gets
 /// a random mixer word ([`narrowband_delays`]).
-pub fn random_output_delays(
+pub(crate) fn random_output_delays(
     rng: &mut StdRng,
     g: &Channelisation,
     margin: usize,
@@ -158,7 +167,7 @@ pub fn random_output_delays(
 /// (fractional, negative or positive; `margin` a multiple of D) and a random phase, mapped as
 /// `narrowband_delay` maps them: window offset margin + m 2nD - kD, r', p'. Returns the delays
 /// before the mapping, per polarisation and spectrum.
-pub fn narrowband_delays(
+pub(crate) fn narrowband_delays(
     rng: &mut StdRng,
     g: &Channelisation,
     margin: usize,
@@ -199,7 +208,7 @@ pub fn narrowband_delays(
 /// Random complex gains putting outputs at about 30 rms for the noise of [`noise`] (8-bit output;
 /// scaled to the range of 4-bit output; sqrt(D) higher for a narrowband output, whose channels
 /// hold 1/D of the noise); about 1% of channels ten times higher so that some values saturate.
-pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
+pub(crate) fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
     let level = 30.0 * g.limit() as f32 / 127.0 * (g.output.decimation() as f32).sqrt();
     let sigma = 0.1 * (1 << (g.input.sample_bits - 1)) as f32;
     std::array::from_fn(|_| {
@@ -219,7 +228,7 @@ pub fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; PO
 
 /// Copies the timestamp, chunks and every output's timestamp, mixer word and delays of `src` into
 /// `dst` (frames of the same geometry).
-pub fn copy_input(src: &Frame, dst: &mut Frame) {
+pub(crate) fn copy_input(src: &Frame, dst: &mut Frame) {
     dst.input.timestamp = src.input.timestamp;
     for pol in 0..POLS {
         dst.input.chunk[pol].copy_from_slice(&src.input.chunk[pol]);
@@ -233,7 +242,7 @@ pub fn copy_input(src: &Frame, dst: &mut Frame) {
 
 /// Fills every output with 0x80 (-128, or -8 in the high nibble of 4-bit output), a byte no
 /// backend writes, so unwritten bytes show.
-pub fn poison(frame: &mut Frame) {
+pub(crate) fn poison(frame: &mut Frame) {
     for out in &mut frame.outputs {
         out.heaps.fill(0x80);
         out.saturated = [u64::MAX; POLS];
@@ -241,7 +250,7 @@ pub fn poison(frame: &mut Frame) {
 }
 
 /// Asserts that every byte of every output was written.
-pub fn assert_written(frame: &Frame) {
+pub(crate) fn assert_written(frame: &Frame) {
     for (k, out) in frame.outputs.iter().enumerate() {
         if let Some(i) = out.heaps_i8().iter().position(|&v| v == i8::MIN) {
             panic!("output {k} byte {i} was not written");
@@ -250,7 +259,7 @@ pub fn assert_written(frame: &Frame) {
 }
 
 /// ||a - b|| / ||b||.
-pub fn relative_error(a: impl Iterator<Item = Complex64>, b: &[Complex64]) -> f64 {
+pub(crate) fn relative_error(a: impl Iterator<Item = Complex64>, b: &[Complex64]) -> f64 {
     let (mut num, mut den) = (0.0, 0.0);
     for (x, y) in a.zip(b) {
         num += (x - y).norm_sqr();
@@ -261,7 +270,7 @@ pub fn relative_error(a: impl Iterator<Item = Complex64>, b: &[Complex64]) -> f6
 }
 
 /// (values differing by exactly 1, total values); panics on a larger difference.
-pub fn int8_differences(a: &[i8], b: &[i8]) -> (usize, usize) {
+pub(crate) fn int8_differences(a: &[i8], b: &[i8]) -> (usize, usize) {
     assert_eq!(a.len(), b.len());
     let mut ones = 0;
     for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
@@ -274,12 +283,12 @@ pub fn int8_differences(a: &[i8], b: &[i8]) -> (usize, usize) {
 
 /// Something that processes the frames of one stream and returns their unquantised outputs
 /// in output order (a backend built for one geometry).
-pub type Processor = Box<dyn FnMut(&mut Frame) -> Vec<Complex64>>;
+pub(crate) type Processor = Box<dyn FnMut(&mut Frame) -> Vec<Complex64>>;
 
 /// Tones at (and beside) channel centres land in their channel with the amplitude and phase the
 /// weights predict, and leak into neighbours as [`weights::response_db`] says.
 /// Both tapers: the rectangular one's higher sidelobes must show where the weights say.
-pub fn check_tone(make: &dyn Fn(&Channelisation) -> Processor) {
+pub(crate) fn check_tone(make: &dyn Fn(&Channelisation) -> Processor) {
     for window in weights::WindowFunction::ALL {
         let mut g = geometry(1024, 16, 10, 20, 1, 0);
         g.output.filter.window = window;
@@ -371,7 +380,7 @@ fn tones(t: f64, advance: f64, step: usize) -> f64 {
 
 /// A stream advanced by tau samples (dsim's convention) through an engine delayed by tau gives
 /// the undelayed stream's spectra; a fringe phase adds to every channel.
-pub fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
+pub(crate) fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
     let margin = 2048;
     let g = geometry(1024, 4, 10, 8, 1, margin);
     let fs = 1712e6;
@@ -457,7 +466,7 @@ pub fn check_delay_cancels(make: &dyn Fn(&Channelisation) -> Processor) {
 /// gain puts it at 0.3 LSB (real, each spectrum), through `backend` (built for the geometry
 /// [`dither_geometry`] returns, with `dither` set on its output). Returns the mean complex output
 /// of the tone's channel, both polarisations together.
-pub fn weak_tone_mean(backend: &mut dyn Backend) -> Complex64 {
+pub(crate) fn weak_tone_mean(backend: &mut dyn Backend) -> Complex64 {
     let g = Channelisation::new(*backend.input(), backend.outputs()[0]);
     let (n, step, taps) = (g.output.channels, g.step(), g.output.taps);
     let (k, amp, level) = (10usize, 400.0, 0.3);
@@ -511,7 +520,7 @@ pub fn weak_tone_mean(backend: &mut dyn Backend) -> Complex64 {
 }
 
 /// A geometry for [`weak_tone_mean`]: 64 channels, 4 taps, 10-bit input, 4096 spectra a frame.
-pub fn dither_geometry(bits: u32, dither: Option<u32>) -> Channelisation {
+pub(crate) fn dither_geometry(bits: u32, dither: Option<u32>) -> Channelisation {
     let mut g = geometry(64, 4, 10, 256, 16, 0);
     g.input.overlap_samples = (g.output.taps - 1) * g.step();
     g.output.bits = bits;
@@ -521,7 +530,7 @@ pub fn dither_geometry(bits: u32, dither: Option<u32>) -> Channelisation {
 
 /// The dither requirement on a backend: without dither a 0.3 LSB tone rounds to nothing; with it
 /// the mean comes back within 2% (10^5 spectra, 8- and 4-bit output).
-pub fn check_dither_unbiased(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
+pub(crate) fn check_dither_unbiased(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
     for bits in [8, 4] {
         let plain = weak_tone_mean(make(&dither_geometry(bits, None)).as_mut());
         assert_eq!(
@@ -542,7 +551,7 @@ pub fn check_dither_unbiased(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>)
 
 /// The input sensors a backend reports are the exact integer measure of each chunk (sum of
 /// squares, samples at either end of the range), frame after frame, for every sample width.
-pub fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
+pub(crate) fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
     for bits in [8, 10, 12, 16] {
         let g = geometry(256, 4, bits, 4, 3, 64);
         let mut backend = make(&g);
@@ -574,16 +583,16 @@ pub fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backend>) {
 }
 
 /// Builds a backend for an input and its outputs, as the engine does.
-pub type Make<'a> = &'a dyn Fn(InputGeometry, &[OutputGeometry]) -> Box<dyn Backend>;
+pub(crate) type Make<'a> = &'a dyn Fn(InputGeometry, &[OutputGeometry]) -> Box<dyn Backend>;
 
 /// Builds a backend for an input and its outputs, or says why not.
-pub type TryMake<'a> =
+pub(crate) type TryMake<'a> =
     &'a dyn Fn(InputGeometry, &[OutputGeometry]) -> Result<Box<dyn Backend>, BackendError>;
 
 /// How closely a backend with several outputs must agree, output by output, with a backend built
 /// for that output alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Agreement {
+pub(crate) enum Agreement {
     /// Every byte and saturation count.
     Exact,
     /// Components at most 1 LSB apart in under 0.1% of values (over all the frames), saturation
@@ -595,7 +604,7 @@ pub enum Agreement {
 /// Outputs of three shapes from one input (10-bit, chunk 4096, room for coarse delays of
 /// `margin` either way): 64 channels 4 taps 8-bit dithered; 256 channels 8 taps 4-bit undithered;
 /// 128 channels 1 tap rectangular window, 8-bit.
-pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
+pub(crate) fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
     let base = OutputGeometry {
         channels: 64,
         taps: 4,
@@ -633,7 +642,7 @@ pub fn three_outputs(margin: usize) -> (InputGeometry, Vec<OutputGeometry>) {
 /// An input of `bits`-bit samples and chunks of `chunk_samples` whose overlap holds every output's
 /// window less one step and coarse delays of `margin` either way, a multiple of every output's
 /// decimation.
-pub fn input_for(
+pub(crate) fn input_for(
     outputs: &[OutputGeometry],
     bits: u32,
     chunk_samples: usize,
@@ -652,7 +661,7 @@ pub fn input_for(
 /// mixer word), channels, taps, bits and dither, for chunks of 16384 samples: 64 channels 4 taps
 /// 8-bit dithered (wideband); 64 channels 4 taps D 8 4-bit undithered; 128 channels 2 taps D 16
 /// 8-bit dithered; 32 channels 8 taps D 8 8-bit dithered.
-pub fn mixed_outputs() -> Vec<OutputGeometry> {
+pub(crate) fn mixed_outputs() -> Vec<OutputGeometry> {
     let (_, three) = three_outputs(0);
     vec![
         three[0],
@@ -680,7 +689,7 @@ pub fn mixed_outputs() -> Vec<OutputGeometry> {
 /// different shapes ([`three_outputs`]) and a set of two of one shape (each with its own gains,
 /// delays and timestamps). `writes_every_byte`: whether the backend fills every output byte (all
 /// but null).
-pub fn check_outputs_as_if_alone(
+pub(crate) fn check_outputs_as_if_alone(
     make: Make,
     against: &[(Make, Agreement)],
     writes_every_byte: bool,
@@ -700,7 +709,7 @@ pub fn check_outputs_as_if_alone(
 
 /// [`check_outputs_as_if_alone`] for a wideband output beside three narrowband ones
 /// ([`mixed_outputs`]), each narrowband output with its own random mixer word in every frame.
-pub fn check_mixed_outputs_as_if_alone(
+pub(crate) fn check_mixed_outputs_as_if_alone(
     make: Make,
     against: &[(Make, Agreement)],
     writes_every_byte: bool,
@@ -714,7 +723,7 @@ pub fn check_mixed_outputs_as_if_alone(
 }
 
 /// [`check_mixed_outputs_as_if_alone`] for a set of the caller's (chunks of `chunk` samples).
-pub fn check_set_as_if_alone(
+pub(crate) fn check_set_as_if_alone(
     make: Make,
     against: &[(Make, Agreement)],
     writes_every_byte: bool,
@@ -895,7 +904,7 @@ fn outputs_as_if_alone<const N: usize>(
 
 /// A backend serves from 1 to [`MAX_OUTPUTS`] outputs: none or too many are refused with a
 /// sentence saying so, as is an invalid output among valid ones (naming it); eight are served.
-pub fn check_output_counts(make: TryMake) {
+pub(crate) fn check_output_counts(make: TryMake) {
     let (input, three) = three_outputs(16);
     let refused = |outputs: &[OutputGeometry]| match make(input, outputs) {
         Ok(_) => panic!("{} outputs accepted", outputs.len()),
@@ -928,7 +937,7 @@ pub fn check_output_counts(make: TryMake) {
 
 /// Processes the frames of one stream through a backend of several outputs and returns each
 /// output's unquantised values in output order.
-pub type OutputsProcessor = Box<dyn FnMut(&mut Frame) -> Vec<Vec<Complex64>>>;
+pub(crate) type OutputsProcessor = Box<dyn FnMut(&mut Frame) -> Vec<Vec<Complex64>>>;
 
 /// Tones through a narrowband output beside a wideband one of the same channels and taps (so the
 /// same PFB weights), from one input: a real tone at the narrowband centre lands in channel n/2
@@ -938,7 +947,7 @@ pub type OutputsProcessor = Box<dyn FnMut(&mut Frame) -> Vec<Vec<Complex64>>>;
 /// mixer's there, plus the DDC filter's pi nu (L - 1). Both polarisations (different amplitudes
 /// and phases), D 8 and 16, at timestamps near 2^40. Returns (D, channel, worst dB difference,
 /// worst phase error in rad) for the report.
-pub fn check_narrowband_tones(
+pub(crate) fn check_narrowband_tones(
     make: &dyn Fn(InputGeometry, &[OutputGeometry]) -> OutputsProcessor,
 ) -> Vec<(usize, usize, f64, f64)> {
     let (n, taps) = (256usize, 4usize);
@@ -1047,7 +1056,7 @@ pub fn check_narrowband_tones(
 /// 2 and 3, and differs from C there in most values; and the tone stands out in channel n/2 of A
 /// from frame 2 on but not before: a backend that ignored the word, kept the first, or kept the
 /// overlap's DDC from the frame before would fail.
-pub fn check_mixer_change(make: Make) {
+pub(crate) fn check_mixer_change(make: Make) {
     let (d, margin) = (16, 64);
     let out = OutputGeometry {
         dither: Some(5),
@@ -1159,7 +1168,7 @@ pub fn check_mixer_change(make: Make) {
 /// Narrowband geometries a backend refuses with a sentence saying why (a decimation not 8, 16 or
 /// 32, an overlap off the DDC's grid, no DDC taps, naming the output among several), and frames
 /// (a mixer word whose band leaves 0 .. fs/2, a window offset off the grid); a good one it takes.
-pub fn check_narrowband_refusals(make: TryMake) {
+pub(crate) fn check_narrowband_refusals(make: TryMake) {
     let margin = 64;
     let out = narrowband_output(64, 4, 16, 4);
     let input = input_for(&[out], 10, 4 * out.heap_samples(), margin);

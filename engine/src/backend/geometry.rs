@@ -9,7 +9,7 @@
 use spead::samples::SAMPLE_BITS;
 
 use super::POLS;
-pub use crate::signal::weights::FilterDesign;
+pub(super) use crate::signal::weights::FilterDesign;
 
 /// The input: both polarisations of one digitiser, processed a chunk at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

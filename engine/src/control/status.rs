@@ -31,7 +31,7 @@ impl Controller {
 
 /// The status of an engine configured by `cfg`, whose pipeline keeps `stats`, running the
 /// `backend` for `uptime`, with `delays` loaded (None before the first delay request).
-pub fn build(
+pub(super) fn build(
     cfg: &EngineConfig,
     stats: &Stats,
     backend: &str,
@@ -120,7 +120,7 @@ pub fn build(
 
 /// Output `k`'s section of the status: its shape, its band if narrowband (the centre in use) and
 /// its counters.
-pub fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
+pub(super) fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
     let per_sub = |v: &[AtomicU64]| -> Vec<u64> { v.iter().map(|c| c.load(Relaxed)).collect() };
     let (spec, os, g) = (&cfg.outputs[k], &stats.outputs[k], cfg.channelisation(k));
     Output {

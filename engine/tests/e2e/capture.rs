@@ -17,7 +17,7 @@ use crate::setup::Setup;
 
 /// One output heap: (channels, spectra, pol, re/im) int8.
 #[derive(Clone, Debug)]
-pub struct OutHeap {
+pub(crate) struct OutHeap {
     pub timestamp: u64,
     pub data: Vec<i8>,
 }
@@ -35,7 +35,7 @@ struct Seen {
 }
 
 /// Receives the engine's output on 127.0.0.1 and remembers what came.
-pub struct Output {
+pub(crate) struct Output {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
@@ -43,7 +43,7 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let socket = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &SocketConfig::default())
             .expect("bind the output receiver");
         let addr = socket.local_addr().unwrap();
@@ -108,7 +108,7 @@ impl Output {
         }
     }
 
-    pub fn newest(&self) -> Option<u64> {
+    pub(crate) fn newest(&self) -> Option<u64> {
         self.seen.lock().unwrap().timestamps.last().copied()
     }
 
@@ -117,7 +117,7 @@ impl Output {
     }
 
     /// Waits until a heap with timestamp >= `t` has arrived.
-    pub fn wait_past(&self, t: u64, timeout: Duration) {
+    pub(crate) fn wait_past(&self, t: u64, timeout: Duration) {
         let end = Instant::now() + timeout;
         while self.newest().is_none_or(|n| n < t) {
             assert!(
@@ -130,7 +130,7 @@ impl Output {
     }
 
     /// Waits until `n` heaps have arrived in all.
-    pub fn wait_count(&self, n: usize, timeout: Duration) {
+    pub(crate) fn wait_count(&self, n: usize, timeout: Duration) {
         let end = Instant::now() + timeout;
         while self.count() < n {
             assert!(
@@ -143,7 +143,7 @@ impl Output {
     }
 
     /// Collects `n` heaps with timestamps from `from` on.
-    pub fn capture(&self, from: u64, n: usize, timeout: Duration) -> Vec<OutHeap> {
+    pub(crate) fn capture(&self, from: u64, n: usize, timeout: Duration) -> Vec<OutHeap> {
         {
             let mut s = self.seen.lock().unwrap();
             s.captured.clear();
@@ -167,11 +167,11 @@ impl Output {
     }
 
     /// Heaps that arrived with a timestamp seen before.
-    pub fn repeats(&self) -> u64 {
+    pub(crate) fn repeats(&self) -> u64 {
         self.seen.lock().unwrap().repeats
     }
 
-    pub fn timestamps(&self) -> BTreeSet<u64> {
+    pub(crate) fn timestamps(&self) -> BTreeSet<u64> {
         self.seen.lock().unwrap().timestamps.clone()
     }
 }
@@ -186,14 +186,20 @@ impl Drop for Output {
 }
 
 /// Sample (channel, spectrum, pol) of a heap as a complex number.
-pub fn value(s: &Setup, h: &OutHeap, channel: usize, spectrum: usize, pol: usize) -> Complex64 {
+pub(crate) fn value(
+    s: &Setup,
+    h: &OutHeap,
+    channel: usize,
+    spectrum: usize,
+    pol: usize,
+) -> Complex64 {
     let i = ((channel * s.spectra_per_heap + spectrum) * 2 + pol) * 2;
     Complex64::new(h.data[i] as f64, h.data[i + 1] as f64)
 }
 
 /// The tone peaks in channel `k` of both polarisations at `level` counts (within 3%), the rest of
 /// the band (beyond its neighbours, which see its skirt) 30 dB below it.
-pub fn check_tone(name: &str, s: &Setup, heaps: &[OutHeap], k: usize, level: f64) {
+pub(crate) fn check_tone(name: &str, s: &Setup, heaps: &[OutHeap], k: usize, level: f64) {
     for pol in 0..2 {
         let mut power = vec![0.0; s.channels];
         let (mut amp, mut n) = (0.0, 0.0);

@@ -10,13 +10,13 @@ use fgpu_api::engine::{Output, Status};
 use serde_json::Value;
 
 /// One control API (`http://ADDR`). Failures panic: this is a test's client.
-pub struct Control {
+pub(crate) struct Control {
     agent: ureq::Agent,
     base: String,
 }
 
 impl Control {
-    pub fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
         let agent = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(10)))
@@ -33,12 +33,12 @@ impl Control {
     }
 
     /// Any method, with or without a JSON body: (status code, body text).
-    pub fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+    pub(crate) fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
         self.send_with(method, path, body, &[])
     }
 
     /// [`send`](Self::send) with extra headers (e.g. `Authorization`).
-    pub fn send_with(
+    pub(crate) fn send_with(
         &self,
         method: &str,
         path: &str,
@@ -66,28 +66,28 @@ impl Control {
     }
 
     /// GET `path`, which must answer 200 with JSON.
-    pub fn get_json(&self, path: &str) -> Value {
+    pub(crate) fn get_json(&self, path: &str) -> Value {
         let (code, body) = self.send("GET", path, None);
         assert_eq!(code, 200, "GET {path}: {body}");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
 
     /// GET `path`, which must answer 200; the body as text.
-    pub fn get_text(&self, path: &str) -> String {
+    pub(crate) fn get_text(&self, path: &str) -> String {
         let (code, body) = self.send("GET", path, None);
         assert_eq!(code, 200, "GET {path}: {body}");
         body
     }
 
     /// PUT a JSON body, which must be accepted (200); the reply's JSON (Null if it has none).
-    pub fn put_json(&self, path: &str, v: Value) -> Value {
+    pub(crate) fn put_json(&self, path: &str, v: Value) -> Value {
         let (code, body) = self.send("PUT", path, Some(&v));
         assert_eq!(code, 200, "PUT {path} {v}: {body}");
         serde_json::from_str(&body).unwrap_or(Value::Null)
     }
 
     /// The engine's `GET /status`.
-    pub fn engine_status(&self) -> Status {
+    pub(crate) fn engine_status(&self) -> Status {
         let (code, body) = self.send("GET", "/status", None);
         assert_eq!(code, 200, "GET /status: {body}");
         serde_json::from_str(&body)
@@ -96,14 +96,14 @@ impl Control {
 }
 
 /// The engine's output named `wideband`: `--dst`'s, the only output of most tests' engines.
-pub fn wideband(status: &Status) -> &Output {
+pub(crate) fn wideband(status: &Status) -> &Output {
     status
         .wideband()
         .unwrap_or_else(|| panic!("no wideband output in the engine's status: {status:?}"))
 }
 
 /// The engine's output `name`.
-pub fn output<'a>(status: &'a Status, name: &str) -> &'a Output {
+pub(crate) fn output<'a>(status: &'a Status, name: &str) -> &'a Output {
     status
         .output(name)
         .unwrap_or_else(|| panic!("no output {name:?} in the engine's status: {status:?}"))

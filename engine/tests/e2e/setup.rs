@@ -11,13 +11,13 @@ use harness::gaps::outputs_hit;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Waits for this test's turn; the turn ends when the guard drops (a failed test passes it on).
-pub fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The configuration of a run.
 #[derive(Clone, Debug)]
-pub struct Setup {
+pub(crate) struct Setup {
     pub channels: usize,
     pub taps: usize,
     pub spectra_per_heap: usize,
@@ -32,7 +32,7 @@ pub struct Setup {
 }
 
 impl Setup {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let backend = std::env::var("FENGINE_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
         if cfg!(debug_assertions) && backend != "cuda" {
             Self {
@@ -67,7 +67,7 @@ impl Setup {
     /// threads (two sockets each). Chunks of at least 128 heaps: dsim sends each address a run
     /// of up to 50 small heaps in one GSO send, and a thread with two addresses must find both
     /// runs inside its window of 3 chunks.
-    pub fn with_lanes() -> Self {
+    pub(crate) fn with_lanes() -> Self {
         let base = Self::new();
         Self {
             addresses: 4,
@@ -78,18 +78,18 @@ impl Setup {
     }
 
     /// Timestamp difference between consecutive spectra (2n).
-    pub fn step(&self) -> u64 {
+    pub(crate) fn step(&self) -> u64 {
         2 * self.channels as u64
     }
 
     /// Timestamp difference between consecutive output heaps.
-    pub fn heap_step(&self) -> u64 {
+    pub(crate) fn heap_step(&self) -> u64 {
         self.spectra_per_heap as u64 * self.step()
     }
 
     /// Input samples one output heap depends on (zero delay): its spectra's windows, back to
     /// back, as the harness's oracle counts them.
-    pub fn heap_span(&self) -> u64 {
+    pub(crate) fn heap_span(&self) -> u64 {
         harness::gaps::engine_heap_span(
             self.channels as u64,
             self.spectra_per_heap as u64,
@@ -100,7 +100,7 @@ impl Setup {
     /// Output heaps (timestamps on the grid that starts at `base`) in [lo, hi], and those of
     /// them that need a heap of `lost` (digitiser heap indices) as the harness's oracle counts
     /// them: the test bed's own rule, independent of the engine under test.
-    pub fn predicted_output(
+    pub(crate) fn predicted_output(
         &self,
         base: u64,
         lo: u64,
@@ -123,24 +123,24 @@ impl Setup {
     }
 
     /// Centre frequency of channel k.
-    pub fn channel_hz(&self, k: usize) -> f64 {
+    pub(crate) fn channel_hz(&self, k: usize) -> f64 {
         k as f64 * self.rate / self.step() as f64
     }
 
     /// |X_k| for a real tone of `amplitude` (fraction of full scale) at channel k's centre.
-    pub fn tone_response(&self, amplitude: f64) -> f64 {
+    pub(crate) fn tone_response(&self, amplitude: f64) -> f64 {
         let w = fengine::signal::weights::default_weights(self.channels, self.taps).unwrap();
         let counts = amplitude * (1u64 << (self.sample_bits - 1)) as f64;
         counts / 2.0 * fengine::signal::weights::dc_gain(&w)
     }
 
     /// Stream time taken by `heaps` output heaps.
-    pub fn seconds(&self, heaps: u64) -> Duration {
+    pub(crate) fn seconds(&self, heaps: u64) -> Duration {
         Duration::from_secs_f64(heaps as f64 * self.heap_step() as f64 / self.rate)
     }
 
     /// Tones at channel centres, as dsim arguments.
-    pub fn tone_args(&self, channels: &[usize], amplitude: f64) -> Vec<String> {
+    pub(crate) fn tone_args(&self, channels: &[usize], amplitude: f64) -> Vec<String> {
         channels
             .iter()
             .flat_map(|&k| {

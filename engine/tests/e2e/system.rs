@@ -16,7 +16,7 @@ use crate::client::Control;
 use crate::setup::Setup;
 
 /// A child process whose stderr is collected; killed (by its own pid) when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     name: &'static str,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
@@ -24,7 +24,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn spawn(name: &'static str, mut cmd: Command) -> Self {
+    pub(crate) fn spawn(name: &'static str, mut cmd: Command) -> Self {
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
@@ -46,7 +46,7 @@ impl Proc {
     }
 
     /// Waits for a log line containing `needle`; returns the text after it.
-    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+    pub(crate) fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
         let end = Instant::now() + timeout;
         loop {
             if let Some(rest) = self
@@ -81,7 +81,7 @@ impl Proc {
     }
 
     /// Sends SIGTERM and waits (at most `timeout`) for the process to exit; its exit status.
-    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
         // Directly, not by running `kill`: that would take milliseconds.
         let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         assert_eq!(sent, 0, "kill(SIGTERM) of {} failed", self.child.id());
@@ -103,7 +103,7 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(r) = self.reader.take() {
@@ -128,7 +128,7 @@ impl Drop for Proc {
 
 /// The engine binary: `FENGINE_E2E_BIN_DIR/fengine` when that is set (binaries copied to a host
 /// without cargo, such as a GPU host fed by `scripts/gpu-checks.sh stage`), else the one cargo built for this test.
-pub fn fengine_binary() -> PathBuf {
+pub(crate) fn fengine_binary() -> PathBuf {
     match std::env::var_os("FENGINE_E2E_BIN_DIR") {
         Some(dir) => PathBuf::from(dir).join("fengine"),
         None => PathBuf::from(env!("CARGO_BIN_EXE_fengine")),
@@ -189,7 +189,7 @@ fn dsim_binary() -> PathBuf {
 /// `fengine run` with the setup's geometry, receive threads and backend: sources `srcs`, outputs
 /// `outputs_args` (its --dst or --wideband arguments), control on a free loopback port, logs at
 /// info.
-pub fn engine_command(
+pub(crate) fn engine_command(
     setup: &Setup,
     srcs: &[String; 2],
     max_delay: f64,
@@ -216,7 +216,7 @@ pub fn engine_command(
 }
 
 /// The engine, a receiver for each of its outputs, and dsim once started.
-pub struct System {
+pub(crate) struct System {
     setup: Setup,
     engine: Proc,
     pub engine_ctl: Control,
@@ -232,7 +232,7 @@ pub struct System {
 
 /// One `--wideband NAME:dst=...,channels=N,gain=G` output of [`System::start_outputs`].
 #[derive(Clone, Debug)]
-pub struct WidebandOutput {
+pub(crate) struct WidebandOutput {
     pub name: &'static str,
     pub channels: usize,
     pub gain: f64,
@@ -240,12 +240,17 @@ pub struct WidebandOutput {
 
 impl System {
     /// Starts the engine (sources on free ports) and a receiver for its output.
-    pub fn start(setup: Setup, gain: f64, max_delay: f64) -> Self {
+    pub(crate) fn start(setup: Setup, gain: f64, max_delay: f64) -> Self {
         Self::start_with_env(setup, gain, max_delay, &[])
     }
 
     /// [`start`](Self::start) with extra environment variables for the engine.
-    pub fn start_with_env(setup: Setup, gain: f64, max_delay: f64, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start_with_env(
+        setup: Setup,
+        gain: f64,
+        max_delay: f64,
+        env: &[(&str, &str)],
+    ) -> Self {
         let out = Output::start();
         let args = [
             "--dst".to_string(),
@@ -259,7 +264,7 @@ impl System {
     /// Starts the engine with several wideband outputs (`--wideband`, the setup's taps, bits and
     /// spectra per heap, each output its own channels and gain), each to a receiver of its own:
     /// the first's is [`out`](Self::out), the others' [`more_outputs`](Self::more_outputs).
-    pub fn start_outputs(setup: Setup, outputs: &[WidebandOutput], max_delay: f64) -> Self {
+    pub(crate) fn start_outputs(setup: Setup, outputs: &[WidebandOutput], max_delay: f64) -> Self {
         let receivers: Vec<Output> = outputs.iter().map(|_| Output::start()).collect();
         let args: Vec<String> = outputs
             .iter()
@@ -331,7 +336,7 @@ impl System {
 
     /// The engine with a gain that puts a 0.25 full-scale tone at 64, and dsim sending that tone
     /// in channel n/3; returns once output flows.
-    pub fn with_tone(setup: &Setup) -> Self {
+    pub(crate) fn with_tone(setup: &Setup) -> Self {
         let gain = 64.0 / setup.tone_response(0.25);
         let mut sys = Self::start(setup.clone(), gain, 1e-6);
         sys.start_dsim(&setup.tone_args(&[setup.channels / 3], 0.25));
@@ -340,19 +345,19 @@ impl System {
     }
 
     /// Every output's receiver, in the order the outputs were given.
-    pub fn outputs(&self) -> impl Iterator<Item = &Output> {
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = &Output> {
         std::iter::once(&self.out).chain(&self.more_outputs)
     }
 
     /// dsim's latest timestamp (from its status).
-    pub fn dsim_timestamp(&self) -> u64 {
+    pub(crate) fn dsim_timestamp(&self) -> u64 {
         self.dsim_ctl().get_json("/status")["timestamp"]
             .as_u64()
             .expect("dsim's status has its timestamp")
     }
 
     /// Starts dsim sending to the engine, with extra arguments.
-    pub fn start_dsim(&mut self, extra: &[String]) {
+    pub(crate) fn start_dsim(&mut self, extra: &[String]) {
         let s = &self.setup;
         let mut cmd = Command::new(dsim_binary());
         cmd.args([
@@ -375,16 +380,16 @@ impl System {
     }
 
     /// dsim's control API (dsim must be running).
-    pub fn dsim_ctl(&self) -> &Control {
+    pub(crate) fn dsim_ctl(&self) -> &Control {
         self.dsim_ctl.as_ref().expect("dsim is running")
     }
 
-    pub fn engine_status(&self) -> Status {
+    pub(crate) fn engine_status(&self) -> Status {
         self.engine_ctl.engine_status()
     }
 
     /// Checks the engine is alive and healthy.
-    pub fn assert_engine_healthy(&mut self) {
+    pub(crate) fn assert_engine_healthy(&mut self) {
         assert!(self.engine.alive(), "the engine exited");
         let (code, body) = self.engine_ctl.send("GET", "/health", None);
         assert_eq!(code, 200, "{body}");

@@ -45,7 +45,10 @@ pub struct CompileTimes {
 
 impl Kernels {
     /// Compiles `cfg`'s module for the context's GPU and loads it.
-    pub fn build(ctx: &Arc<CudaContext>, cfg: &kernels::Config) -> Result<(Self, CompileTimes)> {
+    pub(super) fn build(
+        ctx: &Arc<CudaContext>,
+        cfg: &kernels::Config,
+    ) -> Result<(Self, CompileTimes)> {
         cfg.validate()
             .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let (major, minor) = ctx

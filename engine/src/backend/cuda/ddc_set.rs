@@ -57,7 +57,7 @@ pub(crate) struct DdcSet {
 impl DdcSet {
     /// The set for `outputs`' narrowband outputs whose DDC runs on the tensor cores; None if
     /// there are none.
-    pub fn new(ctx: &Arc<CudaContext>, outputs: &[OutputStage]) -> Result<Option<Self>> {
+    pub(super) fn new(ctx: &Arc<CudaContext>, outputs: &[OutputStage]) -> Result<Option<Self>> {
         let (members, cfgs): (Vec<usize>, Vec<&kernels::Config>) = outputs
             .iter()
             .enumerate()
@@ -105,7 +105,7 @@ impl DdcSet {
 
     /// Enqueues the set's work for the frame in `slot` on `stream`: each member's carry copy, then
     /// one launch for the outputs each makes.
-    pub fn enqueue(
+    pub(super) fn enqueue(
         &self,
         outputs: &[OutputStage],
         slot: usize,

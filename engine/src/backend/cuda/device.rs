@@ -151,7 +151,7 @@ pub(crate) struct DeviceBuffer {
 
 impl DeviceBuffer {
     /// `bytes` of uninitialised device memory (256-byte aligned, as cuMemAlloc guarantees).
-    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
         ctx.bind_to_thread()
             .map_err(driver("binding the CUDA context"))?;
         let mut ptr = 0;
@@ -168,7 +168,7 @@ impl DeviceBuffer {
     }
 
     /// `bytes` of device memory set to zero (synchronously: only used while setting up).
-    pub fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
+    pub(super) fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
         let buf = Self::new(ctx, bytes)?;
         // SAFETY: the range was just allocated.
         check(
@@ -179,12 +179,12 @@ impl DeviceBuffer {
     }
 
     /// Device address of byte `offset`.
-    pub fn at(&self, offset: usize) -> sys::CUdeviceptr {
+    pub(super) fn at(&self, offset: usize) -> sys::CUdeviceptr {
         debug_assert!(offset <= self.bytes);
         self.ptr + offset as u64
     }
 
-    pub fn ptr(&self) -> sys::CUdeviceptr {
+    pub(super) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
     }
 }
@@ -213,7 +213,7 @@ unsafe impl Sync for PinnedAlloc {}
 
 impl PinnedAlloc {
     /// `len` bytes of zeroed pinned memory. Not write-combined: the engine reads outputs on the CPU.
-    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
+    pub(super) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
         ctx.bind_to_thread()
             .map_err(driver("binding the CUDA context"))?;
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
@@ -233,22 +233,22 @@ impl PinnedAlloc {
         })
     }
 
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(super) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: exclusive access through &mut self to `len` owned bytes.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(super) fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` owned bytes.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// A [`HostBuffer`] that owns this allocation.
-    pub fn into_host_buffer(self) -> HostBuffer {
+    pub(super) fn into_host_buffer(self) -> HostBuffer {
         let (ptr, len) = (self.ptr, self.len);
         // SAFETY: the buffer owns the allocation through `owner`, which keeps it alive.
         unsafe { HostBuffer::from_raw(ptr, len, Box::new(self)) }

@@ -32,7 +32,7 @@ pub(crate) struct FftPlan {
 unsafe impl Send for FftPlan {}
 
 impl FftPlan {
-    pub fn new(
+    pub(super) fn new(
         ctx: &Arc<CudaContext>,
         len: usize,
         batch: usize,
@@ -77,7 +77,7 @@ impl FftPlan {
     }
 
     /// Enqueues the forward transforms of `data` on the plan's stream.
-    pub fn forward(&self, data: CUdeviceptr) -> Result<()> {
+    pub(super) fn forward(&self, data: CUdeviceptr) -> Result<()> {
         let p = data as *mut sys::cufftComplex;
         // SAFETY: `data` holds batch x len complex values (checked by the caller's sizing).
         check(

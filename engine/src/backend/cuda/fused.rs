@@ -154,13 +154,13 @@ pub fn word_map(
 
 impl FusedRun {
     /// `fused_fir` and `fused_post` as loaded.
-    pub fn kernels(&self) -> &FusedKernels {
+    pub(super) fn kernels(&self) -> &FusedKernels {
         &self.kernels
     }
 
     /// For `cfg` and frames of `spectra` spectra, chunks of `chunk` (0: the whole frame), rows
     /// scaled by `row_scale` (see `signal::half_rows::row_scale`; 1 for float32 rows).
-    pub fn new(
+    pub(super) fn new(
         ctx: &Arc<CudaContext>,
         kernels: FusedKernels,
         cfg: &kernels::Config,
@@ -257,19 +257,19 @@ impl FusedRun {
     }
 
     /// Bytes of one complex value of the rows: 8 (float32) or 4 (float16).
-    pub fn row_bytes(&self) -> usize {
+    pub(super) fn row_bytes(&self) -> usize {
         self.row_bytes
     }
 
     /// Whether the passes run in chunks (and overlap on two streams).
-    pub fn chunked(&self) -> bool {
+    pub(super) fn chunked(&self) -> bool {
         self.chunked.is_some()
     }
 
     /// Enqueues the frame's two passes on `stream` (and, chunked, the post stream, joined back
     /// into `stream` at the end). `between` enqueues what goes between them on `stream` (the
     /// benchmark's timing events): after `fused_fir`, or chunked after both.
-    pub fn enqueue(
+    pub(super) fn enqueue(
         &self,
         args: &FusedArgs,
         spectra: u32,

@@ -24,7 +24,7 @@ pub(crate) struct ParamLayout {
 }
 
 impl ParamLayout {
-    pub fn new(g: &Channelisation, cfg: &kernels::Config) -> Self {
+    pub(super) fn new(g: &Channelisation, cfg: &kernels::Config) -> Self {
         let align = |x: usize| x.div_ceil(256) * 256;
         let m = g.spectra_per_frame();
         let rotation = align(4 * POLS * m);
@@ -54,7 +54,7 @@ pub(crate) struct Shapes {
 }
 
 impl Shapes {
-    pub fn new(g: &Channelisation, cfg: &kernels::Config) -> Result<Self> {
+    pub(super) fn new(g: &Channelisation, cfg: &kernels::Config) -> Result<Self> {
         let m = g.spectra_per_frame();
         let threads_per_spectrum_run = 2 * g.output.channels; // column pairs x pols
                                                               // Paper's heuristic: at least 8T spectra per thread (few redundant loads), unless that

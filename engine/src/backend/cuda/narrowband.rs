@@ -63,7 +63,7 @@ pub(super) struct NarrowbandStage {
 }
 
 impl NarrowbandStage {
-    pub fn new(
+    pub(super) fn new(
         ctx: &Arc<CudaContext>,
         g: &Channelisation,
         d: Ddc,
@@ -87,13 +87,13 @@ impl NarrowbandStage {
     }
 
     /// The output's configuration (the `ddc_set` builds from it).
-    pub fn config(&self) -> &kernels::Config {
+    pub(super) fn config(&self) -> &kernels::Config {
         &self.cfg
     }
 
     /// Frames whose DDC copied outputs the last frame made.
     #[cfg(test)]
-    pub fn carries(&self) -> u64 {
+    pub(super) fn carries(&self) -> u64 {
         self.carries
     }
 
@@ -116,7 +116,7 @@ impl NarrowbandStage {
     /// Stages the DDC of `frame` in slot `slot`: its taps for the frame's mixer word into `taps`
     /// (the slot's staging memory), its phases, and which subsampled samples it makes and which it
     /// copies from the last frame's. `span_start` is the ADC timestamp of the span's first sample.
-    pub fn stage(
+    pub(super) fn stage(
         &mut self,
         slot: usize,
         g: &Channelisation,
@@ -199,7 +199,7 @@ impl NarrowbandStage {
 
     /// The first stage on `stream`: the DDC (unless the frame's `ddc_set` makes it), then the
     /// complex PFB FIR over its output into the FFT's input.
-    pub fn enqueue_first_stage(
+    pub(super) fn enqueue_first_stage(
         &self,
         k: &NarrowbandKernels,
         slot: usize,
@@ -261,7 +261,7 @@ impl NarrowbandStage {
     /// This output's part of the frame's `ddc_set` (its carry copy enqueued on `stream`, the
     /// set's), or None where its DDC is not in a set or makes nothing this frame. `taps` is the
     /// slot's taps table on the device.
-    pub fn ddc_set_part(
+    pub(super) fn ddc_set_part(
         &self,
         slot: usize,
         taps: sys::CUdeviceptr,
@@ -307,7 +307,7 @@ impl NarrowbandStage {
     }
 
     /// Post-processing of the FFT's output into the slot's heaps: the centre half of the bins.
-    pub fn launch_postproc(
+    pub(super) fn launch_postproc(
         &self,
         k: &NarrowbandKernels,
         a: &FrameArgs,
@@ -335,7 +335,7 @@ impl NarrowbandStage {
     /// Bytes the first stage reads plus writes per frame: the span read once, the subsampled
     /// stream written once and read once (the FIR slides its window), the FFT's input (`spectra`
     /// bytes per polarisation) written.
-    pub fn first_stage_bytes(&self, g: &Channelisation, spectra: f64) -> f64 {
+    pub(super) fn first_stage_bytes(&self, g: &Channelisation, spectra: f64) -> f64 {
         let span = g.span_samples() * g.input.sample_bits as usize / 8;
         let ddc = self.samples as f64 * 8.0;
         POLS as f64 * (span as f64 + 2.0 * ddc + spectra)

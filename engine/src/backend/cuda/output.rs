@@ -92,7 +92,7 @@ pub(crate) struct OutputStage {
 
 impl OutputStage {
     /// Compiles the output's kernels, plans its FFT on `compute` and allocates `slots` slots.
-    pub fn new(
+    pub(super) fn new(
         ctx: &Arc<CudaContext>,
         compute: &Arc<CudaStream>,
         geometry: Channelisation,
@@ -237,19 +237,19 @@ impl OutputStage {
 
     /// Frames whose DDC copied outputs the last frame made (0 for wideband).
     #[cfg(test)]
-    pub fn ddc_carries(&self) -> u64 {
+    pub(super) fn ddc_carries(&self) -> u64 {
         match &self.kind {
             KindStage::Wideband => 0,
             KindStage::Narrowband(nb) => nb.carries(),
         }
     }
 
-    pub fn fft_work_bytes(&self) -> usize {
+    pub(super) fn fft_work_bytes(&self) -> usize {
         self.plan.as_ref().map_or(0, |p| p.work_bytes)
     }
 
     /// Gains for frames enqueued from now on (validated by the caller).
-    pub fn set_gains(&mut self, pol: usize, gains: &[Complex32]) {
+    pub(super) fn set_gains(&mut self, pol: usize, gains: &[Complex32]) {
         self.gains[pol].copy_from_slice(gains);
         self.gains_version += 1;
     }
@@ -258,7 +258,7 @@ impl OutputStage {
     /// mixer word; the gains, if they changed) into the slot's staging memory. `span_start` is the
     /// ADC timestamp of the span's first sample. The slot's previous copy in has finished: its
     /// frame was waited for before this one came.
-    pub fn stage_params(&mut self, slot: usize, frame: &OutputFrame, span_start: u64) {
+    pub(super) fn stage_params(&mut self, slot: usize, frame: &OutputFrame, span_start: u64) {
         let (l, g) = (self.layout, self.geometry);
         let m = g.spectra_per_frame();
         let stale = self.slots[slot].gains_version != self.gains_version;
@@ -305,7 +305,7 @@ impl OutputStage {
     }
 
     /// Enqueues the copy of the slot's staged parameters (the gains too if they changed).
-    pub fn copy_params(&mut self, slot: usize, h2d: &CudaStream) -> Result<()> {
+    pub(super) fn copy_params(&mut self, slot: usize, h2d: &CudaStream) -> Result<()> {
         let s = &mut self.slots[slot];
         let bytes = if s.gains_version != self.gains_version {
             self.layout.total
@@ -350,7 +350,7 @@ impl OutputStage {
     /// The output's compute on `stream` over the slot's span: the first stage (wideband: the
     /// PFB FIR; narrowband: DDC, then the complex PFB FIR), the FFT, post-processing. `mark(i)` is
     /// called after the first stage (2) and after the FFT (3), for the benchmark's stage timing.
-    pub fn enqueue_compute(
+    pub(super) fn enqueue_compute(
         &self,
         slot: usize,
         span: SpanView,
@@ -429,7 +429,11 @@ impl OutputStage {
     /// This output's part of the frame's `ddc_set` (its carry copy enqueued on `stream`, the
     /// set's), or None where it is not narrowband, its DDC is not in a set or makes nothing this
     /// frame.
-    pub fn enqueue_ddc_set_part(&self, slot: usize, stream: &CudaStream) -> Result<Option<DdcOut>> {
+    pub(super) fn enqueue_ddc_set_part(
+        &self,
+        slot: usize,
+        stream: &CudaStream,
+    ) -> Result<Option<DdcOut>> {
         match &self.kind {
             KindStage::Wideband => Ok(None),
             KindStage::Narrowband(nb) => {
@@ -441,7 +445,7 @@ impl OutputStage {
 
     /// Registers a thread of the FIR and post-processing kernels this output runs: `fused_fir`
     /// and `fused_post` on two passes, else `pfb_fir` and `postproc`.
-    pub fn registers(&self) -> (Option<i32>, Option<i32>) {
+    pub(super) fn registers(&self) -> (Option<i32>, Option<i32>) {
         let (fir, post) = match &self.fused {
             Some(run) => (&run.kernels().fir, &run.kernels().post),
             None => (&self.kernels.fir, &self.kernels.postproc),
@@ -453,7 +457,7 @@ impl OutputStage {
     }
 
     /// A narrowband output's configuration (the `ddc_set` builds from it).
-    pub fn narrowband_config(&self) -> Option<&kernels::Config> {
+    pub(super) fn narrowband_config(&self) -> Option<&kernels::Config> {
         match &self.kind {
             KindStage::Wideband => None,
             KindStage::Narrowband(nb) => Some(nb.config()),
@@ -473,7 +477,12 @@ impl OutputStage {
     /// # Safety
     /// `heaps` must be valid for [`Channelisation::output_bytes`] bytes until the stream has
     /// finished the copy.
-    pub unsafe fn copy_out(&self, slot: usize, heaps: *mut u8, d2h: &CudaStream) -> Result<()> {
+    pub(super) unsafe fn copy_out(
+        &self,
+        slot: usize,
+        heaps: *mut u8,
+        d2h: &CudaStream,
+    ) -> Result<()> {
         let s = &self.slots[slot];
         let bytes = self.geometry.output_bytes();
         let d2h = d2h.cu_stream();
@@ -501,7 +510,7 @@ impl OutputStage {
     }
 
     /// The slot's saturation counts, once its copy out has finished.
-    pub fn saturated(&self, slot: usize) -> [u64; POLS] {
+    pub(super) fn saturated(&self, slot: usize) -> [u64; POLS] {
         let b = self.slots[slot].saturated.as_slice();
         std::array::from_fn(|p| {
             u64::from_ne_bytes(b[8 * p..8 * p + 8].try_into().unwrap_or([0; 8]))
@@ -513,7 +522,7 @@ impl OutputStage {
     /// For a narrowband output the first stage is the DDC and the complex FIR: the span read
     /// once, the subsampled stream written once and read once (the FIR slides its window), the
     /// FFT's input written. The two passes count as the first stage: 10.25 B per sample.
-    pub fn stage_bytes(&self) -> [f64; 3] {
+    pub(super) fn stage_bytes(&self) -> [f64; 3] {
         let g = &self.geometry;
         let pols = POLS as f64;
         let (points, fir) = match &self.kind {

@@ -196,7 +196,7 @@ impl SpanRing {
 pub(crate) struct StageMarks(pub [CudaEvent; 5], pub Vec<[CudaEvent; 4]>);
 
 impl StageMarks {
-    pub fn new(ctx: &Arc<CudaContext>, outputs: usize) -> Result<Self> {
+    pub(super) fn new(ctx: &Arc<CudaContext>, outputs: usize) -> Result<Self> {
         let ev = || {
             ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(driver("creating a timing event"))
@@ -236,7 +236,7 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Builds every output's stage (`outputs` validated, all of one input) and the slots.
-    pub fn new(
+    pub(super) fn new(
         ctx: Arc<CudaContext>,
         outputs: &[Channelisation],
         tuning: kernels::Tuning,
@@ -350,14 +350,14 @@ impl Pipeline {
         })
     }
 
-    pub fn bind(&self) -> Result<()> {
+    pub(super) fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
             .map_err(driver("binding the CUDA context"))
     }
 
     /// Gains of output `output` for frames enqueued from now on (validated by the caller).
-    pub fn set_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) {
+    pub(super) fn set_gains(&mut self, output: usize, pol: usize, gains: &[Complex32]) {
         self.outputs[output].set_gains(pol, gains);
     }
 
@@ -365,7 +365,7 @@ impl Pipeline {
     /// stream; returns its slot. The caller must not have more than [`IN_FLIGHT`] frames
     /// unfinished, must keep `frame`'s buffers alive and untouched until [`Self::finish`], and must
     /// have checked the frame against the geometry.
-    pub fn enqueue(&mut self, frame: &mut Frame) -> Result<usize> {
+    pub(super) fn enqueue(&mut self, frame: &mut Frame) -> Result<usize> {
         self.bind()?;
         let slot = (self.seq % SLOTS as u64) as usize;
         let span_start = frame
@@ -385,7 +385,7 @@ impl Pipeline {
 
     /// Waits for the frame in `slot` to have left the device; fills its saturation counts and
     /// input sensors.
-    pub fn finish(&self, slot: usize, frame: &mut Frame) -> Result<()> {
+    pub(super) fn finish(&self, slot: usize, frame: &mut Frame) -> Result<()> {
         self.bind()?;
         let s = &self.slots[slot];
         s.copied_out
@@ -451,7 +451,7 @@ impl Pipeline {
     /// starts a buffer, to time it. With `marks`,
     /// records an event between stages (the FIR and FFT marks are the first output's) and around
     /// each output's, on its lane.
-    pub fn enqueue_compute(
+    pub(super) fn enqueue_compute(
         &self,
         slot: usize,
         carry: bool,
@@ -618,7 +618,7 @@ impl Pipeline {
     }
 
     /// Waits for all four streams (used before freeing buffers a copy may still touch).
-    pub fn synchronize(&self) -> Result<()> {
+    pub(super) fn synchronize(&self) -> Result<()> {
         self.bind()?;
         for s in [&self.h2d, &self.compute, &self.d2h, &self.sensors] {
             s.synchronize().map_err(driver("synchronising a stream"))?;
@@ -629,14 +629,14 @@ impl Pipeline {
     // ---- for the benchmark ----
 
     /// Input samples per polarisation per frame.
-    pub fn chunk_samples(&self) -> usize {
+    pub(super) fn chunk_samples(&self) -> usize {
         self.input.chunk_samples
     }
 
     /// Bytes of device memory each compute stage reads plus writes, per frame (nominal: every
     /// input read once, every output written once): the ring's overlap copy (one frame in
     /// [`Self::ring_frames`]), then the FIR, FFT and post-processing summed over the outputs.
-    pub fn stage_bytes(&self) -> [f64; 4] {
+    pub(super) fn stage_bytes(&self) -> [f64; 4] {
         let overlap = (2 * POLS * self.ring.overlap) as f64 / self.ring.frames as f64;
         let mut b = [overlap, 0.0, 0.0, 0.0];
         for stage in &self.outputs {
@@ -650,7 +650,7 @@ impl Pipeline {
     /// Copies `chunks` (packed, one per pol) into every place of the span ring and sets nominal
     /// delays (offset overlap - (T-1) 2n + m 2n, no fine delay) in every slot, for compute-only
     /// timing ([`Self::enqueue_bench_frame`]).
-    pub fn load_for_bench(&mut self, chunks: [&[u8]; POLS]) -> Result<()> {
+    pub(super) fn load_for_bench(&mut self, chunks: [&[u8]; POLS]) -> Result<()> {
         self.bind()?;
         let geometries: Vec<_> = self.outputs.iter().map(|o| o.geometry.output).collect();
         let mut frame = Frame::new_host(&self.input, &geometries);
@@ -678,23 +678,27 @@ impl Pipeline {
     /// The compute of bench frame `i` (after [`Self::load_for_bench`]): slot i mod SLOTS, at
     /// frame i's place in the ring, with the overlap copy on the compute stream where frame i is
     /// at the ring's start, as the copy in would make it.
-    pub fn enqueue_bench_frame(&mut self, i: usize, marks: Option<&StageMarks>) -> Result<()> {
+    pub(super) fn enqueue_bench_frame(
+        &mut self,
+        i: usize,
+        marks: Option<&StageMarks>,
+    ) -> Result<()> {
         let slot = i % SLOTS;
         self.slots[slot].at = self.ring.place(i as u64);
         self.enqueue_compute(slot, true, marks)
     }
 
     /// Whether bench frame `i` is at the span ring's start (copies its overlap).
-    pub fn bench_frame_copies(&self, i: usize) -> bool {
+    pub(super) fn bench_frame_copies(&self, i: usize) -> bool {
         self.ring.place(i as u64) == 0
     }
 
     /// Chunks in the span ring: one frame in this many copies its overlap.
-    pub fn ring_frames(&self) -> usize {
+    pub(super) fn ring_frames(&self) -> usize {
         self.ring.frames
     }
 
-    pub fn slots(&self) -> usize {
+    pub(super) fn slots(&self) -> usize {
         SLOTS
     }
 }

@@ -17,7 +17,7 @@ const SAMPLES_MASK: u64 = 0xffff;
 
 /// What a lane counted since it last published.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClipCount {
+pub(super) struct ClipCount {
     /// Heaps whose status had bit 0 set.
     pub heaps: u64,
     /// Saturated samples the statuses reported.
@@ -27,7 +27,7 @@ pub struct ClipCount {
 impl ClipCount {
     /// Counts the status item of one accepted heap (`None`: the heap had none).
     #[inline]
-    pub fn add(&mut self, status: Option<u64>) {
+    pub(super) fn add(&mut self, status: Option<u64>) {
         if let Some(s) = status {
             self.heaps += s & CLIP_BIT;
             self.samples += (s >> SAMPLES_SHIFT) & SAMPLES_MASK;
@@ -35,7 +35,7 @@ impl ClipCount {
     }
 
     /// Adds what was counted to the polarisation's totals, and starts again from zero.
-    pub fn publish(&mut self, heaps: &AtomicU64, samples: &AtomicU64) {
+    pub(super) fn publish(&mut self, heaps: &AtomicU64, samples: &AtomicU64) {
         if self.heaps > 0 {
             heaps.fetch_add(self.heaps, Relaxed);
         }

@@ -21,14 +21,14 @@ use crate::pipeline::RECV_WINDOW;
 pub const CONFIRM: u32 = 32;
 /// How long the stream in place must have sent nothing that fits before a receiver believes a
 /// jump.
-pub const SILENCE: Duration = Duration::from_millis(50);
+pub(super) const SILENCE: Duration = Duration::from_millis(50);
 /// How long past a chunk's end (by the wall clock, and at least one chunk's duration) a silent
 /// stream's receiver waits before it hands the chunk on as it is.
-pub const GIVE_UP: Duration = Duration::from_millis(100);
+pub(super) const GIVE_UP: Duration = Duration::from_millis(100);
 
 /// A heap's place, and whether the stream restarted there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placed {
+pub(super) struct Placed {
     pub at: Placement,
     /// Enough heaps agreed that the stream restarted at `at`: the caller either follows
     /// ([`Placer::follow`]) and starts its window again there, or drops the heap for this reason.
@@ -42,7 +42,7 @@ struct Newest {
 }
 
 #[derive(Debug)]
-pub struct Placer {
+pub(super) struct Placer {
     chunk_samples: u64,
     heap_samples: u64,
     fs: f64,
@@ -59,7 +59,7 @@ pub struct Placer {
 }
 
 impl Placer {
-    pub fn new(chunk_samples: u64, heap_samples: u64, fs: f64) -> Self {
+    pub(super) fn new(chunk_samples: u64, heap_samples: u64, fs: f64) -> Self {
         Self {
             chunk_samples,
             heap_samples,
@@ -74,11 +74,11 @@ impl Placer {
     }
 
     /// Newest timestamp accepted.
-    pub fn newest_timestamp(&self) -> Option<u64> {
+    pub(super) fn newest_timestamp(&self) -> Option<u64> {
         self.newest.map(|n| n.ts)
     }
 
-    pub fn place(&mut self, ts: u64) -> Result<Placed, Reject> {
+    pub(super) fn place(&mut self, ts: u64) -> Result<Placed, Reject> {
         if !ts.is_multiple_of(self.heap_samples) {
             return Err(Reject::Misaligned);
         }
@@ -127,7 +127,7 @@ impl Placer {
     /// Chunks before the returned id ended, by the wall clock at `now`, at least [`GIVE_UP`] and
     /// one chunk's duration ago: a heap of theirs still to come would be late beyond any
     /// sender's jitter. None before the first heap.
-    pub fn ended_before(&self, now: Instant) -> Option<u64> {
+    pub(super) fn ended_before(&self, now: Instant) -> Option<u64> {
         let n = self.newest?;
         let elapsed = now.saturating_duration_since(n.at).as_secs_f64();
         let margin = (GIVE_UP.as_secs_f64() * self.fs).max(self.chunk_samples as f64);
@@ -136,7 +136,7 @@ impl Placer {
     }
 
     /// Takes `ts` as where the stream now is (after a restart).
-    pub fn follow(&mut self, ts: u64) {
+    pub(super) fn follow(&mut self, ts: u64) {
         self.candidate = None;
         self.newest = Some(Newest { ts, at: self.now });
         self.last_fit = self.now;

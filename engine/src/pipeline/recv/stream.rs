@@ -10,7 +10,7 @@
 ///
 /// # Safety
 /// `dst` must be valid for writes of `src.len()` bytes and must not overlap `src`.
-pub unsafe fn copy(dst: *mut u8, src: &[u8]) {
+pub(super) unsafe fn copy(dst: *mut u8, src: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if src.len() >= STREAM_MIN {
         // SAFETY: as this function's contract; SSE2 is part of x86_64.
