@@ -24,6 +24,17 @@ pub struct InputGeometry {
     pub overlap_samples: usize,
 }
 
+/// Why a geometry cannot be computed: one sentence saying what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GeometryError(pub String);
+
+impl From<GeometryError> for String {
+    fn from(e: GeometryError) -> Self {
+        e.0
+    }
+}
+
 impl InputGeometry {
     /// Packed bytes of one polarisation's chunk.
     pub fn chunk_bytes(&self) -> usize {
@@ -34,7 +45,10 @@ impl InputGeometry {
         self.overlap_samples + self.chunk_samples
     }
     /// Checks the input's own invariants, with a sentence saying what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), GeometryError> {
+        self.check().map_err(GeometryError)
+    }
+    fn check(&self) -> Result<(), String> {
         if !SAMPLE_BITS.contains(&self.sample_bits) {
             return Err(format!(
                 "sample bits must be 8, 10, 12 or 16, not {}",
@@ -160,7 +174,10 @@ impl OutputGeometry {
         crate::signal::weights::pfb_weights(self.channels, self.taps, self.filter)
     }
     /// Checks the output's own invariants, with a sentence saying what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), GeometryError> {
+        self.check().map_err(GeometryError)
+    }
+    fn check(&self) -> Result<(), String> {
         if !self.channels.is_power_of_two() || self.channels < 16 || self.channels > 65536 {
             return Err(format!(
                 "channels must be a power of two from 16 to 65536, not {}",
@@ -268,9 +285,12 @@ impl Channelisation {
         crate::signal::quantise::limit(self.output.bits)
     }
     /// Checks the invariants every backend relies on, with a sentence saying what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        self.output.validate()?;
-        self.input.validate()?;
+    pub fn validate(&self) -> Result<(), GeometryError> {
+        self.check().map_err(GeometryError)
+    }
+    fn check(&self) -> Result<(), String> {
+        self.output.check()?;
+        self.input.check()?;
         let (input, output) = (&self.input, &self.output);
         if !input.chunk_samples.is_multiple_of(output.heap_samples()) {
             return Err(format!(
@@ -337,8 +357,8 @@ mod tests {
     #[test]
     fn a_chunk_must_be_whole_output_heaps() {
         let e = channelisation(3 * 32).validate().unwrap_err();
-        assert!(e.contains("whole number of output heaps"), "{e}");
+        assert!(e.0.contains("whole number of output heaps"), "{e}");
         let e = channelisation(0).validate().unwrap_err();
-        assert!(e.contains("positive"), "{e}");
+        assert!(e.0.contains("positive"), "{e}");
     }
 }

@@ -115,7 +115,7 @@ pub fn channelisations(
             g.validate().map_err(|e| {
                 // With one output the sentence needs no number (the same as [`single_output`]'s).
                 BackendError::Unsupported(if outputs.len() == 1 {
-                    e
+                    e.0
                 } else {
                     format!("output {k}: {e}")
                 })

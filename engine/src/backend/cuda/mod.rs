@@ -96,7 +96,8 @@ impl CudaBackend {
                     "every output must share the one input".into(),
                 ));
             }
-            g.validate().map_err(BackendError::Unsupported)?;
+            g.validate()
+                .map_err(|e| BackendError::Unsupported(e.into()))?;
         }
         probe(gpu_index)?;
         let ctx = device::context(gpu_index)?;
