@@ -117,9 +117,9 @@ impl Dsim {
         for _pol in 0..2 {
             let mut mine = Vec::new();
             for _ in 0..threads {
-                let socket = UdpSocket::sender(&socket_cfg)
+                let sender = udp_sender(&socket_cfg)
                     .map_err(|e| anyhow::anyhow!("cannot open a sending socket: {e}."))?;
-                mine.push(Sender::new(socket));
+                mine.push(sender);
             }
             senders.push(mine);
         }
@@ -592,6 +592,12 @@ impl Drop for DsimHandle {
     }
 }
 
+/// A sink for heaps: dsim's one choice of transport, a UDP socket (a send thread's, or the stop
+/// heaps').
+fn udp_sender(cfg: &SocketConfig) -> std::io::Result<Sender> {
+    UdpSocket::sender(cfg).map(Sender::new)
+}
+
 /// A SPEAD stream-stop heap to every destination, so receivers such as spead2 end cleanly.
 fn send_stop_heaps(shared: &Shared) {
     use spead::{items, HeapItem, HeapWriter};
@@ -601,11 +607,10 @@ fn send_stop_heaps(shared: &Shared) {
         buffer_bytes: 1 << 20,
         ..Default::default()
     };
-    let Ok(socket) = UdpSocket::sender(&cfg) else {
+    let Ok(mut tx) = udp_sender(&cfg) else {
         tracing::warn!("cannot open a socket for the stop heaps");
         return;
     };
-    let mut tx = Sender::new(socket);
     let heap_cnt = shared
         .pols
         .iter()

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use spead::packet::MAGIC;
 use spead::transport::pace::{fine_timer_slack, DEFAULT_SPIN as SPIN};
-use spead::transport::Sender;
+use spead::transport::DatagramSink;
 
 use crate::buffer::{patch, Layout, Slot};
 use crate::faults::{Action, FaultCounts};
@@ -51,7 +51,8 @@ struct Held {
     packet: Vec<u8>,
 }
 
-pub struct Worker {
+/// One send thread, sending into a sink of any transport (UDP in the simulator).
+pub struct Worker<K> {
     shared: Arc<Shared>,
     pol: usize,
     thread: usize,
@@ -60,7 +61,7 @@ pub struct Worker {
     slots: Vec<Slot>,
     switches: mpsc::Receiver<Switch>,
     pending: VecDeque<Switch>,
-    sender: Sender,
+    sender: K,
     schedule: Cached<Schedule>,
     faults: Cached<crate::faults::FaultPlan>,
     /// Per group: packets held back past the end of a batch.
@@ -95,14 +96,14 @@ fn wait_until(due: Instant, shared: &Shared) -> bool {
     }
 }
 
-impl Worker {
+impl<K: DatagramSink> Worker<K> {
     pub fn new(
         shared: Arc<Shared>,
         pol: usize,
         thread: usize,
         slots: Vec<Slot>,
         switches: mpsc::Receiver<Switch>,
-        sender: Sender,
+        sender: K,
     ) -> Self {
         let p = &shared.pols[pol];
         Self {

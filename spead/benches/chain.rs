@@ -239,7 +239,7 @@ fn relay(
         max_datagram: IN_DATAGRAM,
         ..Default::default()
     };
-    let mut drops = DropCounter::new(&rx);
+    let mut drops = DropCounter::from_reading(rx.drops());
     let mut rx = Receiver::with_config(rx, cfg);
     let mut tx = Sender::new(tx);
     let per_send = ring.burst / OUT_DATAGRAM;
@@ -256,9 +256,7 @@ fn relay(
             owed_in -= k as u64 * IN_PER_OUT;
         }
     }
-    counts
-        .relay_drops
-        .fetch_add(drops.take(rx.socket()), Relaxed);
+    counts.relay_drops.fetch_add(drops.take(&rx), Relaxed);
 }
 
 /// Waits for the next batch (until `stop`), reads each datagram's header and adds the batch to
@@ -289,12 +287,10 @@ fn sink(rx: UdpSocket, counts: &Counts, stop: &AtomicBool) {
         max_datagram: OUT_DATAGRAM,
         ..Default::default()
     };
-    let mut drops = DropCounter::new(&rx);
+    let mut drops = DropCounter::from_reading(rx.drops());
     let mut rx = Receiver::with_config(rx, cfg);
     while next_batch(&mut rx, &counts.sunk, stop).is_some() {}
-    counts
-        .sink_drops
-        .fetch_add(drops.take(rx.socket()), Relaxed);
+    counts.sink_drops.fetch_add(drops.take(&rx), Relaxed);
 }
 
 /// One rate's figures over the measured window.

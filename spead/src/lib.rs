@@ -9,7 +9,7 @@
 //! - [`chunk`]: heaps written straight into caller-owned chunks (hot path).
 //! - [`items`]: item ids of the wire formats.
 //! - [`samples`]: packing of digitiser samples.
-//! - [`transport`]: UDP sockets, GRO receive, GSO send, pacing.
+//! - [`transport`]: the transport seam; UDP sockets, GRO receive, GSO send, pacing; a loopback.
 
 #![warn(missing_docs)]
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use spead::packet::{write_header, ItemPointer};
-use spead::transport::{self, Pacer, SocketConfig, UdpSocket};
+use spead::transport::{self, DatagramSink, Pacer, SocketConfig, UdpSocket};
 use spead::{items, Descriptor, HeapItem, HeapWriter};
 
 use super::{recv_until_stop, PipelineError, Work};
@@ -83,12 +83,12 @@ impl SendSpec {
     }
 }
 
-/// One send thread's socket, its share of one output's substreams and everything precomputed for
-/// them.
-pub struct Transmitter {
+/// One send thread's sink (a UDP socket), its share of one output's substreams and everything
+/// precomputed for them.
+pub struct Transmitter<K> {
     /// The output it sends for (index into the configuration's outputs).
     output: usize,
-    sender: transport::Sender,
+    sender: K,
     /// Destinations of every substream of the output (indexed by substream; this transmitter
     /// sends to `subs`).
     dests: Vec<SocketAddr>,
@@ -126,18 +126,23 @@ fn record_newest(newest: &AtomicU64, t: u64, lag_limit: u64) {
 }
 
 /// The transmitters of every output: each output's substreams split into contiguous shares, one
-/// per send thread of that output.
-pub fn transmitters(specs: &[SendSpec]) -> Result<Vec<Transmitter>, PipelineError> {
+/// per send thread of that output, each with its own UDP socket (the engine's one choice of
+/// output transport).
+pub fn transmitters(
+    specs: &[SendSpec],
+) -> Result<Vec<Transmitter<transport::Sender>>, PipelineError> {
     let mut all = Vec::new();
     for (k, spec) in specs.iter().enumerate() {
         let n = spec.substreams();
         let threads = spec.threads.clamp(1, n);
         for t in 0..threads {
+            let socket = UdpSocket::sender(&spec.socket).map_err(PipelineError::OutputSocket)?;
             all.push(Transmitter::new(
                 spec,
                 k,
                 t * n / threads..(t + 1) * n / threads,
-            )?);
+                transport::Sender::new(socket),
+            ));
         }
     }
     Ok(all)
@@ -146,8 +151,8 @@ pub fn transmitters(specs: &[SendSpec]) -> Result<Vec<Transmitter>, PipelineErro
 /// Sends every frame from `rx` through `transmitters`, one thread each (this thread hands each
 /// frame to all of them), and returns each frame to `free` once every transmitter is done with it.
 /// `specs` are the outputs', in order.
-pub fn run(
-    transmitters: Vec<Transmitter>,
+pub fn run<K: DatagramSink>(
+    transmitters: Vec<Transmitter<K>>,
     specs: &[SendSpec],
     rx: Receiver<Work>,
     free: Sender<Work>,
@@ -191,10 +196,10 @@ pub fn run(
     })
 }
 
-impl Transmitter {
-    /// A transmitter of substreams `subs` of output `output`, which `spec` describes.
-    pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>) -> Result<Self, PipelineError> {
-        let socket = UdpSocket::sender(&spec.socket).map_err(PipelineError::OutputSocket)?;
+impl<K: DatagramSink> Transmitter<K> {
+    /// A transmitter of substreams `subs` of output `output`, which `spec` describes, sending
+    /// into `sender`.
+    pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>, sender: K) -> Self {
         let c = spec.substream_channels() as u64;
         let s = spec.g.output.spectra_per_heap as u64;
         // katgpucbf's description of the data: int8 (re, im) pairs, or one opaque byte per
@@ -251,15 +256,15 @@ impl Transmitter {
             .collect();
         let heap_payload = spec.substream_bytes();
         let packets = heap_payload.div_ceil(spec.packet_payload);
-        Ok(Self {
+        Self {
             output,
-            sender: transport::Sender::new(socket),
+            sender,
             dests: spec.dests.iter().map(|d| SocketAddr::V4(*d)).collect(),
             subs,
             descriptors,
             headers: vec![0u8; packets * PACKET_HEADER_BYTES],
             reported: (0, 0),
-        })
+        }
     }
 
     /// One send thread: this transmitter's substreams of every frame from `rx`, each frame then

@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use spead::chunk::Discard;
+use spead::transport::Receiver as UdpReceiver;
 use spead::transport::{Endpoint, SocketConfig};
 use spead::RejectCounters;
 
@@ -41,6 +42,9 @@ use crate::feng_raw::OutputBits;
 use bind::bind_all;
 use snapshot::{Stats, Substream};
 use worker::{Worker, WorkerConfig};
+
+/// Buffers per receive call (quinn-udp's most).
+const RECV_BATCH: usize = 32;
 
 /// Receives complete heaps. Called on the substream's receive thread: keep it short.
 pub trait HeapSink: Send + Sync {
@@ -166,7 +170,8 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Binds every substream (joining multicast groups) and starts the threads.
+    /// Binds every substream (joining multicast groups) and starts the threads, each reading its
+    /// socket through the UDP transport (the harness's one choice of transport).
     pub fn start(cfg: &ReceiveConfig, sink: Arc<dyn HeapSink>) -> Result<Self, ReceiveError> {
         let n = cfg.substreams.len();
         if n == 0 {
@@ -220,10 +225,12 @@ impl Receiver {
             let handle = std::thread::Builder::new()
                 .name(format!("rx-{index}"))
                 .spawn(move || {
+                    // Built on its thread, which touches its buffers first.
+                    let rx = UdpReceiver::new(socket, RECV_BATCH);
                     if payload {
-                        Worker::<Vec<u8>>::new(thread_lanes, sink, wcfg).run(socket, stop)
+                        Worker::<Vec<u8>>::new(thread_lanes, sink, wcfg).run(rx, stop)
                     } else {
-                        Worker::<Discard>::new(thread_lanes, sink, wcfg).run(socket, stop)
+                        Worker::<Discard>::new(thread_lanes, sink, wcfg).run(rx, stop)
                     }
                 })
                 .map_err(ReceiveError::Thread)?;

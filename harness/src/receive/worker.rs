@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spead::chunk::{ChunkAssembler, ChunkConfig, ChunkEvent, ChunkMemory, Discard, Placement};
-use spead::transport::{DropCounter, UdpSocket};
+use spead::transport::{DatagramSource, DropCounter};
 use spead::{items, Limits, Packet, Reject};
 
 use super::snapshot::{Stats, Substream};
@@ -191,13 +191,12 @@ impl<B: HeapMemory> Worker<B> {
         }
     }
 
-    /// The thread's loop: receive until `stop`, then hand out the complete heaps still open.
-    pub(super) fn run(mut self, socket: UdpSocket, stop: Arc<AtomicBool>) {
-        let mut rx = spead::transport::Receiver::new(socket, 32);
-        let mut drops = DropCounter::new(rx.socket());
-        let mut count_drops = |rx: &spead::transport::Receiver, st: &Stats| {
-            st.socket_drops
-                .fetch_add(drops.take(rx.socket()), Ordering::Relaxed);
+    /// The thread's loop: receive from `rx` until `stop`, then hand out the complete heaps still
+    /// open.
+    pub(super) fn run(mut self, mut rx: impl DatagramSource, stop: Arc<AtomicBool>) {
+        let mut drops = DropCounter::new(&rx);
+        let mut count_drops = |rx: &_, st: &Stats| {
+            st.socket_drops.fetch_add(drops.take(rx), Ordering::Relaxed);
         };
         let mut drops_at = Instant::now();
         while !stop.load(Ordering::Relaxed) {

@@ -221,32 +221,6 @@ impl UdpSocket {
     }
 }
 
-/// A socket's kernel drops as increments: [`UdpSocket::drops`] since the last look.
-#[derive(Clone, Copy, Debug)]
-pub struct DropCounter {
-    seen: Option<u32>,
-}
-
-impl DropCounter {
-    /// Starts counting from the socket's drops now.
-    pub fn new(socket: &UdpSocket) -> Self {
-        Self {
-            seen: socket.drops(),
-        }
-    }
-
-    /// Drops since the last call (or since [`DropCounter::new`]); 0 where the kernel does not say.
-    pub fn take(&mut self, socket: &UdpSocket) -> u64 {
-        let now = socket.drops();
-        let n = match (self.seen, now) {
-            (Some(old), Some(new)) => u64::from(new.wrapping_sub(old)),
-            _ => 0,
-        };
-        self.seen = now.or(self.seen);
-        n
-    }
-}
-
 impl AsRawFd for UdpSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
@@ -379,9 +353,9 @@ mod tests {
         }
         assert!(queued > 0 && queued < 200, "{queued} queued");
         assert_eq!(rx.drops(), Some(200 - queued));
-        let mut counter = DropCounter { seen: Some(0) };
-        assert_eq!(counter.take(&rx), u64::from(200 - queued));
-        assert_eq!(counter.take(&rx), 0);
+        let mut counter = crate::transport::DropCounter::from_reading(Some(0));
+        assert_eq!(counter.take_reading(rx.drops()), u64::from(200 - queued));
+        assert_eq!(counter.take_reading(rx.drops()), 0);
     }
 
     #[test]

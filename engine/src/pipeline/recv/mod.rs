@@ -18,14 +18,13 @@ mod place;
 mod stream;
 
 use std::net::{SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use spead::chunk::{Chunk, ChunkAssembler, ChunkConfig, ChunkEvent};
-use spead::transport::{self, DropCounter, SocketConfig, UdpSocket};
+use spead::transport::{self, DatagramSource, DropCounter, SocketConfig, SourceWaiter, UdpSocket};
 use spead::{items, Limits, Packet, Reject};
 
 pub use collect::Collector;
@@ -89,7 +88,7 @@ pub enum RecvMsg {
 }
 
 /// Opens the sockets of polarisation `pol`, dealt out to `spec.lanes` lanes, and records where
-/// they are bound.
+/// they are bound. The engine's one choice of input transport: UDP.
 pub fn bind(
     spec: &RecvSpec,
     pol: usize,
@@ -141,18 +140,19 @@ pub fn bind(
     Ok(out)
 }
 
-/// Builds polarisation `pol`'s lanes around one collector holding `buffers`.
+/// Builds polarisation `pol`'s lanes around one collector holding `buffers`, each lane reading
+/// its own sources.
 #[allow(clippy::too_many_arguments)]
-pub fn lanes(
+pub fn lanes<S: DatagramSource>(
     spec: &RecvSpec,
     pol: usize,
-    sockets: Vec<Vec<transport::Receiver>>,
+    sockets: Vec<Vec<S>>,
     buffers: Vec<HostBuffer>,
     to_pair: Sender<RecvMsg>,
     returns: Receiver<Chunk<HostBuffer>>,
     stats: &Arc<Stats>,
     stop: &Arc<AtomicBool>,
-) -> Vec<Lane> {
+) -> Vec<Lane<S>> {
     let n = sockets.len().max(1);
     let collector = Arc::new(Mutex::new(Collector::new(
         pol,
@@ -163,7 +163,7 @@ pub fn lanes(
         returns,
         Arc::clone(stats),
     )));
-    let lanes: Vec<Lane> = sockets
+    let lanes: Vec<Lane<S>> = sockets
         .into_iter()
         .enumerate()
         .map(|(lane, sockets)| Lane::new(spec, pol, lane, n, sockets, &collector, stats, stop))
@@ -173,15 +173,15 @@ pub fn lanes(
     lanes
 }
 
-/// One receive thread of one polarisation.
-pub struct Lane {
+/// One receive thread of one polarisation, reading sources of one transport.
+pub struct Lane<S> {
     pol: usize,
     lane: usize,
     lanes: u64,
     /// Source addresses of the polarisation: heap k arrives on address k mod `addresses`.
     addresses: u64,
     heap_samples: u64,
-    sockets: Vec<transport::Receiver>,
+    sockets: Vec<S>,
     asm: ChunkAssembler<SlotWriter>,
     placer: Placer,
     limits: Limits,
@@ -200,14 +200,14 @@ pub struct Lane {
     stop: Arc<AtomicBool>,
 }
 
-impl Lane {
+impl<S: DatagramSource> Lane<S> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         spec: &RecvSpec,
         pol: usize,
         lane: usize,
         lanes: usize,
-        sockets: Vec<transport::Receiver>,
+        sockets: Vec<S>,
         collector: &Arc<Mutex<Collector>>,
         stats: &Arc<Stats>,
         stop: &Arc<AtomicBool>,
@@ -254,31 +254,20 @@ impl Lane {
 
     pub fn run(mut self) -> Result<(), PipelineError> {
         let mut sockets = std::mem::take(&mut self.sockets);
-        let mut pfds: Vec<libc::pollfd> = sockets
-            .iter()
-            .map(|r| libc::pollfd {
-                fd: r.socket().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        let timeout_ms = QUIET.as_millis() as libc::c_int;
+        let mut waiter = S::waiter(&sockets);
         let mut last_packet = Instant::now();
         let mut drops = SocketDrops::new(&sockets);
         while !self.stop.load(Ordering::Relaxed) {
-            // SAFETY: `pfds` is a valid array of pollfd for the duration of the call.
-            let r =
-                unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
+            let r = match waiter.wait(QUIET) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    return Err(PipelineError::Receive {
+                        pol: self.pol,
+                        error,
+                    })
                 }
-                return Err(PipelineError::Receive {
-                    pol: self.pol,
-                    error: e,
-                });
-            }
+            };
             self.placer.now = Instant::now();
             drops.update(
                 &sockets,
@@ -296,12 +285,12 @@ impl Lane {
                 self.quiet = false;
                 lock(&self.collector).set_quiet(self.lane, false);
             }
-            for (i, pfd) in pfds.iter().enumerate() {
-                if pfd.revents == 0 {
+            for (i, source) in sockets.iter_mut().enumerate() {
+                if !waiter.is_ready(i) {
                     continue;
                 }
                 for _ in 0..BATCHES_PER_SOCKET {
-                    match sockets[i].recv(Duration::ZERO) {
+                    match source.recv(Duration::ZERO) {
                         Ok(0) => break,
                         Ok(_) => {}
                         Err(e) => {
@@ -309,7 +298,7 @@ impl Lane {
                             break;
                         }
                     }
-                    self.take_batch(&sockets[i]);
+                    self.take_batch(source);
                 }
             }
             self.report();
@@ -319,8 +308,8 @@ impl Lane {
         Ok(())
     }
 
-    /// Places every datagram of a socket's last batch.
-    fn take_batch(&mut self, rx: &transport::Receiver) {
+    /// Places every datagram of a source's last batch.
+    fn take_batch(&mut self, rx: &S) {
         for d in rx.datagrams() {
             self.take(d);
         }
@@ -461,31 +450,28 @@ impl Lane {
     }
 }
 
-/// The kernel's drop counts of a lane's sockets, read every [`DROPS_EVERY`] and added to a
-/// counter as they grow.
+/// The drop counts of a lane's sources (the kernel's, for sockets), read every [`DROPS_EVERY`]
+/// and added to a counter as they grow.
 struct SocketDrops {
     counters: Vec<DropCounter>,
     at: Instant,
 }
 
 impl SocketDrops {
-    fn new(sockets: &[transport::Receiver]) -> Self {
+    fn new(sockets: &[impl DatagramSource]) -> Self {
         Self {
-            counters: sockets
-                .iter()
-                .map(|s| DropCounter::new(s.socket()))
-                .collect(),
+            counters: sockets.iter().map(DropCounter::new).collect(),
             at: Instant::now(),
         }
     }
 
-    fn update(&mut self, sockets: &[transport::Receiver], now: Instant, total: &AtomicU64) {
+    fn update(&mut self, sockets: &[impl DatagramSource], now: Instant, total: &AtomicU64) {
         if now.duration_since(self.at) < DROPS_EVERY {
             return;
         }
         self.at = now;
         for (c, s) in self.counters.iter_mut().zip(sockets) {
-            total.fetch_add(c.take(s.socket()), Ordering::Relaxed);
+            total.fetch_add(c.take(s), Ordering::Relaxed);
         }
     }
 }
@@ -501,6 +487,8 @@ mod tests {
     use crate::config::EngineConfig;
     use crate::pipeline::StageSpecs;
     use crossbeam_channel::bounded;
+    use spead::transport::loopback::{self, LoopbackSource};
+    use spead::transport::DatagramSink;
     use spead::{HeapItem, HeapWriter};
 
     fn config() -> EngineConfig {
@@ -556,7 +544,7 @@ mod tests {
         let mut lanes = lanes(
             &StageSpecs::new(&cfg).recv,
             pol,
-            vec![Vec::new()],
+            vec![Vec::<LoopbackSource>::new()],
             buffers,
             to_pair,
             returns,
@@ -577,9 +565,14 @@ mod tests {
             heap(4 * hs, Some(clip(7)), hb / 2),
             heap(5 * hs + 1, Some(clip(7)), hb),
         ];
+        // Through the transport seam, as a lane's thread takes a batch.
+        let (mut sink, mut source) = loopback::pair(datagrams.len());
+        let dest = SocketAddr::from(([127, 0, 0, 1], 7148));
         for d in &datagrams {
-            lane.take(d);
+            sink.send_segments(dest, d, d.len()).unwrap();
         }
+        assert_eq!(source.recv(Duration::ZERO).unwrap(), datagrams.len());
+        lane.take_batch(&source);
         let ps = &stats.pols[pol];
         let counts = || {
             [
