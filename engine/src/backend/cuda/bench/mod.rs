@@ -2,9 +2,9 @@
 //! through PCIe from pinned memory, and start-up costs, each beside the ceiling measured in the same
 //! run (device-to-device copy; host-to-device, device-to-host and both at once).
 //!
-//! Modules: [`options`] (what to measure, and the geometries it makes), [`ceilings`] (device copy,
-//! device write, PCIe), [`gpu_only`] (table (a)), [`end_to_end`] (tables (b) and (e)), [`startup`]
-//! (table (c)), [`variants`] (tables (d) and (f)).
+//! Modules: `options` (what to measure, and the geometries it makes), `ceilings` (device copy,
+//! device write, PCIe), `gpu_only` (table (a)), `end_to_end` (tables (b) and (e)), `startup`
+//! (table (c)), `variants` (tables (d) and (f)).
 
 mod ceilings;
 mod end_to_end;
