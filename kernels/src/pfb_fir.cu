@@ -42,9 +42,9 @@ __device__ __forceinline__ float2 load_pair(const u32 *__restrict__ span, u32 x)
 }
 
 // pfb_fir's own pair load, from a 64-bit bit address. load_pair's 32-bit word arithmetic (fewer
-// instructions, which the two-pass kernels gain from) made pfb_fir 57% slower (H100, 32768
-// channels: 466 against 297 µs a frame, measured with both in one run), so the three passes keep
-// the arithmetic they were tuned with.
+// instructions, which the two-pass kernels gain from) made pfb_fir take 58% longer (465 against
+// 295 µs a frame at 32768 channels on an H100, both builds in one run; the compiler gave it 108
+// registers a thread rather than 123). The three passes keep the arithmetic they were tuned with.
 __device__ __forceinline__ float2 load_pair_wide(const u32 *__restrict__ span, u64 x) {
     const u64 bit = x * SAMPLE_BITS;
     return pair_at(span + (bit >> 5), (u32)bit & 31u);
