@@ -9,9 +9,10 @@ use spead::packet::PACKET_HEADER_BYTES;
 use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 
 use super::derive::{delay_room, output_lag, overlap_samples, recv_threads, send_threads};
+use super::error::{sentence, ConfigError};
 use super::flags::RunArgs;
 use super::output_arg::check_output_name;
-use super::spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec, OutputStart};
+use super::spec::{EngineConfig, InputSpec, OutputSpec, OutputStart};
 use super::{MAX_OUTPUTS, WIDEBAND};
 use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
 use crate::signal::ddc;

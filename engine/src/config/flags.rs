@@ -7,9 +7,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use spead::transport::Endpoint;
 
+use super::error::ConfigError;
 use super::help::{ABOUT, AFTER_HELP, LONG_ABOUT};
 use super::output_arg::OutputArg;
-use super::spec::ConfigError;
 use crate::signal::weights::{self, WindowFunction};
 
 #[derive(Parser, Debug)]

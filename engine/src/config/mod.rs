@@ -7,10 +7,11 @@
 //! One job a file: `help` the texts of `--help`, `flags` the command line as clap parses it,
 //! `output_arg` the `NAME:key=value,...` language of `--wideband` and `--narrowband`, `spec`
 //! the checked types, `derive` what they imply (lags, overlap, thread counts), `check` the
-//! way from the one to the other.
+//! way from the one to the other, `error` the refusal they all share.
 
 mod check;
 mod derive;
+mod error;
 mod flags;
 mod help;
 mod output_arg;
@@ -19,11 +20,12 @@ mod spec;
 pub(crate) mod test_support;
 
 pub use derive::{delay_room, output_lag, overlap_samples};
+pub use error::{sentence, ConfigError};
 pub use flags::{
     BackendKind, BenchArgs, Cli, Command, FftPrecision, RunArgs, WidebandKernels, CONTROL_TOKEN_ENV,
 };
 pub use output_arg::{check_output_name, OutputArg};
-pub use spec::{sentence, ConfigError, EngineConfig, InputSpec, OutputSpec, OutputStart};
+pub use spec::{EngineConfig, InputSpec, OutputSpec, OutputStart};
 #[cfg(test)]
 pub(crate) use test_support::test_args;
 

@@ -3,7 +3,7 @@
 
 use spead::transport::Endpoint;
 
-use super::spec::{sentence, ConfigError};
+use super::error::{sentence, ConfigError};
 use crate::signal::ddc;
 use crate::signal::weights::{UnknownWindow, WindowFunction};
 use fgpu_api::engine::OutputKind;

@@ -1,6 +1,5 @@
 //! The checked configuration: the engine's input and outputs ([`EngineConfig`], [`InputSpec`],
-//! [`OutputSpec`]), what they imply for each output, and why a command line was refused
-//! ([`ConfigError`]).
+//! [`OutputSpec`]) and what they imply for each output.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
@@ -95,17 +94,6 @@ impl OutputSpec {
     }
 }
 
-/// Why a command line does not make a working engine: one sentence for the user.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-impl From<String> for ConfigError {
-    fn from(s: String) -> Self {
-        Self(s)
-    }
-}
-
 impl EngineConfig {
     /// Output `k`'s view of the input.
     pub fn channelisation(&self, k: usize) -> Channelisation {
@@ -154,15 +142,5 @@ impl OutputSpec {
     /// Samples between consecutive output heaps of one substream (S x 2n).
     pub fn heap_timestamp_step(&self) -> u64 {
         self.geometry.heap_samples() as u64
-    }
-}
-
-/// Makes a message a sentence: capital first letter is left alone, a full stop is added.
-pub fn sentence(s: impl Into<String>) -> String {
-    let s = s.into();
-    if s.ends_with('.') {
-        s
-    } else {
-        s + "."
     }
 }
