@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks and benchmarks for a GPU host without a Rust toolchain: build on a machine that has one,
-# then carry the binaries over in the folder `stage` fills (.carry/).
+# then carry the binaries over in the folder `stage` fills (gpu-stage/).
 #
-#   scripts/gpu-checks.sh stage           (build machine) strip release binaries, tests and benches into .carry/
+#   scripts/gpu-checks.sh stage           (build machine) strip release binaries, tests and benches into gpu-stage/
 #   scripts/gpu-checks.sh gpu OUT         (GPU host) CUDA tests, kernel/PCIe bench, CPU bench, e2e --backend cuda
 #   scripts/gpu-checks.sh net OUT         (GPU host) loopback transport, dsim and harness-receive benches
 #   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
@@ -12,7 +12,7 @@
 # end lists the exit status of each), so that one run on the GPU host gives every figure it can.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-carry=.carry
+carry=gpu-stage
 
 stage() {
   set -e

@@ -75,7 +75,7 @@ for n in $engines_list; do
 done
 [[ -z $gpus || $gpus =~ ^[1-9][0-9]*$ ]] || { echo "gpu-array: GPUS must be a GPU count of at least 1, not '$gpus'" >&2; exit 2; }
 for b in dsim fengine harness; do
-  [[ $table_only == 1 ]] || [[ -x $bin/$b ]] || { echo "gpu-array: $bin/$b is missing (scripts/gpu-checks.sh stage puts it in .carry/)" >&2; exit 2; }
+  [[ $table_only == 1 ]] || [[ -x $bin/$b ]] || { echo "gpu-array: $bin/$b is missing (scripts/gpu-checks.sh stage puts it in gpu-stage/)" >&2; exit 2; }
 done
 
 # The table over every search in OUT so far: rewritten after each search, so that a run cut short
