@@ -116,16 +116,7 @@ impl EngineConfig {
                         name: w.name.clone(),
                         named: true,
                         dst: w.dst.clone(),
-                        geometry: OutputGeometry {
-                            channels: w.channels.unwrap_or(flags.channels),
-                            taps: w.taps.unwrap_or(flags.taps),
-                            bits: w.bits.unwrap_or(flags.bits),
-                            filter: FilterDesign {
-                                window: w.window.unwrap_or(flags.filter.window),
-                                w_cutoff: w.w_cutoff.unwrap_or(flags.filter.w_cutoff),
-                            },
-                            ..flags
-                        },
+                        geometry: w.geometry_over(flags),
                         gain: w.gain.or(a.gain),
                         centre: None,
                     });
@@ -141,20 +132,13 @@ impl EngineConfig {
                 named: true,
                 dst: w.dst.clone(),
                 geometry: OutputGeometry {
-                    channels: w.channels.unwrap_or(flags.channels),
-                    taps: w.taps.unwrap_or(flags.taps),
-                    bits: w.bits.unwrap_or(flags.bits),
-                    filter: FilterDesign {
-                        window: w.window.unwrap_or(flags.filter.window),
-                        w_cutoff: w.w_cutoff.unwrap_or(flags.filter.w_cutoff),
-                    },
                     kind: OutputKind::Narrowband(Ddc {
                         decimation,
                         taps: w
                             .ddc_taps
                             .unwrap_or_else(|| ddc::default_ddc_taps(decimation)),
                     }),
-                    ..flags
+                    ..w.geometry_over(flags)
                 },
                 // --gain is a wideband gain: see `narrowband_gain`.
                 gain: w.gain,

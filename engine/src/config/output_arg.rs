@@ -4,8 +4,9 @@
 use spead::transport::Endpoint;
 
 use super::error::{sentence, ConfigError};
+use crate::backend::OutputGeometry;
 use crate::signal::ddc;
-use crate::signal::weights::{UnknownWindow, WindowFunction};
+use crate::signal::weights::{FilterDesign, UnknownWindow, WindowFunction};
 use fgpu_api::engine::OutputKind;
 
 /// Words of the control API's routes (`/status`, `/outputs/NAME/gains`, ...), which an output may
@@ -59,6 +60,21 @@ pub fn check_output_name(name: &str) -> Result<(), ConfigError> {
 }
 
 impl OutputArg {
+    /// The output's geometry: each key it gives, the rest from `flags` (the output flags'
+    /// geometry, kind included).
+    pub(crate) fn geometry_over(&self, flags: OutputGeometry) -> OutputGeometry {
+        OutputGeometry {
+            channels: self.channels.unwrap_or(flags.channels),
+            taps: self.taps.unwrap_or(flags.taps),
+            bits: self.bits.unwrap_or(flags.bits),
+            filter: FilterDesign {
+                window: self.window.unwrap_or(flags.filter.window),
+                w_cutoff: self.w_cutoff.unwrap_or(flags.filter.w_cutoff),
+            },
+            ..flags
+        }
+    }
+
     /// Parses a `--wideband` spec, `NAME:dst=ADDR[+N]:PORT,key=value,...`. Errors are one
     /// sentence naming the output and the key.
     pub fn wideband(s: &str) -> Result<Self, ConfigError> {
