@@ -169,7 +169,7 @@ impl Config {
 mod tests {
     use super::*;
     use crate::source;
-    use crate::testing::cfg;
+    use crate::testing::{cfg, wide};
 
     #[test]
     fn two_pass_splits() {
@@ -189,15 +189,6 @@ mod tests {
             ..cfg()
         }
         .fused());
-        let wide = |channels, fused_fir_columns, fused_tile| Config {
-            channels,
-            tuning: Tuning {
-                fused_fir_columns,
-                fused_tile,
-                ..Tuning::default()
-            },
-            ..cfg()
-        };
         assert!(wide(65536, 8, 0).fused());
         // The splits: R = 16 up to 2048 channels, 32 from 4096 (float32 rows, tensor copies),
         // then A = 1024 up to R = 32 (or 64), then A grows.

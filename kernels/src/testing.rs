@@ -16,3 +16,16 @@ pub(crate) fn cfg() -> Config {
         tuning: Tuning::default(),
     }
 }
+
+/// [`cfg`] at `channels` with the two passes' column groups and tile as given (0: default).
+pub(crate) fn wide(channels: usize, fused_fir_columns: usize, fused_tile: usize) -> Config {
+    Config {
+        channels,
+        tuning: Tuning {
+            fused_fir_columns,
+            fused_tile,
+            ..Tuning::default()
+        },
+        ..cfg()
+    }
+}

@@ -164,7 +164,7 @@ pub(crate) fn ddc_set_outputs<'a>(outputs: &[&'a Config]) -> Result<&'a Config, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::cfg;
+    use crate::testing::{cfg, wide};
 
     #[test]
     fn validation() {
@@ -204,15 +204,6 @@ mod tests {
             ..cfg()
         };
         assert!(three_pass.validate().is_ok());
-        let wide = |channels, fused_fir_columns, fused_tile| Config {
-            channels,
-            tuning: Tuning {
-                fused_fir_columns,
-                fused_tile,
-                ..Tuning::default()
-            },
-            ..cfg()
-        };
         assert!(wide(65536, 8, 0).validate().is_ok());
         assert!(wide(65536, 16, 0).validate().is_ok(), "R = 32: 512 threads");
         let mut r64 = wide(65536, 16, 0);
