@@ -466,6 +466,7 @@ impl EngineConfig {
             gpu: a.gpu,
             control: a.control,
             control_token: a.control_token.clone(),
+            katcp: a.katcp,
         })
     }
 }

@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub control: SocketAddr,
     /// The bearer token that changes over HTTP need, if any.
     pub control_token: Option<fgpu_serve::Token>,
+    /// The katcp front's address, if it is on.
+    pub katcp: Option<SocketAddr>,
 }
 
 /// The engine's input: both polarisations of one digitiser.
