@@ -299,6 +299,13 @@ pub struct RunArgs {
     )]
     pub control_token: Option<fgpu_serve::Token>,
 
+    /// Serve katcp on ADDR:PORT, for katgpucbf's clients (aiokatcp, katcpcli, nc): ?time and
+    /// dsim's sensors (adc-sample-rate, sample-bits, sync-time, steady-state-timestamp,
+    /// dither-seed). katcp has no token: 127.0.0.1:PORT keeps it to this host, 0.0.0.0:PORT opens
+    /// it to every interface. Default: no katcp server.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub katcp: Option<SocketAddr>,
+
     /// When the run ends, send a SPEAD stream-stop heap to every destination.
     #[arg(long)]
     pub send_stop: bool,

@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod faults;
+pub mod katcp;
 pub mod metrics;
 pub mod schedule;
 pub mod sender;

@@ -53,6 +53,12 @@ With --control-token (or FENGINE_CONTROL_TOKEN), every change (PUT) needs the he
 \"Authorization: Bearer TOKEN\", else 401; GET stays open. --control binds loopback unless told
 otherwise (0.0.0.0:7147: every interface).
 
+katcp (--katcp ADDR:PORT, off unless given; no token): katgpucbf's requests and sensors for
+aiokatcp clients. ?gain STREAM INPUT [VALUES...] (no values: query; one, or one per channel:
+set; complex as 1, 0.5-0.25j), ?gain-all STREAM VALUES...|default, ?delays STREAM START-TIME
+D0 D1 (each delay,delay_rate:phase,phase_rate; START-TIME Unix s, needs --sync-time), ?halt,
+?sensor-list, ?sensor-value, ?sensor-sampling. A refusal is !NAME fail <the HTTP sentence>.
+
 --wideband NAME:key=value,... (repeatable, instead of --dst): NAME is 1 to 32 of a-z 0-9 _ -.
   dst=ADDR[+N]:PORT (required), channels=N, taps=T, bits=8|4, window=hann|rect, w_cutoff=X,
   dither=SEED|off, gain=G. A key left out takes its flag's value (--channels, --taps,
