@@ -374,5 +374,9 @@ fn multicast_groups_on_a_chosen_interface() {
             "heap k goes to group k mod 2"
         );
     }
-    assert_eq!(descriptor_heaps, [1, 0], "descriptors to the first group only");
+    assert_eq!(
+        descriptor_heaps,
+        [1, 0],
+        "descriptors to the first group only"
+    );
 }
