@@ -202,7 +202,8 @@ impl Dsim {
         });
 
         // Before the data, as katgpucbf's dsim, so that a receiver has the descriptors first.
-        let descriptors = descriptors::DescriptorThread::spawn(shared.clone())?;
+        let descriptors = descriptors::DescriptorThread::spawn(shared.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start sending the descriptor heaps: {e}."))?;
         let mut handles = Vec::new();
         for p in (0..2).rev() {
             let pol_slots = slots.pop().unwrap_or_default();
