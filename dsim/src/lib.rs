@@ -12,7 +12,8 @@
 //!
 //! Modules: [`config`] (what to do), [`spec`] (the signal in force and its forms), [`signal`]
 //! (samples), [`buffer`] (packets of the repeating
-//! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`faults`],
+//! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`descriptors`]
+//! (the descriptor heaps' thread), [`faults`],
 //! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
 
 pub mod bench;
@@ -20,6 +21,7 @@ pub mod buffer;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod descriptors;
 pub mod faults;
 pub mod katcp;
 pub mod metrics;
@@ -200,6 +202,9 @@ impl Dsim {
             config,
         });
 
+        // Before the data, as katgpucbf's dsim, so that a receiver has the descriptors first.
+        let descriptors = descriptors::DescriptorThread::spawn(shared.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start sending the descriptor heaps: {e}."))?;
         let mut handles = Vec::new();
         for p in (0..2).rev() {
             let pol_slots = slots.pop().unwrap_or_default();
@@ -249,6 +254,7 @@ impl Dsim {
         Ok(DsimHandle {
             controller,
             workers: handles,
+            descriptors,
             monitor: Some(monitor),
             monitor_stop,
             control,
@@ -509,6 +515,7 @@ impl Controller {
 pub struct DsimHandle {
     controller: Controller,
     workers: Vec<JoinHandle<()>>,
+    descriptors: descriptors::DescriptorThread,
     monitor: Option<JoinHandle<()>>,
     monitor_stop: Arc<AtomicBool>,
     control: Option<control::ControlServer>,
@@ -562,6 +569,7 @@ impl DsimHandle {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+        self.descriptors.stop();
         let shared = &self.controller.shared;
         if shared.config.send_stop {
             send_stop_heaps(shared);

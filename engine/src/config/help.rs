@@ -6,10 +6,13 @@ pub(super) const ABOUT: &str =
 
 pub(super) const LONG_ABOUT: &str = "\
 GPU F-engine: receives both polarisations of one digitiser (SPEAD-64-48, one heap per packet, \
---sample-bits signed samples packed MSB first), channelises them with a --taps-tap polyphase \
+--sample-bits signed samples packed MSB first, in the digitiser ICD's format, M1000-0001-053: \
+the status item's bit 1 and bits 32-47 counted as saturated heaps and samples, descriptor heaps \
+counted as metadata), channelises them with a --taps-tap polyphase \
 filter bank and a 2n-point real FFT (n = --channels), applies coarse and fine delay, fringe phase \
 and a complex gain per channel, quantises to 8 bits and sends heaps of --spectra-per-heap spectra \
-in the katgpucbf F-engine format (items timestamp, feng_id, frequency, feng_raw).
+in the katgpucbf F-engine format (items timestamp, feng_id, frequency, feng_raw; their \
+descriptors at start, after (--feng-id + 1) x 5 s, then every --array-size x 5 s).
 
 Work goes in frames of --heaps-per-frame output heaps: a chunk of S x H x 2n new samples per \
 polarisation, plus samples kept from the previous chunk for the filter and for delays up to \
