@@ -168,8 +168,12 @@ pub struct WatchSummary {
     /// The engine's missing-input and skipped-output counters over the run, when reachable:
     /// gaps the engine did not skip were lost on the way to the harness.
     pub engine: Option<EngineCounters>,
-    /// Heaps dsim skipped over the run because it fell behind its schedule, when it says.
+    /// Heaps dsim skipped over the run because it fell more than --max-late behind its
+    /// schedule, when it says: lost, a failure.
     pub dsim_heaps_skipped: Option<u64>,
+    /// Stalls dsim made up over the run (sent late at its catch-up rate, no heap lost), when it
+    /// says: not a failure.
+    pub dsim_catch_ups: Option<u64>,
     /// Host-wide UDP receive-buffer drops over the run.
     pub udp_rcvbuf_errors: Option<u64>,
     /// An array's received rate, summed over its engines (sample/s per polarisation).
@@ -201,6 +205,7 @@ pub struct EngineSummary {
     pub content: ContentSummary,
     pub engine: Option<EngineCounters>,
     pub dsim_heaps_skipped: Option<u64>,
+    pub dsim_catch_ups: Option<u64>,
 }
 
 // --- max-rate ---
