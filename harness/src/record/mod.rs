@@ -14,7 +14,7 @@ use crate::control::EngineCounters;
 use crate::cpu::Cores;
 use crate::gaps::SeqCounts;
 use crate::receive::{CounterCheck, SubstreamSnapshot};
-use crate::search::{Phase, SearchConfig};
+use crate::search::{HoldConfig, Phase, SearchConfig};
 
 pub mod qualify;
 pub mod soak;
@@ -300,9 +300,17 @@ pub struct SearchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     pub config: SearchConfig,
-    /// Highest sustained rate (sample/s per polarisation), None if `low` failed. With an array,
-    /// per engine: every dsim ran at it and every engine passed.
+    /// Highest rate whose trials (one window each, 20 s by default) all passed (sample/s per
+    /// polarisation), None if `low` failed. With an array, per engine: every dsim ran at it and
+    /// every engine passed.
     pub best: Option<f64>,
+    /// How `best` was held (`--hold`), when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldConfig>,
+    /// The first rate from `best` down that held for the hold's whole window: the sustained
+    /// rate (None: not held, or every step lost something).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<f64>,
     /// An array's engines (absent with one engine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engines: Option<usize>,
