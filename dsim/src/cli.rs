@@ -319,7 +319,9 @@ pub struct RunArgs {
     /// heaps_sent_late in /status). The default, 1 s, is a backlog of one second of data that
     /// the engine takes in over the catch-up, its socket buffers (64 MiB by default) holding
     /// what it cannot take at once; the engine's receive window does not bound it, as a stall
-    /// of the process keeps every thread's timestamps together. Beyond it the host cannot send
+    /// of the process keeps every thread's timestamps together (one thread stalled alone falls
+    /// behind the others, and an engine whose window is shorter than that counts its late heaps
+    /// as missing input: give a --max-late within it where that matters). Beyond it the host cannot send
     /// the rate, and every send thread skips ahead to the heap due now, as a digitiser keeps to
     /// its clock: the skipped heaps are never sent (heaps_skipped in /status, a failure for the
     /// harness), and a later, lower rate starts on time instead of inheriting a backlog.

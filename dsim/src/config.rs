@@ -230,7 +230,10 @@ pub const DEFAULT_BUFFER_HEAPS: usize = 8192;
 /// the rate, one second of data (40 MB at the CPU demo's 16 Msample/s, 4.3 GB at 1712 Msample/s,
 /// where the host could not have kept the rate anyway), spread over the catch-up so that an
 /// engine with headroom takes it as it comes and its socket buffers (64 MiB by default) hold the
-/// rest. A stall longer than a second is no longer an artefact worth hiding.
+/// rest. A stall longer than a second is no longer an artefact worth hiding. One thread stalled
+/// alone falls behind the others' timestamps instead: an engine whose receive window is shorter
+/// than its lateness counts those heaps as missing input, a loss the harness reports all the
+/// same (give a --max-late within the engine's window where that matters).
 pub const DEFAULT_MAX_LATE: f64 = 1.0;
 /// The catch-up pace, a multiple of the rate: twice makes up a stall in as long again, and asks
 /// the engine for at most twice its rate meanwhile.
