@@ -316,21 +316,19 @@ pub struct RunArgs {
     /// Seconds a send thread may fall behind its schedule and still catch up. A stall within it
     /// (the host descheduled dsim) is made up at --catch-up-rate: no heap is lost, timestamps
     /// are unchanged, and the catch-up is counted (catch_ups, longest_catch_up_s,
-    /// heaps_sent_late in /status). The default, 1 s, is a backlog of one second of data that
-    /// the engine takes in over the catch-up, its socket buffers (64 MiB by default) holding
-    /// what it cannot take at once; the engine's receive window does not bound it, as a stall
-    /// of the process keeps every thread's timestamps together (one thread stalled alone falls
-    /// behind the others, and an engine whose window is shorter than that counts its late heaps
-    /// as missing input: give a --max-late within it where that matters). Beyond it the host cannot send
-    /// the rate, and every send thread skips ahead to the heap due now, as a digitiser keeps to
-    /// its clock: the skipped heaps are never sent (heaps_skipped in /status, a failure for the
-    /// harness), and a later, lower rate starts on time instead of inheriting a backlog.
+    /// heaps_sent_late in /status). The default, 0.4 s, stays within the engine's receive window
+    /// (about 0.5 s), past which the engine rejects late heaps as too old however they are
+    /// paced. Beyond it the host cannot send the rate, and every send thread skips ahead to the
+    /// heap due now, as a digitiser keeps to its clock: the skipped heaps are never sent
+    /// (heaps_skipped in /status, a failure the harness puts on dsim, not the engine), and a
+    /// later, lower rate starts on time instead of inheriting a backlog.
     #[arg(long, value_name = "SECONDS", default_value_t = config::DEFAULT_MAX_LATE)]
     pub max_late: f64,
 
-    /// After a stall, late heaps leave at this multiple of the rate until back on schedule: 2
-    /// makes up a stall in as long again, and asks the receiver for at most twice the rate
-    /// meanwhile rather than the whole backlog at once. Above 1, at most 100.
+    /// After a stall, late heaps leave at this multiple of the rate until back on schedule. The
+    /// default, 1.1, is the engine's own catch-up pace (its --send-rate-factor): faster input
+    /// only queues in the engine's buffers until they run out. A stall of L seconds takes
+    /// L / (FACTOR - 1) to make up. Above 1, at most 100.
     #[arg(long, value_name = "FACTOR", default_value_t = config::DEFAULT_CATCH_UP_RATE)]
     pub catch_up_rate: f64,
 }
