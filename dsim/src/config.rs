@@ -231,9 +231,9 @@ pub const DEFAULT_BUFFER_HEAPS: usize = 8192;
 /// reports as its own rather than one the harness would blame on the engine.
 pub const DEFAULT_MAX_LATE: f64 = 0.4;
 /// The catch-up pace, a multiple of the rate: the engine's own catch-up pace, its default
-/// --send-rate-factor. Input faster than the engine can send its output only queues in its chunk
-/// buffers until they run out (a 0.4 s stall made up at 2x lost 32 output heaps on the CPU
-/// demo's settings, at 1.1x none). A stall of L seconds takes 10 L to make up.
+/// --send-rate-factor. Input faster than that queues in the engine, whose spare chunk buffers
+/// hold 250 ms of input, so at 2x a stall over about 0.28 s can run them out (dsim/README.md has
+/// the runs). A stall of L seconds takes 10 L to make up.
 pub const DEFAULT_CATCH_UP_RATE: f64 = 1.1;
 /// Far above anything a host can send; keeps heap arithmetic well inside f64 and u64.
 pub const MAX_RATE: f64 = 1e12;
