@@ -10,7 +10,21 @@
 //!
 //! Placement and restarts are `place`'s; a lane whose share of the stream goes quiet moves its
 //! window along with the others' so that chunks keep flowing. Each lane also counts what the
-//! digitiser status items of the heaps it accepts say about saturation (`digitiser`).
+//! digitiser status items of the heaps it accepts say about saturation (`digitiser`), and its own
+//! stalls: the longest gap between its rounds that received, and what the scheduler took from it
+//! (`crate::stats::LaneStalls`).
+//!
+//! How a stalled lane loses data. While a lane's thread is held off its core nothing moves its
+//! window: a lane's assembler and placer belong to its thread alone (a quiet lane moves only its
+//! own window, in `keep_pace`, and only after a round found its sockets empty), and the collector
+//! never hands on a chunk a lane's reported window still holds. The kernel queues the stream in
+//! the lane's sockets meanwhile (or drops it there, counted as socket drops). The loss comes when
+//! the lane catches up: its sockets carry interleaved heaps of one stream (heap k on address k
+//! mod addresses), and a lane that drained many batches from one socket before looking at the
+//! next would move its window to that socket's newest heaps while the others' backlog, older,
+//! falls behind the window: "too old". So the lane drains its sockets in turn, one batch each
+//! (`drain`), which keeps them within a batch of each other; the window in time
+//! (`--recv-window`) is the margin for what skew remains and for lagging sender threads.
 
 mod collect;
 mod digitiser;
@@ -33,15 +47,15 @@ use digitiser::ClipCount;
 use place::Placer;
 pub use place::CONFIRM;
 
-use super::{PipelineError, RECV_WINDOW};
+use super::PipelineError;
 use crate::backend::{HostBuffer, POLS};
-use crate::stats::Stats;
+use crate::stats::{LaneStalls, SchedProbe, Stats};
 use spead::packet::PACKET_HEADER_BYTES;
 
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
 /// copied in is likely still in the core's cache when the lane copies it into chunk memory.
 const RECV_BATCH: usize = 8;
-/// Batches drained from one socket before looking at the others.
+/// Batches drained from each socket per round, one from each in turn.
 const BATCHES_PER_SOCKET: usize = 8;
 /// How long a lane waits for packets before it counts as quiet and keeps pace with the others.
 const QUIET: Duration = Duration::from_millis(5);
@@ -72,6 +86,9 @@ pub struct RecvSpec {
     pub chunk_samples: usize,
     /// ADC sample rate, Hz.
     pub fs: f64,
+    /// Chunks each lane's window holds (at least [`RECV_WINDOW`](super::RECV_WINDOW)): see
+    /// `--recv-window`.
+    pub window: usize,
 }
 
 /// What the receivers hand to the pairing stage.
@@ -170,6 +187,8 @@ pub fn lanes<S: DatagramSource>(
         .collect();
     let chunk_stats = lanes.iter().map(|l| l.asm.stats().clone()).collect();
     let _ = stats.pols[pol].chunk.set(chunk_stats);
+    let stalls = lanes.iter().map(|l| Arc::clone(&l.stalls)).collect();
+    let _ = stats.pols[pol].lanes.set(stalls);
     lanes
 }
 
@@ -184,6 +203,8 @@ pub struct Lane<S> {
     sockets: Vec<S>,
     asm: ChunkAssembler<SlotWriter>,
     placer: Placer,
+    /// Chunks the window holds.
+    window: usize,
     limits: Limits,
     collector: Arc<Mutex<Collector>>,
     /// The stream generation this lane is in (see [`collect`]), and the collector's.
@@ -196,6 +217,11 @@ pub struct Lane<S> {
     events: Vec<ChunkEvent<SlotWriter>>,
     /// Saturation the accepted heaps' digitiser status items reported, not yet published.
     clip: ClipCount,
+    /// Its longest gap and scheduler waits, read by the control server.
+    stalls: Arc<LaneStalls>,
+    sched: SchedProbe,
+    /// Per socket: may still have datagrams this round.
+    live: Vec<bool>,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 }
@@ -216,7 +242,7 @@ impl<S: DatagramSource> Lane<S> {
             slots: spec.slots,
             slot_bytes: spec.heap_bytes,
             packet_payload: spec.heap_bytes,
-            window: RECV_WINDOW,
+            window: spec.window,
             // Restarts are recognised by the placer and made explicit, never guessed here.
             max_jump: u64::MAX,
         };
@@ -229,7 +255,13 @@ impl<S: DatagramSource> Lane<S> {
             heap_samples: spec.heap_samples as u64,
             sockets,
             asm: ChunkAssembler::new(chunk_cfg, stats.pols[pol].rejects.clone()),
-            placer: Placer::new(chunk_samples, spec.heap_samples as u64, spec.fs),
+            placer: Placer::new(
+                chunk_samples,
+                spec.heap_samples as u64,
+                spec.fs,
+                spec.window as u64,
+            ),
+            window: spec.window,
             // Heaps of another size are let through decoding so that the assembler counts them as
             // the wrong size rather than too large.
             limits: Limits {
@@ -241,8 +273,11 @@ impl<S: DatagramSource> Lane<S> {
             gen: 0,
             quiet: false,
             reported: None,
-            events: Vec::with_capacity(RECV_WINDOW + 2),
+            events: Vec::with_capacity(spec.window + 2),
             clip: ClipCount::default(),
+            stalls: Arc::default(),
+            sched: SchedProbe::own(),
+            live: Vec::new(),
             stats: Arc::clone(stats),
             stop: Arc::clone(stop),
         }
@@ -256,6 +291,9 @@ impl<S: DatagramSource> Lane<S> {
         let mut sockets = std::mem::take(&mut self.sockets);
         let mut waiter = S::waiter(&sockets);
         let mut last_packet = Instant::now();
+        // The last round that received while the stream flowed: none before the first packet,
+        // nor after a round that found the sockets quiet (a gap in the stream is not a stall).
+        let mut flowing_since: Option<Instant> = None;
         let mut drops = SocketDrops::new(&sockets);
         while !self.stop.load(Ordering::Relaxed) {
             let r = match waiter.wait(QUIET) {
@@ -269,6 +307,7 @@ impl<S: DatagramSource> Lane<S> {
                 }
             };
             self.placer.now = Instant::now();
+            self.sched.sample(self.placer.now, &self.stalls.waits);
             drops.update(
                 &sockets,
                 self.placer.now,
@@ -276,36 +315,59 @@ impl<S: DatagramSource> Lane<S> {
             );
             if r == 0 {
                 if self.placer.now.duration_since(last_packet) >= QUIET {
+                    flowing_since = None;
                     self.keep_pace();
                 }
                 continue;
             }
+            if let Some(before) = flowing_since {
+                let gap = self.placer.now.saturating_duration_since(before);
+                self.stalls.gap(gap, self.placer.newest_timestamp());
+            }
             last_packet = self.placer.now;
+            flowing_since = Some(self.placer.now);
             if self.quiet {
                 self.quiet = false;
                 lock(&self.collector).set_quiet(self.lane, false);
             }
-            for (i, source) in sockets.iter_mut().enumerate() {
-                if !waiter.is_ready(i) {
-                    continue;
-                }
-                for _ in 0..BATCHES_PER_SOCKET {
-                    match source.recv(Duration::ZERO) {
-                        Ok(0) => break,
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
-                            break;
-                        }
-                    }
-                    self.take_batch(source);
-                }
-            }
+            self.drain(&mut sockets, &waiter);
             self.report();
             self.publish();
             std::thread::sleep(COALESCE);
         }
         Ok(())
+    }
+
+    /// Takes up to [`BATCHES_PER_SOCKET`] batches from each ready socket, one from each in turn:
+    /// the sockets carry interleaved heaps of one stream, and after a stall each holds a backlog;
+    /// draining one socket far ahead of the others would move the window past the others'
+    /// older heaps (see the module comment).
+    fn drain(&mut self, sockets: &mut [S], waiter: &S::Waiter) {
+        self.live.clear();
+        self.live
+            .extend((0..sockets.len()).map(|i| waiter.is_ready(i)));
+        for _ in 0..BATCHES_PER_SOCKET {
+            let mut took = false;
+            for (i, source) in sockets.iter_mut().enumerate() {
+                if !self.live[i] {
+                    continue;
+                }
+                match source.recv(Duration::ZERO) {
+                    Ok(0) => self.live[i] = false,
+                    Ok(_) => {
+                        self.take_batch(source);
+                        took = true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
+                        self.live[i] = false;
+                    }
+                }
+            }
+            if !took {
+                break;
+            }
+        }
     }
 
     /// Places every datagram of a source's last batch.
@@ -442,7 +504,7 @@ impl<S: DatagramSource> Lane<S> {
         // is over: otherwise its partner's frames go alone, all of this polarisation missing,
         // while its partly filled chunks wait for the stream to come back.
         let ended = self.placer.ended_before(self.placer.now).unwrap_or(0);
-        let head = newest.saturating_sub(RECV_WINDOW as u64 - 1).max(ended);
+        let head = newest.saturating_sub(self.window as u64 - 1).max(ended);
         if gen == self.gen && self.asm.head().is_some_and(|h| h < head) {
             self.asm.expire_before(head, &mut |e| self.events.push(e));
         }
@@ -485,10 +547,12 @@ fn lock(c: &Mutex<Collector>) -> MutexGuard<'_, Collector> {
 mod tests {
     use super::*;
     use crate::config::EngineConfig;
-    use crate::pipeline::StageSpecs;
+    use crate::pipeline::{StageSpecs, RECV_WINDOW as RECV_WINDOW_MIN};
+    use crate::stats;
     use crossbeam_channel::bounded;
     use spead::transport::loopback::{self, LoopbackSource};
     use spead::transport::DatagramSink;
+    use spead::transport::SourceWaiter;
     use spead::{HeapItem, HeapWriter};
 
     fn config() -> EngineConfig {
@@ -594,5 +658,172 @@ mod tests {
         let other = &stats.pols[1 - pol];
         assert_eq!(other.digitiser_clip_heaps.load(Ordering::Relaxed), 0);
         assert_eq!(other.digitiser_clip_samples.load(Ordering::Relaxed), 0);
+    }
+
+    /// Lanes of polarisation 1 over `sources`, with buffers enough for every chunk of the tests
+    /// and a window of `window` chunks.
+    fn lanes_over(
+        cfg: &EngineConfig,
+        sources: Vec<Vec<LoopbackSource>>,
+        window: usize,
+        stats: &Arc<Stats>,
+        stop: &Arc<AtomicBool>,
+    ) -> (Vec<Lane<LoopbackSource>>, Receiver<RecvMsg>) {
+        let (to_pair, chunks) = bounded(1024);
+        let (returns_tx, returns) = bounded(1024);
+        // Kept open for the lanes' lifetime: a closed return queue is not an error, but tidy.
+        std::mem::forget(returns_tx);
+        let buffers = (0..64)
+            .map(|_| HostBuffer::zeroed(cfg.input.geometry.chunk_bytes()))
+            .collect();
+        let mut spec = StageSpecs::new(cfg).recv;
+        spec.window = window;
+        let lanes = lanes(&spec, 1, sources, buffers, to_pair, returns, stats, stop);
+        (lanes, chunks)
+    }
+
+    fn longest_gap(stats: &Stats) -> Duration {
+        let l = &stats.pols[1].lanes.get().expect("lanes registered")[0];
+        Duration::from_nanos(l.longest_gap_ns.load(Ordering::Relaxed))
+    }
+
+    /// A lane held up while the stream flows records the gap as its longest, with when, and
+    /// /metrics reports it; a pause of the stream itself (the lane finds its sockets quiet) is
+    /// no stall and is not counted.
+    #[test]
+    fn a_stalled_lane_records_its_longest_gap() {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut sink, source) = loopback::pair(64);
+        let (mut lanes, _chunks) = lanes_over(&cfg, vec![vec![source]], 3, &stats, &stop);
+        let lane = lanes.pop().unwrap();
+        let collector = Arc::clone(&lane.collector);
+        let runner = std::thread::spawn(move || lane.run());
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let dest = SocketAddr::from(([127, 0, 0, 1], 7148));
+        // The stream at its real pace: a heap of 256 samples every 256 us at 1 MHz, sent a
+        // millisecond's worth at a time.
+        let mut ts = 0;
+        let mut flow = |ms: u64, ts: &mut u64| {
+            let t0 = Instant::now();
+            for k in 0..ms {
+                for _ in 0..4 {
+                    let d = heap(*ts, None, hb);
+                    sink.send_segments(dest, &d, d.len()).unwrap();
+                    *ts += hs;
+                }
+                std::thread::sleep(
+                    (t0 + Duration::from_millis(k + 1)).saturating_duration_since(Instant::now()),
+                );
+            }
+        };
+        flow(100, &mut ts);
+        // The digitiser pauses (its timestamps go on with the clock): the lane finds its socket
+        // quiet.
+        std::thread::sleep(Duration::from_millis(300));
+        ts += 300 * 4 * hs;
+        flow(100, &mut ts);
+        assert!(
+            longest_gap(&stats) < Duration::from_millis(150),
+            "a pause of the stream counted as a stall: {:?}",
+            longest_gap(&stats)
+        );
+        // Now the lane is held up (blocked on its collector) while the stream flows on.
+        let before = stats::unix_ns();
+        let held = std::thread::spawn(move || {
+            let _c = collector.lock().unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        flow(400, &mut ts);
+        held.join().unwrap();
+        flow(50, &mut ts);
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap().unwrap();
+        let gap = longest_gap(&stats);
+        assert!(
+            gap >= Duration::from_millis(280) && gap < Duration::from_millis(1000),
+            "{gap:?}"
+        );
+        let l = &stats.pols[1].lanes.get().unwrap()[0];
+        let at = l.longest_gap_unix_ns.load(Ordering::Relaxed);
+        assert!(
+            at > before && at <= stats::unix_ns(),
+            "gap's end {at}, stall from {before}"
+        );
+        let placed = l.longest_gap_timestamp.load(Ordering::Relaxed);
+        assert!(
+            placed > 0 && placed < ts,
+            "timestamp before the gap {placed}, sent to {ts}"
+        );
+        // Nothing lost to the stall: the lane caught up within its window.
+        assert_eq!(stats.pols[1].rejects.get(Reject::TooOld), 0);
+        // And /metrics says so, per polarisation and lane.
+        let labels = crate::metrics::EngineLabels {
+            backend: "cpu",
+            feng_id: None,
+        };
+        let text = crate::metrics::render(&crate::metrics::registry(stats.clone(), &labels));
+        let series = "fengine_input_longest_gap_seconds{backend=\"cpu\",pol=\"1\",lane=\"0\"} ";
+        let shown: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .expect("the lane's series")
+            .parse()
+            .unwrap();
+        assert!(
+            (shown - gap.as_secs_f64()).abs() < 1e-6,
+            "{shown} vs {gap:?}"
+        );
+    }
+
+    /// After a stall, each of a lane's sockets holds a backlog of interleaved heaps. Drained in
+    /// turn, they stay within the smallest window of each other and nothing is too old; drained
+    /// one socket at a time, the first socket's backlog would carry the window past the
+    /// second's.
+    #[test]
+    fn a_backlog_on_several_sockets_is_drained_in_turn() {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut sink0, source0) = loopback::pair(8);
+        let (mut sink1, source1) = loopback::pair(8);
+        let mut sockets = vec![source0, source1];
+        let (mut lanes, chunks) =
+            lanes_over(&cfg, vec![Vec::new()], RECV_WINDOW_MIN, &stats, &stop);
+        let lane = &mut lanes[0];
+        // Two source addresses: heap k on address k mod 2. The backlog: 20 chunks of 16 heaps,
+        // far more than 8 batches of 8 heaps of one socket.
+        lane.addresses = 2;
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let dest = SocketAddr::from(([127, 0, 0, 1], 7148));
+        let heaps = 20 * 16;
+        for k in 0..heaps {
+            let d = heap(k * hs, None, hb);
+            let sink = if k % 2 == 0 { &mut sink0 } else { &mut sink1 };
+            sink.send_segments(dest, &d, d.len()).unwrap();
+        }
+        let mut waiter = LoopbackSource::waiter(&sockets);
+        for _ in 0..heaps {
+            if waiter.wait(Duration::ZERO).unwrap() == 0 {
+                break;
+            }
+            lane.drain(&mut sockets, &waiter);
+            lane.report();
+        }
+        let ps = &stats.pols[1];
+        assert_eq!(ps.rejects.get(Reject::TooOld), 0);
+        assert_eq!(ps.heaps_received(), heaps);
+        let done: Vec<u64> = chunks
+            .try_iter()
+            .filter_map(|m| match m {
+                RecvMsg::Chunk { id, chunk, .. } => {
+                    assert!(chunk.present.iter().all(|&p| p), "chunk {id} incomplete");
+                    Some(id)
+                }
+                RecvMsg::Resync { .. } => None,
+            })
+            .collect();
+        assert_eq!(done, (0..20 - RECV_WINDOW_MIN as u64).collect::<Vec<_>>());
     }
 }
