@@ -18,6 +18,7 @@ use crate::record::{
     ContentSummary, EngineInterval, EngineSummary, PolSensors, WatchInterval, WatchSummary,
 };
 use crate::signals;
+use crate::stalls::StallReport;
 use fgpu_api::engine::PolInput;
 
 #[derive(Clone, Debug)]
@@ -60,6 +61,11 @@ impl Followed<'_> {
             .dsim
             .as_ref()
             .and_then(|d| Some(d.status().ok()?.heaps_skipped))
+    }
+    /// The engine's worst stalls so far, where it reports them.
+    fn stalls(&self) -> Option<StallReport> {
+        let status = self.w.engine.as_ref()?.status().ok()?;
+        StallReport::from_status(&status)
     }
     fn engine_counters(&self) -> Option<EngineCounters> {
         self.w.engine.as_ref().and_then(|e| e.counters().ok())
@@ -200,6 +206,7 @@ pub fn run(
                 s.ok = false;
                 s.failures.push(dsim_skipped_reason(n));
             }
+            s.stalls = f.stalls();
             s
         })
         .collect();
@@ -380,6 +387,7 @@ fn summarise(
         heap_counters: None,
         engines: Vec::new(),
         per_substream: snap.substreams,
+        stalls: None,
     }
 }
 
