@@ -144,7 +144,7 @@ fn seconds(ns: &AtomicU64) -> f64 {
 /// A Unix time in ns as seconds, None for 0 (never happened).
 fn unix_time(ns: &AtomicU64) -> Option<f64> {
     let ns = ns.load(Relaxed);
-    (ns > 0).then(|| ns as f64 * 1e-9)
+    (ns > 0).then_some(ns as f64 / 1e9)
 }
 
 fn sched(w: &st::ThreadWaits) -> Option<SchedWaits> {

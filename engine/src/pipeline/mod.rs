@@ -44,26 +44,19 @@ pub use spec::StageSpecs;
 /// Chunks each receiver fills at once, at least (spead2 uses 2; one more absorbs reordering across
 /// sender threads). `--recv-window` sets the window in time above this.
 pub const RECV_WINDOW: usize = 3;
-/// The receive window in time when `--recv-window` is not given: covers what a lane's catch-up
-/// after a stall leaves out of order (a batch per socket, see `recv`) and a sender thread lagging
-/// the others by tens of ms, within [`RECV_WINDOW_BYTES`].
-pub const RECV_WINDOW_SECONDS: f64 = 0.1;
-/// Memory per polarisation beyond which the default window grows no more.
-const RECV_WINDOW_BYTES: usize = 256 << 20;
-
 /// Chunks each receive thread's window holds: `seconds` (`--recv-window`) of chunks lasting
-/// `chunk_seconds`, rounded up; without it [`RECV_WINDOW_SECONDS`] within [`RECV_WINDOW_BYTES`]
-/// per polarisation for chunks of `chunk_bytes`; at least [`RECV_WINDOW`] either way.
+/// `chunk_seconds`, rounded up, and at least [`RECV_WINDOW`]; without it, [`RECV_WINDOW`].
 ///
-/// A chunk leaves the window only when a heap of a chunk `window - 1` later arrives (spead's
-/// `Window`): every chunk reaches the pairing stage (window - 1) chunk durations after it ends,
-/// in the steady state too. The window costs that latency as well as its memory.
-pub fn recv_window(seconds: Option<f64>, chunk_seconds: f64, chunk_bytes: usize) -> usize {
-    let chunks = |s: f64| (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil();
-    let n = match seconds {
-        Some(s) => chunks(s),
-        None => chunks(RECV_WINDOW_SECONDS).min((RECV_WINDOW_BYTES / chunk_bytes.max(1)) as f64),
-    };
+/// The default stays the minimum because a larger window is not free: a chunk leaves the window
+/// only when a heap of a chunk `window - 1` later arrives (spead's `Window`), so every chunk
+/// reaches the pairing stage (window - 1) chunk durations after it ends, in the steady state
+/// too, and the window's buffers are allocated at start. Nor does a stall need it: nothing moves
+/// a stalled lane's window (see `recv`), and the lanes' catch-up keeps their sockets within a
+/// batch of each other.
+pub fn recv_window(seconds: Option<f64>, chunk_seconds: f64) -> usize {
+    let n = seconds.map_or(0.0, |s| {
+        (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil()
+    });
     (n.min(1e6) as usize).max(RECV_WINDOW)
 }
 

@@ -30,7 +30,7 @@ impl StageSpecs {
         let slots = cfg.heaps_per_chunk();
         let chunk_seconds = cfg.chunk_seconds();
         let max_pending = max_pending(slots * input.heap_bytes, chunk_seconds);
-        let window = recv_window(input.recv_window, chunk_seconds, slots * input.heap_bytes);
+        let window = recv_window(input.recv_window, chunk_seconds);
         let socket = |gso: bool| SocketConfig {
             buffer_bytes: cfg.socket_buffer,
             interface: cfg.interface,
@@ -133,19 +133,17 @@ mod tests {
         let default = StageSpecs::new(&config(&SMALL));
         assert_eq!(
             spare_chunks(123, s.frame.max_pending, 1)
-                - spare_chunks(25, default.frame.max_pending, 1),
-            98
+                - spare_chunks(RECV_WINDOW, default.frame.max_pending, 1),
+            120
         );
         // Exactly 10 chunks is 10, not 11.
         assert_eq!(with("0.04096").recv.window, 10);
         // Less than three chunks is three.
         assert_eq!(with("0.001").recv.window, RECV_WINDOW);
-        // The default, 0.1 s: 24.4 chunks, 25.
-        assert_eq!(default.recv.window, 25);
-        // The default is bounded by memory (256 MiB per polarisation); a window asked for is not.
-        assert_eq!(recv_window(None, 1e-3, 64 << 20), 4);
-        assert_eq!(recv_window(None, 1e-3, 1 << 30), RECV_WINDOW);
-        assert_eq!(recv_window(Some(0.5), 1e-3, 64 << 20), 500);
+        // The default is the minimum, whatever the chunk.
+        assert_eq!(default.recv.window, RECV_WINDOW);
+        assert_eq!(recv_window(None, 1e-6), RECV_WINDOW);
+        assert_eq!(recv_window(Some(0.5), 1e-3), 500);
     }
 
     #[test]
