@@ -50,9 +50,9 @@ pub const RECV_WINDOW: usize = 3;
 /// The default stays the minimum because a larger window is not free: a chunk leaves the window
 /// only when a heap of a chunk `window - 1` later arrives (spead's `Window`), so every chunk
 /// reaches the pairing stage (window - 1) chunk durations after it ends, in the steady state
-/// too, and the window's buffers are allocated at start. Nor does a stall need it: nothing moves
-/// a stalled lane's window (see `recv`), and the lanes' catch-up keeps their sockets within a
-/// batch of each other.
+/// too, and the window's buffers are allocated at start. A stall itself does not move a lane's
+/// window (see `recv`); what the window must cover is the skew between a lane's sockets as it
+/// catches up.
 pub fn recv_window(seconds: Option<f64>, chunk_seconds: f64) -> usize {
     let n = seconds.map_or(0.0, |s| {
         (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil()

@@ -20,11 +20,11 @@
 //! never hands on a chunk a lane's reported window still holds. The kernel queues the stream in
 //! the lane's sockets meanwhile (or drops it there, counted as socket drops). The loss comes when
 //! the lane catches up: its sockets carry interleaved heaps of one stream (heap k on address k
-//! mod addresses), and a lane that drained many batches from one socket before looking at the
-//! next would move its window to that socket's newest heaps while the others' backlog, older,
-//! falls behind the window: "too old". So the lane drains its sockets in turn, one batch each
-//! (`drain`), which keeps them within a batch of each other; the window in time
-//! (`--recv-window`) is the margin for what skew remains and for lagging sender threads.
+//! mod addresses), and a lane drains up to [`BATCHES_PER_SOCKET`] batches from one socket before
+//! looking at the next (`drain`): that socket's backlog moves the window to its newest heaps while
+//! the other sockets' backlog, older, falls behind the window: "too old". A window in time
+//! (`--recv-window`) longer than that skew (8 batches of one socket, as stream time: times the
+//! sockets sharing the stream) keeps them.
 
 mod collect;
 mod digitiser;
@@ -55,7 +55,7 @@ use spead::packet::PACKET_HEADER_BYTES;
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
 /// copied in is likely still in the core's cache when the lane copies it into chunk memory.
 const RECV_BATCH: usize = 8;
-/// Batches drained from each socket per round, one from each in turn.
+/// Batches drained from one socket before looking at the others.
 const BATCHES_PER_SOCKET: usize = 8;
 /// How long a lane waits for packets before it counts as quiet and keeps pace with the others.
 const QUIET: Duration = Duration::from_millis(5);
@@ -220,8 +220,6 @@ pub struct Lane<S> {
     /// Its longest gap and scheduler waits, read by the control server.
     stalls: Arc<LaneStalls>,
     sched: SchedProbe,
-    /// Per socket: may still have datagrams this round.
-    live: Vec<bool>,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 }
@@ -277,7 +275,6 @@ impl<S: DatagramSource> Lane<S> {
             clip: ClipCount::default(),
             stalls: Arc::default(),
             sched: SchedProbe::own(),
-            live: Vec::new(),
             stats: Arc::clone(stats),
             stop: Arc::clone(stop),
         }
@@ -338,34 +335,24 @@ impl<S: DatagramSource> Lane<S> {
         Ok(())
     }
 
-    /// Takes up to [`BATCHES_PER_SOCKET`] batches from each ready socket, one from each in turn:
-    /// the sockets carry interleaved heaps of one stream, and after a stall each holds a backlog;
-    /// draining one socket far ahead of the others would move the window past the others'
-    /// older heaps (see the module comment).
+    /// Takes up to [`BATCHES_PER_SOCKET`] batches from each ready socket, one socket after the
+    /// other. After a stall each socket holds a backlog, and one socket's batches can carry the
+    /// window past the next socket's older heaps (see the module comment).
     fn drain(&mut self, sockets: &mut [S], waiter: &S::Waiter) {
-        self.live.clear();
-        self.live
-            .extend((0..sockets.len()).map(|i| waiter.is_ready(i)));
-        for _ in 0..BATCHES_PER_SOCKET {
-            let mut took = false;
-            for (i, source) in sockets.iter_mut().enumerate() {
-                if !self.live[i] {
-                    continue;
-                }
+        for (i, source) in sockets.iter_mut().enumerate() {
+            if !waiter.is_ready(i) {
+                continue;
+            }
+            for _ in 0..BATCHES_PER_SOCKET {
                 match source.recv(Duration::ZERO) {
-                    Ok(0) => self.live[i] = false,
-                    Ok(_) => {
-                        self.take_batch(source);
-                        took = true;
-                    }
+                    Ok(0) => break,
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
-                        self.live[i] = false;
+                        break;
                     }
                 }
-            }
-            if !took {
-                break;
+                self.take_batch(source);
             }
         }
     }
@@ -777,20 +764,28 @@ mod tests {
         );
     }
 
-    /// After a stall, each of a lane's sockets holds a backlog of interleaved heaps. Drained in
-    /// turn, they stay within the smallest window of each other and nothing is too old; drained
-    /// one socket at a time, the first socket's backlog would carry the window past the
-    /// second's.
+    /// After a stall, each of a lane's sockets holds a backlog of interleaved heaps. Drained one
+    /// socket at a time, the first socket's batches carry the smallest window past the second's
+    /// older heaps; a window longer than the skew keeps them all.
     #[test]
-    fn a_backlog_on_several_sockets_is_drained_in_turn() {
+    fn a_backlog_on_several_sockets_needs_a_window_longer_than_the_skew() {
+        for (window, lost) in [(RECV_WINDOW_MIN, true), (10, false)] {
+            let (too_old, received) = backlog(window);
+            assert_eq!(too_old > 0, lost, "window {window}: {too_old} too old");
+            assert_eq!(too_old + received, 20 * 16);
+        }
+    }
+
+    /// Drains a backlog of 20 chunks of 16 heaps spread over two sockets (8 heaps a batch) with
+    /// a window of `window` chunks: (heaps too old, heaps received).
+    fn backlog(window: usize) -> (u64, u64) {
         let cfg = config();
         let stats = Arc::new(Stats::for_config(&cfg));
         let stop = Arc::new(AtomicBool::new(false));
         let (mut sink0, source0) = loopback::pair(8);
         let (mut sink1, source1) = loopback::pair(8);
         let mut sockets = vec![source0, source1];
-        let (mut lanes, chunks) =
-            lanes_over(&cfg, vec![Vec::new()], RECV_WINDOW_MIN, &stats, &stop);
+        let (mut lanes, _chunks) = lanes_over(&cfg, vec![Vec::new()], window, &stats, &stop);
         let lane = &mut lanes[0];
         // Two source addresses: heap k on address k mod 2. The backlog: 20 chunks of 16 heaps,
         // far more than 8 batches of 8 heaps of one socket.
@@ -812,18 +807,6 @@ mod tests {
             lane.report();
         }
         let ps = &stats.pols[1];
-        assert_eq!(ps.rejects.get(Reject::TooOld), 0);
-        assert_eq!(ps.heaps_received(), heaps);
-        let done: Vec<u64> = chunks
-            .try_iter()
-            .filter_map(|m| match m {
-                RecvMsg::Chunk { id, chunk, .. } => {
-                    assert!(chunk.present.iter().all(|&p| p), "chunk {id} incomplete");
-                    Some(id)
-                }
-                RecvMsg::Resync { .. } => None,
-            })
-            .collect();
-        assert_eq!(done, (0..20 - RECV_WINDOW_MIN as u64).collect::<Vec<_>>());
+        (ps.rejects.get(Reject::TooOld), ps.heaps_received())
     }
 }
