@@ -68,6 +68,11 @@ pub struct Status {
     pub queues: BTreeMap<String, u64>,
     /// The control server's own counters.
     pub control: Control,
+    /// What the scheduler took from the pipeline's threads other than the receivers (pairing,
+    /// compute, send); the receivers' own are in each polarisation's `lanes` (absent from older
+    /// engines: empty).
+    #[serde(default)]
+    pub threads: Vec<ThreadWaits>,
 }
 
 impl Status {
@@ -110,6 +115,67 @@ pub struct Input {
     pub overlap_samples: usize,
     /// One entry per polarisation, in order.
     pub pols: Vec<PolInput>,
+    /// The receive window and the memory it takes (absent from older engines).
+    #[serde(default)]
+    pub recv_window: Option<RecvWindow>,
+}
+
+/// How long each receive thread holds a chunk open for late heaps (`--recv-window`), and the
+/// memory that costs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecvWindow {
+    /// Chunks each receive thread's window holds.
+    pub chunks: usize,
+    /// Those chunks' duration: every chunk reaches processing about this much after it ends.
+    pub seconds: f64,
+    /// Bytes of the chunks the windows hold, both polarisations together.
+    pub window_bytes: u64,
+    /// Bytes of all the receivers' spare chunk buffers (the windows', what the pairing stage
+    /// holds, and a few more), both polarisations together.
+    pub spare_bytes: u64,
+}
+
+/// What the scheduler took from one thread, from the kernel's per-thread statistics (read about
+/// every 0.1 s): time it was ready to run but waited for a core.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedWaits {
+    /// Waiting for a core since the thread started, seconds.
+    pub wait_s: f64,
+    /// The most it waited within one sampling interval, seconds: a stall of the thread shows
+    /// here, up to the interval's length.
+    pub max_wait_s: f64,
+    /// Unix time that interval ended (null until the thread waited at all).
+    pub max_wait_unix_time: Option<f64>,
+    /// That interval's length, seconds (about 0.1; longer if the sampling thread itself
+    /// stalled).
+    pub max_wait_interval_s: f64,
+}
+
+/// One of the pipeline's threads and what the scheduler took from it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadWaits {
+    /// The thread's name, as `ps -L` shows it ("fengine-pair", ...).
+    pub thread: String,
+    /// Null where the kernel keeps no scheduler statistics.
+    pub sched: Option<SchedWaits>,
+}
+
+/// One receive thread ("lane") of a polarisation and its stalls.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaneStalls {
+    /// The lane's index within its polarisation (thread "fengine-recvP.L").
+    pub lane: usize,
+    /// The longest wall time between two of its receive rounds that got data while the stream
+    /// flowed (no round between them found its sockets quiet), seconds: how long the thread
+    /// was away from its sockets at worst. Never reset.
+    pub longest_gap_s: f64,
+    /// Unix time that gap ended (null before the first gap).
+    pub longest_gap_unix_time: Option<f64>,
+    /// The newest digitiser timestamp the lane had placed when the gap began (null before the
+    /// first gap).
+    pub longest_gap_timestamp: Option<u64>,
+    /// What the scheduler took from the lane; null where the kernel keeps no statistics.
+    pub sched: Option<SchedWaits>,
 }
 
 /// One polarisation's input counters.
@@ -163,6 +229,9 @@ pub struct PolInput {
     pub last_timestamp: u64,
     /// Rejected packets by reason (only reasons seen).
     pub rejected: BTreeMap<String, u64>,
+    /// Each receive thread's stalls, lane 0 first (absent from older engines: empty).
+    #[serde(default)]
+    pub lanes: Vec<LaneStalls>,
 }
 
 /// What an output is.
@@ -377,6 +446,7 @@ mod tests {
                         ..Default::default()
                     },
                 ],
+                recv_window: None,
             },
             outputs: [(WIDEBAND.to_string(), out.clone())].into(),
             frames: Frames::default(),
@@ -384,6 +454,7 @@ mod tests {
             delays: None,
             queues: [("free_frames".to_string(), 3)].into(),
             control: Control::default(),
+            threads: Vec::new(),
         };
         let text = serde_json::to_string(&status).unwrap();
         let back: Status = serde_json::from_str(&text).unwrap();

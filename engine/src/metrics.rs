@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::backend::POLS;
-use crate::stats::{PolStats, Stats};
+use crate::stats::{LaneStalls, PolStats, Stats, ThreadWaits};
 
 /// Content type of GET /metrics: Prometheus text exposition, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -66,11 +66,11 @@ impl std::fmt::Debug for StatsCollector {
 }
 
 /// One family of counters. `name` is without `_total`, which the encoder appends.
-fn counters(
+fn counters<V: prometheus_client::encoding::EncodeCounterValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    series: impl IntoIterator<Item = (Labels, u64)>,
+    series: impl IntoIterator<Item = (Labels, V)>,
 ) -> std::fmt::Result {
     let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in series {
@@ -336,8 +336,102 @@ impl Collector for StatsCollector {
                 Labels::new(),
                 stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
             )],
-        )
+        )?;
+        stalls(enc, stats)
     }
+}
+
+fn seconds(ns: &AtomicU64) -> f64 {
+    ns.load(Relaxed) as f64 / 1e9
+}
+
+/// The receive window, and what each thread saw of its stalls (see docs/reliability.md).
+fn stalls(enc: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
+    let lanes: Vec<(Labels, &LaneStalls)> = (0..POLS)
+        .flat_map(|p| {
+            let lanes = stats.pols[p].lanes.get().map_or(&[][..], |l| &l[..]);
+            lanes.iter().enumerate().map(move |(i, l)| {
+                let labels = vec![("pol", p.to_string()), ("lane", i.to_string())];
+                (labels, &**l)
+            })
+        })
+        .collect();
+    let threads: Vec<(Labels, Arc<ThreadWaits>)> = stats
+        .threads
+        .lock()
+        .map(|t| {
+            t.iter()
+                .map(|(name, w)| (vec![("thread", name.clone())], Arc::clone(w)))
+                .collect()
+        })
+        .unwrap_or_default();
+    gauges(
+        enc,
+        "fengine_input_longest_gap_seconds",
+        "Longest wall time between two receive rounds of a receive thread that got data while the stream flowed.",
+        lanes
+            .iter()
+            .map(|(l, s)| (l.clone(), seconds(&s.longest_gap_ns))),
+    )?;
+    // Only threads the kernel keeps scheduler statistics for.
+    let known = |w: &ThreadWaits| w.known.load(Relaxed);
+    counters(
+        enc,
+        "fengine_input_sched_wait_seconds",
+        "Time a receive thread was ready to run but waited for a core.",
+        lanes
+            .iter()
+            .filter(|(_, s)| known(&s.waits))
+            .map(|(l, s)| (l.clone(), seconds(&s.waits.wait_ns))),
+    )?;
+    gauges(
+        enc,
+        "fengine_input_max_sched_wait_seconds",
+        "Most a receive thread waited for a core within one sampling interval (about 0.1 s).",
+        lanes
+            .iter()
+            .filter(|(_, s)| known(&s.waits))
+            .map(|(l, s)| (l.clone(), seconds(&s.waits.max_wait_ns))),
+    )?;
+    counters(
+        enc,
+        "fengine_thread_sched_wait_seconds",
+        "Time a pipeline thread (pairing, compute, send) was ready to run but waited for a core.",
+        threads
+            .iter()
+            .filter(|(_, w)| known(w))
+            .map(|(l, w)| (l.clone(), seconds(&w.wait_ns))),
+    )?;
+    gauges(
+        enc,
+        "fengine_thread_max_sched_wait_seconds",
+        "Most a pipeline thread waited for a core within one sampling interval (about 0.1 s).",
+        threads
+            .iter()
+            .filter(|(_, w)| known(w))
+            .map(|(l, w)| (l.clone(), seconds(&w.max_wait_ns))),
+    )?;
+    gauges(
+        enc,
+        "fengine_input_recv_window_chunks",
+        "Chunks each receive thread holds open for late heaps.",
+        [(Labels::new(), stats.recv_window_chunks.load(Relaxed))],
+    )?;
+    gauges(
+        enc,
+        "fengine_input_recv_window_seconds",
+        "Duration of the receive window: how long after its end a chunk reaches processing.",
+        [(
+            Labels::new(),
+            f64::from_bits(stats.recv_window_seconds_bits.load(Relaxed)),
+        )],
+    )?;
+    gauges(
+        enc,
+        "fengine_input_recv_buffer_bytes",
+        "Bytes of the receivers' spare chunk buffers (the windows included), both polarisations.",
+        [(Labels::new(), stats.recv_spare_bytes.load(Relaxed))],
+    )
 }
 
 #[cfg(test)]
@@ -358,6 +452,16 @@ mod tests {
             10,
         );
         s.chunk_time.record(std::time::Duration::from_millis(2));
+        let lane = crate::stats::LaneStalls::default();
+        lane.gap(std::time::Duration::from_millis(250), Some(4096));
+        let _ = s.pols[1].lanes.set(vec![Arc::new(lane)]);
+        let waits = Arc::new(ThreadWaits::default());
+        waits.known.store(true, Relaxed);
+        waits.max_wait_ns.store(180_000_000, Relaxed);
+        s.threads
+            .lock()
+            .unwrap()
+            .push(("fengine-pair".into(), waits));
         s.queues
             .lock()
             .unwrap()
@@ -398,6 +502,16 @@ mod tests {
         );
         assert!(!text.contains("fengine_input_rms_dbfs{backend=\"cpu\",pol=\"1\"}"));
         assert!(text.contains("# TYPE fengine_saturated_total counter\n"));
+        assert!(
+            text.contains(
+                "fengine_input_longest_gap_seconds{backend=\"cpu\",pol=\"1\",lane=\"0\"} 0.25\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "fengine_thread_max_sched_wait_seconds{backend=\"cpu\",thread=\"fengine-pair\"} 0.18\n"
+        ));
+        assert!(text.contains("fengine_thread_sched_wait_seconds_total{backend=\"cpu\",thread=\"fengine-pair\"} 0.0\n"));
         assert!(
             text.contains("\nprocess_resident_memory_bytes ")
                 && text.contains("\nprocess_open_fds ")

@@ -3,7 +3,7 @@
 //! own ([`OutputStats`], keyed by the output's name), and the rest belong to the engine as a whole.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use spead::chunk::ChunkStats;
@@ -48,6 +48,8 @@ pub struct PolStats {
     pub frames_measured: AtomicU64,
     pub rms_dbfs_bits: AtomicU64,
     pub full_scale_samples: AtomicU64,
+    /// What each receive thread saw of its own stalls, one per thread (set with `chunk`).
+    pub lanes: OnceLock<Vec<Arc<LaneStalls>>>,
 }
 
 impl PolStats {
@@ -104,6 +106,115 @@ impl Timing {
     }
 }
 
+/// What the scheduler took from one thread: its time spent waiting for a core, summed, and the
+/// most it waited in one sampling interval (about [`SCHED_EVERY`]), with when that interval ended
+/// and how long it was. Written by one thread, read by the control server.
+#[derive(Debug, Default)]
+pub struct ThreadWaits {
+    /// The kernel keeps scheduler statistics for this thread (false until the first reading).
+    pub known: AtomicBool,
+    pub wait_ns: AtomicU64,
+    pub max_wait_ns: AtomicU64,
+    pub max_wait_unix_ns: AtomicU64,
+    pub max_wait_interval_ns: AtomicU64,
+}
+
+/// How often a thread's scheduler statistics are read: often enough to place a stall of a few
+/// hundred milliseconds, rarely enough that reading them (a small /proc file) costs nothing.
+pub const SCHED_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Reads one thread's scheduler statistics every [`SCHED_EVERY`] into a [`ThreadWaits`]: the
+/// calling thread's, or (for a monitor) another thread's by its id.
+#[derive(Debug)]
+pub struct SchedProbe {
+    tid: Option<i32>,
+    last: Option<(placement::SchedStats, std::time::Instant)>,
+}
+
+impl SchedProbe {
+    /// A probe of the calling thread.
+    pub fn own() -> Self {
+        Self {
+            tid: None,
+            last: None,
+        }
+    }
+
+    /// A probe of thread `tid` of this process (see `placement::current_tid`).
+    pub fn of(tid: i32) -> Self {
+        Self {
+            tid: Some(tid),
+            last: None,
+        }
+    }
+
+    /// Reads the statistics if [`SCHED_EVERY`] has passed since the last reading (or there was
+    /// none), and records what changed. Cheap otherwise: one comparison of instants.
+    #[inline]
+    pub fn sample(&mut self, now: std::time::Instant, into: &ThreadWaits) {
+        if self
+            .last
+            .is_some_and(|(_, at)| now.saturating_duration_since(at) < SCHED_EVERY)
+        {
+            return;
+        }
+        self.read(now, into);
+    }
+
+    #[cold]
+    fn read(&mut self, now: std::time::Instant, into: &ThreadWaits) {
+        let s = match self.tid {
+            None => placement::SchedStats::current_thread(),
+            Some(tid) => placement::SchedStats::of_thread(tid),
+        };
+        let Some(s) = s else {
+            // No schedstat: try again later, at the same pace.
+            self.last = Some((placement::SchedStats::default(), now));
+            return;
+        };
+        if let Some((before, at)) = self.last.filter(|_| into.known.load(Relaxed)) {
+            let waited = s.since(&before).wait;
+            let ns = waited.as_nanos() as u64;
+            if ns > into.max_wait_ns.load(Relaxed) {
+                into.max_wait_ns.store(ns, Relaxed);
+                into.max_wait_unix_ns.store(unix_ns(), Relaxed);
+                let interval = now.saturating_duration_since(at).as_nanos() as u64;
+                into.max_wait_interval_ns.store(interval, Relaxed);
+            }
+        }
+        into.wait_ns.store(s.wait.as_nanos() as u64, Relaxed);
+        into.known.store(true, Relaxed);
+        self.last = Some((s, now));
+    }
+}
+
+/// One receive thread's account of its stalls: the longest wall time between two of its receive
+/// rounds that returned data while the stream was flowing (no round in between found its sockets
+/// quiet), when that gap ended, and the newest digitiser timestamp it had placed before it; and
+/// what the scheduler took from it ([`ThreadWaits`]).
+#[derive(Debug, Default)]
+pub struct LaneStalls {
+    pub longest_gap_ns: AtomicU64,
+    pub longest_gap_unix_ns: AtomicU64,
+    pub longest_gap_timestamp: AtomicU64,
+    pub waits: ThreadWaits,
+}
+
+impl LaneStalls {
+    /// A gap of `gap` that ended now, after the lane had placed timestamps up to `timestamp`:
+    /// kept if it is the longest so far. Called by the lane once per round that received.
+    #[inline]
+    pub fn gap(&self, gap: std::time::Duration, timestamp: Option<u64>) {
+        let ns = gap.as_nanos() as u64;
+        if ns > self.longest_gap_ns.load(Relaxed) {
+            self.longest_gap_ns.store(ns, Relaxed);
+            self.longest_gap_unix_ns.store(unix_ns(), Relaxed);
+            self.longest_gap_timestamp
+                .store(timestamp.unwrap_or(0), Relaxed);
+        }
+    }
+}
+
 /// Depths of the queues between stages, read through functions the pipeline installs.
 pub type DepthFn = Box<dyn Fn() -> usize + Send + Sync>;
 
@@ -133,6 +244,17 @@ pub struct Stats {
     pub last_frame_timestamp: AtomicU64,
     pub last_frame_unix_ns: AtomicU64,
     pub queues: Mutex<Vec<(&'static str, DepthFn)>>,
+    /// What the scheduler took from the pipeline's other threads (pairing, compute, send), by
+    /// thread name, sampled by the pipeline's monitor.
+    pub threads: Mutex<Vec<(String, Arc<ThreadWaits>)>>,
+    /// The receive window: chunks per receive thread, and the memory it and the spare buffers
+    /// sized from it take, both polarisations together (0 until the pipeline starts).
+    pub recv_window_chunks: AtomicU64,
+    pub recv_window_seconds_bits: AtomicU64,
+    /// Bytes of the chunks the windows hold, and of every spare chunk buffer (the windows'
+    /// included), both polarisations together.
+    pub recv_window_bytes: AtomicU64,
+    pub recv_spare_bytes: AtomicU64,
     /// ADC sample rate, Hz (0 unless made by [`Stats::for_config`]): turns a narrowband output's
     /// mixer word into its centre.
     pub adc_sample_rate: f64,

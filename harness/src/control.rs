@@ -720,6 +720,7 @@ mod tests {
                 chunk_samples: 1 << 20,
                 overlap_samples: 30_720,
                 pols: vec![PolInput::default(), PolInput::default()],
+                recv_window: None,
             },
             outputs: [(WIDEBAND.to_string(), wideband)].into(),
             frames: Frames::default(),
@@ -727,6 +728,7 @@ mod tests {
             delays: None,
             queues: Default::default(),
             control: Control::default(),
+            threads: Vec::new(),
         })
         .unwrap()
     }

@@ -54,6 +54,7 @@ pub mod search;
 pub mod services;
 pub mod signals;
 pub mod soak;
+pub mod stalls;
 pub mod trial;
 pub mod watch;
 

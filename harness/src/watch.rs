@@ -18,6 +18,7 @@ use crate::record::{
     ContentSummary, EngineInterval, EngineSummary, PolSensors, WatchInterval, WatchSummary,
 };
 use crate::signals;
+use crate::stalls::StallReport;
 use fgpu_api::engine::PolInput;
 
 #[derive(Clone, Debug)]
@@ -60,6 +61,11 @@ impl Followed<'_> {
             .dsim
             .as_ref()
             .and_then(|d| Some(DsimLag::of(&d.status().ok()?)))
+    }
+    /// The engine's worst stalls so far, where it reports them.
+    fn stalls(&self) -> Option<StallReport> {
+        let status = self.w.engine.as_ref()?.status().ok()?;
+        StallReport::from_status(&status)
     }
     fn engine_counters(&self) -> Option<EngineCounters> {
         self.w.engine.as_ref().and_then(|e| e.counters().ok())
@@ -199,6 +205,7 @@ pub fn run(
                 s.ok = false;
                 s.failures.push(why);
             }
+            s.stalls = f.stalls();
             s
         })
         .collect();
@@ -382,6 +389,7 @@ fn summarise(
         heap_counters: None,
         engines: Vec::new(),
         per_substream: snap.substreams,
+        stalls: None,
     }
 }
 

@@ -14,6 +14,9 @@ use super::flags::RunArgs;
 use super::output_arg::check_output_name;
 use super::spec::{EngineConfig, InputSpec, OutputSpec, OutputStart};
 use super::{MAX_OUTPUTS, WIDEBAND};
+
+/// The longest `--recv-window`: every chunk waits this long before it is processed.
+const MAX_RECV_WINDOW_S: f64 = 10.0;
 use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
 use crate::signal::ddc;
 use crate::signal::delay::FramePlan;
@@ -209,6 +212,13 @@ impl EngineConfig {
             )));
         }
         let max_delay_samples = max_delay_samples as u64;
+        if let Some(w) = a.recv_window {
+            if !(w.is_finite() && w > 0.0 && w <= MAX_RECV_WINDOW_S) {
+                return Err(ConfigError(format!(
+                    "--recv-window {w} is not a window of more than 0 and at most {MAX_RECV_WINDOW_S} seconds."
+                )));
+            }
+        }
         let wanted = Self::requested(a)?;
         if a.spectra_per_heap == 0 || a.heaps_per_frame == 0 {
             return Err(ConfigError(
@@ -446,6 +456,7 @@ impl EngineConfig {
                     a.sample_bits,
                     fewest_sources,
                 ),
+                recv_window: a.recv_window,
             },
             outputs,
             max_delay_samples,

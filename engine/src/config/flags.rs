@@ -359,6 +359,13 @@ pub struct RunArgs {
     /// address.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub recv_threads: usize,
+    /// How long each receive thread holds a chunk open for heaps that arrive late or out of
+    /// order, in seconds: rounded up to whole chunks, at least 3 (the default: 3 chunks). Every
+    /// chunk reaches processing this much later (a chunk leaves the window when the stream is a
+    /// window ahead of it), and the window's chunk buffers are allocated at start: the startup
+    /// log and /status give the window's duration and memory.
+    #[arg(long, value_name = "SECONDS")]
+    pub recv_window: Option<f64>,
     /// Socket buffer size in bytes for each receive and the send socket (capped by the kernel's
     /// net.core.rmem_max / wmem_max).
     #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]

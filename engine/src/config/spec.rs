@@ -53,6 +53,9 @@ pub struct InputSpec {
     pub sources: [Vec<SocketAddrV4>; POLS],
     /// Receive threads per polarisation (at least 1, at most one per source address).
     pub recv_threads: usize,
+    /// `--recv-window`: the receive window in seconds, when given (see
+    /// `crate::pipeline::recv_window`).
+    pub recv_window: Option<f64>,
 }
 
 /// One output stream of the engine: what it computes and where it goes.

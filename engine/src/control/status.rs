@@ -4,12 +4,15 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use fgpu_api::engine::{Control, Delays, Frames, Input, Narrowband, Output, PolInput, Status};
+use fgpu_api::engine::{
+    Control, Delays, Frames, Input, LaneStalls, Narrowband, Output, PolInput, RecvWindow,
+    SchedWaits, Status, ThreadWaits,
+};
 
 use super::Controller;
 use crate::backend::{OutputKind, POLS};
 use crate::config::EngineConfig;
-use crate::stats::Stats;
+use crate::stats::{self as st, Stats};
 
 impl Controller {
     /// The engine's status now.
@@ -70,6 +73,9 @@ pub(super) fn build(
                     .filter(|(_, n)| *n > 0)
                     .map(|(r, n)| (r.name().to_string(), n))
                     .collect(),
+                lanes: ps.lanes.get().map_or_else(Vec::new, |lanes| {
+                    lanes.iter().enumerate().map(|(i, l)| lane(i, l)).collect()
+                }),
             }
         })
         .collect();
@@ -96,6 +102,7 @@ pub(super) fn build(
             chunk_samples: input.chunk_samples,
             overlap_samples: input.overlap_samples,
             pols,
+            recv_window: recv_window(stats),
         },
         outputs,
         frames: Frames {
@@ -116,7 +123,60 @@ pub(super) fn build(
         control: Control {
             rejected_requests: stats.control_rejected.load(Relaxed),
         },
+        threads: stats
+            .threads
+            .lock()
+            .map(|t| {
+                t.iter()
+                    .map(|(name, w)| ThreadWaits {
+                        thread: name.clone(),
+                        sched: sched(w),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
+}
+
+fn seconds(ns: &AtomicU64) -> f64 {
+    ns.load(Relaxed) as f64 / 1e9
+}
+
+/// A Unix time in ns as seconds, None for 0 (never happened).
+fn unix_time(ns: &AtomicU64) -> Option<f64> {
+    let ns = ns.load(Relaxed);
+    (ns > 0).then_some(ns as f64 / 1e9)
+}
+
+fn sched(w: &st::ThreadWaits) -> Option<SchedWaits> {
+    w.known.load(Relaxed).then(|| SchedWaits {
+        wait_s: seconds(&w.wait_ns),
+        max_wait_s: seconds(&w.max_wait_ns),
+        max_wait_unix_time: unix_time(&w.max_wait_unix_ns),
+        max_wait_interval_s: seconds(&w.max_wait_interval_ns),
+    })
+}
+
+fn lane(i: usize, l: &st::LaneStalls) -> LaneStalls {
+    let when = unix_time(&l.longest_gap_unix_ns);
+    LaneStalls {
+        lane: i,
+        longest_gap_s: seconds(&l.longest_gap_ns),
+        longest_gap_unix_time: when,
+        longest_gap_timestamp: when.map(|_| l.longest_gap_timestamp.load(Relaxed)),
+        sched: sched(&l.waits),
+    }
+}
+
+/// None until the pipeline has started.
+fn recv_window(stats: &Stats) -> Option<RecvWindow> {
+    let chunks = stats.recv_window_chunks.load(Relaxed);
+    (chunks > 0).then(|| RecvWindow {
+        chunks: chunks as usize,
+        seconds: f64::from_bits(stats.recv_window_seconds_bits.load(Relaxed)),
+        window_bytes: stats.recv_window_bytes.load(Relaxed),
+        spare_bytes: stats.recv_spare_bytes.load(Relaxed),
+    })
 }
 
 /// Output `k`'s section of the status: its shape, its band if narrowband (the centre in use) and

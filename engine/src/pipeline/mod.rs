@@ -18,12 +18,13 @@
 
 pub mod compute;
 mod error;
+mod monitor;
 pub mod pair;
 pub mod recv;
 pub mod send;
 pub mod spec;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,11 +38,35 @@ use crate::backend::{
 use crate::signal::delay::DelayModel;
 use crate::stats::Stats;
 pub use error::PipelineError;
+use monitor::Watched;
 pub use spec::StageSpecs;
 
-/// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
-/// threads).
+/// Chunks each receiver fills at once, at least (spead2 uses 2; one more absorbs reordering across
+/// sender threads). `--recv-window` sets the window in time above this.
 pub const RECV_WINDOW: usize = 3;
+/// Chunks each receive thread's window holds: `seconds` (`--recv-window`) of chunks lasting
+/// `chunk_seconds`, rounded up, and at least [`RECV_WINDOW`]; without it, [`RECV_WINDOW`].
+///
+/// The default stays the minimum because a larger window is not free: a chunk leaves the window
+/// only when a heap of a chunk `window - 1` later arrives (spead's `Window`), so every chunk
+/// reaches the pairing stage (window - 1) chunk durations after it ends, in the steady state
+/// too, and the window's buffers are allocated at start. A stall itself does not move a lane's
+/// window (see `recv`); what the window must cover is the skew between a lane's sockets as it
+/// catches up.
+pub fn recv_window(seconds: Option<f64>, chunk_seconds: f64) -> usize {
+    let n = seconds.map_or(0.0, |s| {
+        (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil()
+    });
+    (n.min(1e6) as usize).max(RECV_WINDOW)
+}
+
+/// Spare chunk buffers per polarisation beyond the frames' own: the receivers' windows, one chunk
+/// being opened, what the pairing stage holds, and two more; several lanes of one polarisation
+/// may be a chunk or two apart.
+pub fn spare_chunks(window: usize, max_pending: usize, recv_lanes: usize) -> usize {
+    let lag = if recv_lanes > 1 { 2 } else { 0 };
+    window + max_pending + 3 + lag
+}
 /// Chunks of one polarisation the pairing stage holds while waiting for the other, at least.
 pub const MAX_PENDING: usize = 2;
 /// Input time the engine rides out when a thread or a sender stalls, whatever the chunk size: one
@@ -77,6 +102,8 @@ pub struct FrameSpec {
     pub recv_lanes: usize,
     /// Chunks of one polarisation the pairing stage may hold ([`max_pending`]).
     pub max_pending: usize,
+    /// Chunks each receive thread's window holds ([`recv_window`]).
+    pub recv_window: usize,
 }
 
 /// A frame and what the engine knows about it beyond the backend's [`Frame`].
@@ -156,6 +183,8 @@ struct Ready {
 /// The running pipeline.
 pub struct Pipeline {
     threads: Vec<(&'static str, Stage)>,
+    /// The threads whose scheduler waits [`join`](Self::join) samples.
+    watched: Vec<Watched>,
     stop: Arc<AtomicBool>,
     pub commands: Sender<Command>,
     pub backend: &'static str,
@@ -192,11 +221,13 @@ impl Pipeline {
         // Kept for the queue-depth gauges (the originals move to their threads).
         let to_compute_depth = to_compute_rx.clone();
         let mut threads = Vec::new();
+        let mut watched = Vec::new();
         let compute = {
             let frame_spec = frame_spec.clone();
             let stats = stats.clone();
             let stop = stop.clone();
-            spawn("fengine-compute", move || {
+            let all = Arc::clone(&stats);
+            spawn_watched(&mut watched, &all, "fengine-compute", move || {
                 let mut backend = match make_backend() {
                     Ok(b) => b,
                     Err(e) => {
@@ -283,7 +314,7 @@ impl Pipeline {
         }
         drop(to_pair_tx);
         let pair = pair::Pair::new(&pair_spec, stats.clone(), stop.clone());
-        match spawn("fengine-pair", move || {
+        match spawn_watched(&mut watched, &stats, "fengine-pair", move || {
             pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
         }) {
             Ok(t) => threads.push(("pair", t)),
@@ -291,7 +322,7 @@ impl Pipeline {
         }
         let out_stats = stats.clone();
         let out_stop = stop.clone();
-        match spawn("fengine-send", move || {
+        match spawn_watched(&mut watched, &stats, "fengine-send", move || {
             send::run(
                 transmitters,
                 &send_specs,
@@ -311,8 +342,10 @@ impl Pipeline {
             chunk_buffers_per_pol = buffers_per_pol,
             "pipeline started"
         );
+        record_window(&stats, &frame_spec, &recv_spec, spare_per_pol);
         Ok(Self {
             threads,
+            watched,
             stop,
             commands: commands_tx,
             backend: ready.backend,
@@ -325,8 +358,12 @@ impl Pipeline {
 
     /// Waits until the stop flag is set (by a signal or a failing stage), then for every stage.
     /// Returns the first stage error.
-    pub fn join(self) -> Result<(), PipelineError> {
+    pub fn join(mut self) -> Result<(), PipelineError> {
         while !self.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            for w in &mut self.watched {
+                w.sample(now);
+            }
             if self.threads.iter().any(|(_, t)| t.is_finished()) {
                 // A stage ended by itself: that is an error (or a panic); stop the rest.
                 self.stop.store(true, Ordering::Relaxed);
@@ -353,6 +390,48 @@ fn spawn(
             name: name.into(),
             error,
         })
+}
+
+/// [`spawn`], and the thread gives its id to the scheduler watch ([`monitor`]).
+fn spawn_watched(
+    watched: &mut Vec<Watched>,
+    stats: &Stats,
+    name: &str,
+    f: impl FnOnce() -> Result<(), PipelineError> + Send + 'static,
+) -> Result<Stage, PipelineError> {
+    let (w, tid): (Watched, Arc<AtomicI32>) = Watched::new(stats, name);
+    watched.push(w);
+    spawn(name, move || {
+        tid.store(placement::current_tid(), Ordering::Relaxed);
+        f()
+    })
+}
+
+/// Records the receive window and the memory of the receivers' chunk buffers in `stats`, and
+/// says so in the log.
+fn record_window(stats: &Stats, frame: &FrameSpec, recv: &recv::RecvSpec, spare_per_pol: usize) {
+    let chunk_bytes = frame.input.chunk_bytes() as u64;
+    let seconds = (recv.window * recv.chunk_samples) as f64 / recv.fs;
+    let window_bytes = chunk_bytes * (recv.window * POLS) as u64;
+    let spare_bytes = chunk_bytes * (spare_per_pol * POLS) as u64;
+    stats
+        .recv_window_chunks
+        .store(recv.window as u64, Ordering::Relaxed);
+    stats
+        .recv_window_seconds_bits
+        .store(seconds.to_bits(), Ordering::Relaxed);
+    stats
+        .recv_window_bytes
+        .store(window_bytes, Ordering::Relaxed);
+    stats.recv_spare_bytes.store(spare_bytes, Ordering::Relaxed);
+    tracing::info!(
+        chunks = recv.window,
+        seconds,
+        window_mib = window_bytes as f64 / (1 << 20) as f64,
+        spare_buffers_per_pol = spare_per_pol,
+        spare_mib = spare_bytes as f64 / (1 << 20) as f64,
+        "receive window: each chunk waits this long for late heaps; the memory is both polarisations'"
+    );
 }
 
 /// Stops and joins the stages already started, and returns `e`.
@@ -405,10 +484,7 @@ fn allocate(spec: &FrameSpec, backend: &mut dyn Backend) -> Result<Ready, Pipeli
     for _ in 0..frames {
         out.push(alloc(backend)?);
     }
-    // The receivers hold their window, one chunk being opened, and what the pairing stage holds;
-    // several lanes of one polarisation may be a chunk or two apart.
-    let lag = if spec.recv_lanes > 1 { 2 } else { 0 };
-    let spares = RECV_WINDOW + spec.max_pending + 3 + lag;
+    let spares = spare_chunks(spec.recv_window, spec.max_pending, spec.recv_lanes);
     let mut spare: [Vec<HostBuffer>; POLS] = [Vec::new(), Vec::new()];
     for _ in 0..spares {
         let f = alloc(backend)?;

@@ -10,7 +10,7 @@ use super::compute::{ComputeOutput, ComputeSpec};
 use super::pair::PairSpec;
 use super::recv::RecvSpec;
 use super::send::SendSpec;
-use super::{max_pending, FrameSpec};
+use super::{max_pending, recv_window, FrameSpec};
 use crate::config::EngineConfig;
 
 /// Every stage's spec, from one configuration.
@@ -30,6 +30,7 @@ impl StageSpecs {
         let slots = cfg.heaps_per_chunk();
         let chunk_seconds = cfg.chunk_seconds();
         let max_pending = max_pending(slots * input.heap_bytes, chunk_seconds);
+        let window = recv_window(input.recv_window, chunk_seconds);
         let socket = |gso: bool| SocketConfig {
             buffer_bytes: cfg.socket_buffer,
             interface: cfg.interface,
@@ -45,6 +46,7 @@ impl StageSpecs {
                 slots,
                 recv_lanes: input.recv_threads,
                 max_pending,
+                recv_window: window,
             },
             recv: RecvSpec {
                 socket: socket(false),
@@ -55,6 +57,7 @@ impl StageSpecs {
                 heap_bytes: input.heap_bytes,
                 chunk_samples: input.geometry.chunk_samples,
                 fs: cfg.fs,
+                window,
             },
             pair: PairSpec {
                 chunk_samples: input.geometry.chunk_samples as u64,
@@ -90,6 +93,69 @@ impl StageSpecs {
                     feng_id: cfg.feng_id,
                 })
                 .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_support::{config, test_args};
+    use crate::pipeline::{recv_window, spare_chunks, RECV_WINDOW};
+
+    /// Chunks of 4096 samples at 1 MHz: 4.096 ms each.
+    const SMALL: [&str; 12] = [
+        "--channels",
+        "16",
+        "--taps",
+        "2",
+        "--spectra-per-heap",
+        "64",
+        "--heaps-per-frame",
+        "2",
+        "--heap-samples",
+        "256",
+        "--adc-sample-rate",
+        "1e6",
+    ];
+
+    #[test]
+    fn a_window_in_seconds_is_whole_chunks_and_at_least_the_minimum() {
+        let with = |w: &str| {
+            let mut a = SMALL.to_vec();
+            a.extend(["--recv-window", w]);
+            StageSpecs::new(&config(&a))
+        };
+        // 0.5 s / 4.096 ms = 122.07: 123 chunks; the spare buffers grow with it.
+        let s = with("0.5");
+        assert_eq!(s.recv.window, 123);
+        assert_eq!(s.frame.recv_window, 123);
+        let default = StageSpecs::new(&config(&SMALL));
+        assert_eq!(
+            spare_chunks(123, s.frame.max_pending, 1)
+                - spare_chunks(RECV_WINDOW, default.frame.max_pending, 1),
+            120
+        );
+        // Exactly 10 chunks is 10, not 11.
+        assert_eq!(with("0.04096").recv.window, 10);
+        // Less than three chunks is three.
+        assert_eq!(with("0.001").recv.window, RECV_WINDOW);
+        // The default is the minimum, whatever the chunk.
+        assert_eq!(default.recv.window, RECV_WINDOW);
+        assert_eq!(recv_window(None, 1e-6), RECV_WINDOW);
+        assert_eq!(recv_window(Some(0.5), 1e-3), 500);
+    }
+
+    #[test]
+    fn a_window_that_is_no_duration_is_refused() {
+        for w in ["0", "-1", "nan", "inf", "11"] {
+            let flag = format!("--recv-window={w}");
+            let mut a = SMALL.to_vec();
+            a.push(&flag);
+            let e = crate::config::EngineConfig::from_args(&test_args(&a).unwrap())
+                .expect_err(w)
+                .to_string();
+            assert!(e.starts_with("--recv-window "), "{e}");
         }
     }
 }

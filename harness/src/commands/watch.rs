@@ -164,6 +164,9 @@ pub fn run(a: WatchArgs) -> Result<bool> {
     }
     if !summary.ok {
         eprintln!("watch: FAILED: {}", summary.failures.join("; "));
+        if let Some(s) = &summary.stalls {
+            eprintln!("watch: engine stalls: {}", s.line());
+        }
     }
     Ok(summary.ok)
 }

@@ -187,6 +187,10 @@ pub struct WatchSummary {
     pub engines: Vec<EngineSummary>,
     /// Every substream (with an array, every engine's lane of every substream).
     pub per_substream: Vec<SubstreamSnapshot>,
+    /// The engine's worst stalls at the end of the run, from its status (one engine; absent
+    /// where it does not report them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<crate::stalls::StallReport>,
 }
 
 /// One engine of an array over the whole `watch` run: its own verdict, counts, content and

@@ -114,6 +114,10 @@ pub fn summary(r: &SoakReport) -> String {
     for reason in &r.reasons {
         out.push_str(&format!("FAIL: {reason}\n"));
     }
+    let stalls = r.watch.as_ref().and_then(|w| w.stalls.as_ref());
+    if let Some(s) = stalls.filter(|_| !r.pass) {
+        out.push_str(&format!("engine stalls: {}\n", s.line()));
+    }
     out
 }
 

@@ -10,8 +10,22 @@
 //!
 //! Placement and restarts are `place`'s; a lane whose share of the stream goes quiet moves its
 //! window along with the others' so that chunks keep flowing. Each lane also counts what the
-//! digitiser status items of the heaps it accepts say about saturation (`digitiser`), and the
-//! descriptor heaps it receives (metadata, not rejected).
+//! digitiser status items of the heaps it accepts say about saturation (`digitiser`), the
+//! descriptor heaps it receives (metadata, not rejected), and its own stalls: the longest gap
+//! between its rounds that received, and what the scheduler took from it
+//! (`crate::stats::LaneStalls`).
+//!
+//! How a stalled lane loses data. While a lane's thread is held off its core nothing moves its
+//! window: a lane's assembler and placer belong to its thread alone (a quiet lane moves only its
+//! own window, in `keep_pace`, and only after a round found its sockets empty), and the collector
+//! never hands on a chunk a lane's reported window still holds. The kernel queues the stream in
+//! the lane's sockets meanwhile (or drops it there, counted as socket drops). The loss comes when
+//! the lane catches up: its sockets carry interleaved heaps of one stream (heap k on address k
+//! mod addresses), and a lane drains up to [`BATCHES_PER_SOCKET`] batches from one socket before
+//! looking at the next (`drain`): that socket's backlog moves the window to its newest heaps while
+//! the other sockets' backlog, older, falls behind the window: "too old". A window in time
+//! (`--recv-window`) longer than that skew (8 batches of one socket, as stream time: times the
+//! sockets sharing the stream) keeps them.
 
 mod collect;
 mod digitiser;
@@ -34,9 +48,9 @@ use digitiser::ClipCount;
 use place::Placer;
 pub use place::CONFIRM;
 
-use super::{PipelineError, RECV_WINDOW};
+use super::PipelineError;
 use crate::backend::{HostBuffer, POLS};
-use crate::stats::Stats;
+use crate::stats::{LaneStalls, SchedProbe, Stats};
 use spead::packet::PACKET_HEADER_BYTES;
 
 /// GRO buffers (64 KiB each) per receive call. Few (512 KiB in all), so that what the kernel just
@@ -73,6 +87,9 @@ pub struct RecvSpec {
     pub chunk_samples: usize,
     /// ADC sample rate, Hz.
     pub fs: f64,
+    /// Chunks each lane's window holds (at least [`RECV_WINDOW`](super::RECV_WINDOW)): see
+    /// `--recv-window`.
+    pub window: usize,
 }
 
 /// What the receivers hand to the pairing stage.
@@ -171,6 +188,8 @@ pub fn lanes<S: DatagramSource>(
         .collect();
     let chunk_stats = lanes.iter().map(|l| l.asm.stats().clone()).collect();
     let _ = stats.pols[pol].chunk.set(chunk_stats);
+    let stalls = lanes.iter().map(|l| Arc::clone(&l.stalls)).collect();
+    let _ = stats.pols[pol].lanes.set(stalls);
     lanes
 }
 
@@ -185,6 +204,8 @@ pub struct Lane<S> {
     sockets: Vec<S>,
     asm: ChunkAssembler<SlotWriter>,
     placer: Placer,
+    /// Chunks the window holds.
+    window: usize,
     limits: Limits,
     collector: Arc<Mutex<Collector>>,
     /// The stream generation this lane is in (see [`collect`]), and the collector's.
@@ -197,6 +218,9 @@ pub struct Lane<S> {
     events: Vec<ChunkEvent<SlotWriter>>,
     /// Saturation the accepted heaps' digitiser status items reported, not yet published.
     clip: ClipCount,
+    /// Its longest gap and scheduler waits, read by the control server.
+    stalls: Arc<LaneStalls>,
+    sched: SchedProbe,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 }
@@ -217,7 +241,7 @@ impl<S: DatagramSource> Lane<S> {
             slots: spec.slots,
             slot_bytes: spec.heap_bytes,
             packet_payload: spec.heap_bytes,
-            window: RECV_WINDOW,
+            window: spec.window,
             // Restarts are recognised by the placer and made explicit, never guessed here.
             max_jump: u64::MAX,
         };
@@ -230,7 +254,13 @@ impl<S: DatagramSource> Lane<S> {
             heap_samples: spec.heap_samples as u64,
             sockets,
             asm: ChunkAssembler::new(chunk_cfg, stats.pols[pol].rejects.clone()),
-            placer: Placer::new(chunk_samples, spec.heap_samples as u64, spec.fs),
+            placer: Placer::new(
+                chunk_samples,
+                spec.heap_samples as u64,
+                spec.fs,
+                spec.window as u64,
+            ),
+            window: spec.window,
             // Heaps of another size are let through decoding so that the assembler counts them as
             // the wrong size rather than too large.
             limits: Limits {
@@ -242,8 +272,10 @@ impl<S: DatagramSource> Lane<S> {
             gen: 0,
             quiet: false,
             reported: None,
-            events: Vec::with_capacity(RECV_WINDOW + 2),
+            events: Vec::with_capacity(spec.window + 2),
             clip: ClipCount::default(),
+            stalls: Arc::default(),
+            sched: SchedProbe::own(),
             stats: Arc::clone(stats),
             stop: Arc::clone(stop),
         }
@@ -257,6 +289,9 @@ impl<S: DatagramSource> Lane<S> {
         let mut sockets = std::mem::take(&mut self.sockets);
         let mut waiter = S::waiter(&sockets);
         let mut last_packet = Instant::now();
+        // The last round that received while the stream flowed: none before the first packet,
+        // nor after a round that found the sockets quiet (a gap in the stream is not a stall).
+        let mut flowing_since: Option<Instant> = None;
         let mut drops = SocketDrops::new(&sockets);
         while !self.stop.load(Ordering::Relaxed) {
             let r = match waiter.wait(QUIET) {
@@ -270,6 +305,7 @@ impl<S: DatagramSource> Lane<S> {
                 }
             };
             self.placer.now = Instant::now();
+            self.sched.sample(self.placer.now, &self.stalls.waits);
             drops.update(
                 &sockets,
                 self.placer.now,
@@ -277,36 +313,49 @@ impl<S: DatagramSource> Lane<S> {
             );
             if r == 0 {
                 if self.placer.now.duration_since(last_packet) >= QUIET {
+                    flowing_since = None;
                     self.keep_pace();
                 }
                 continue;
             }
+            if let Some(before) = flowing_since {
+                let gap = self.placer.now.saturating_duration_since(before);
+                self.stalls.gap(gap, self.placer.newest_timestamp());
+            }
             last_packet = self.placer.now;
+            flowing_since = Some(self.placer.now);
             if self.quiet {
                 self.quiet = false;
                 lock(&self.collector).set_quiet(self.lane, false);
             }
-            for (i, source) in sockets.iter_mut().enumerate() {
-                if !waiter.is_ready(i) {
-                    continue;
-                }
-                for _ in 0..BATCHES_PER_SOCKET {
-                    match source.recv(Duration::ZERO) {
-                        Ok(0) => break,
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
-                            break;
-                        }
-                    }
-                    self.take_batch(source);
-                }
-            }
+            self.drain(&mut sockets, &waiter);
             self.report();
             self.publish();
             std::thread::sleep(COALESCE);
         }
         Ok(())
+    }
+
+    /// Takes up to [`BATCHES_PER_SOCKET`] batches from each ready socket, one socket after the
+    /// other. After a stall each socket holds a backlog, and one socket's batches can carry the
+    /// window past the next socket's older heaps (see the module comment).
+    fn drain(&mut self, sockets: &mut [S], waiter: &S::Waiter) {
+        for (i, source) in sockets.iter_mut().enumerate() {
+            if !waiter.is_ready(i) {
+                continue;
+            }
+            for _ in 0..BATCHES_PER_SOCKET {
+                match source.recv(Duration::ZERO) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(pol = self.pol, lane = self.lane, "receive error: {e}");
+                        break;
+                    }
+                }
+                self.take_batch(source);
+            }
+        }
     }
 
     /// Places every datagram of a source's last batch.
@@ -452,7 +501,7 @@ impl<S: DatagramSource> Lane<S> {
         // is over: otherwise its partner's frames go alone, all of this polarisation missing,
         // while its partly filled chunks wait for the stream to come back.
         let ended = self.placer.ended_before(self.placer.now).unwrap_or(0);
-        let head = newest.saturating_sub(RECV_WINDOW as u64 - 1).max(ended);
+        let head = newest.saturating_sub(self.window as u64 - 1).max(ended);
         if gen == self.gen && self.asm.head().is_some_and(|h| h < head) {
             self.asm.expire_before(head, &mut |e| self.events.push(e));
         }
@@ -495,10 +544,12 @@ fn lock(c: &Mutex<Collector>) -> MutexGuard<'_, Collector> {
 mod tests {
     use super::*;
     use crate::config::EngineConfig;
-    use crate::pipeline::StageSpecs;
+    use crate::pipeline::{StageSpecs, RECV_WINDOW as RECV_WINDOW_MIN};
+    use crate::stats;
     use crossbeam_channel::bounded;
     use spead::transport::loopback::{self, LoopbackSource};
     use spead::transport::DatagramSink;
+    use spead::transport::SourceWaiter;
     use spead::{HeapItem, HeapWriter};
 
     fn config() -> EngineConfig {
@@ -674,5 +725,167 @@ mod tests {
             whole.push(id);
         }
         assert_eq!(whole, [0, 1]);
+
+    /// Lanes of polarisation 1 over `sources`, with buffers enough for every chunk of the tests
+    /// and a window of `window` chunks.
+    fn lanes_over(
+        cfg: &EngineConfig,
+        sources: Vec<Vec<LoopbackSource>>,
+        window: usize,
+        stats: &Arc<Stats>,
+        stop: &Arc<AtomicBool>,
+    ) -> (Vec<Lane<LoopbackSource>>, Receiver<RecvMsg>) {
+        let (to_pair, chunks) = bounded(1024);
+        let (returns_tx, returns) = bounded(1024);
+        // Kept open for the lanes' lifetime: a closed return queue is not an error, but tidy.
+        std::mem::forget(returns_tx);
+        let buffers = (0..64)
+            .map(|_| HostBuffer::zeroed(cfg.input.geometry.chunk_bytes()))
+            .collect();
+        let mut spec = StageSpecs::new(cfg).recv;
+        spec.window = window;
+        let lanes = lanes(&spec, 1, sources, buffers, to_pair, returns, stats, stop);
+        (lanes, chunks)
+    }
+
+    fn longest_gap(stats: &Stats) -> Duration {
+        let l = &stats.pols[1].lanes.get().expect("lanes registered")[0];
+        Duration::from_nanos(l.longest_gap_ns.load(Ordering::Relaxed))
+    }
+
+    /// A lane held up while the stream flows records the gap as its longest, with when, and
+    /// /metrics reports it; a pause of the stream itself (the lane finds its sockets quiet) is
+    /// no stall and is not counted.
+    #[test]
+    fn a_stalled_lane_records_its_longest_gap() {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut sink, source) = loopback::pair(64);
+        let (mut lanes, _chunks) = lanes_over(&cfg, vec![vec![source]], 3, &stats, &stop);
+        let lane = lanes.pop().unwrap();
+        let collector = Arc::clone(&lane.collector);
+        let runner = std::thread::spawn(move || lane.run());
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let dest = SocketAddr::from(([127, 0, 0, 1], 7148));
+        // The stream at its real pace: a heap of 256 samples every 256 us at 1 MHz, sent a
+        // millisecond's worth at a time.
+        let mut ts = 0;
+        let mut flow = |ms: u64, ts: &mut u64| {
+            let t0 = Instant::now();
+            for k in 0..ms {
+                for _ in 0..4 {
+                    let d = heap(*ts, None, hb);
+                    sink.send_segments(dest, &d, d.len()).unwrap();
+                    *ts += hs;
+                }
+                std::thread::sleep(
+                    (t0 + Duration::from_millis(k + 1)).saturating_duration_since(Instant::now()),
+                );
+            }
+        };
+        flow(100, &mut ts);
+        // The digitiser pauses (its timestamps go on with the clock): the lane finds its socket
+        // quiet.
+        std::thread::sleep(Duration::from_millis(300));
+        ts += 300 * 4 * hs;
+        flow(100, &mut ts);
+        assert!(
+            longest_gap(&stats) < Duration::from_millis(150),
+            "a pause of the stream counted as a stall: {:?}",
+            longest_gap(&stats)
+        );
+        // Now the lane is held up (blocked on its collector) while the stream flows on.
+        let before = stats::unix_ns();
+        let held = std::thread::spawn(move || {
+            let _c = collector.lock().unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        flow(400, &mut ts);
+        held.join().unwrap();
+        flow(50, &mut ts);
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap().unwrap();
+        let gap = longest_gap(&stats);
+        assert!(
+            gap >= Duration::from_millis(280) && gap < Duration::from_millis(1000),
+            "{gap:?}"
+        );
+        let l = &stats.pols[1].lanes.get().unwrap()[0];
+        let at = l.longest_gap_unix_ns.load(Ordering::Relaxed);
+        assert!(
+            at > before && at <= stats::unix_ns(),
+            "gap's end {at}, stall from {before}"
+        );
+        let placed = l.longest_gap_timestamp.load(Ordering::Relaxed);
+        assert!(
+            placed > 0 && placed < ts,
+            "timestamp before the gap {placed}, sent to {ts}"
+        );
+        // Nothing lost to the stall: the lane caught up within its window.
+        assert_eq!(stats.pols[1].rejects.get(Reject::TooOld), 0);
+        // And /metrics says so, per polarisation and lane.
+        let labels = crate::metrics::EngineLabels {
+            backend: "cpu",
+            feng_id: None,
+        };
+        let text = crate::metrics::render(&crate::metrics::registry(stats.clone(), &labels));
+        let series = "fengine_input_longest_gap_seconds{backend=\"cpu\",pol=\"1\",lane=\"0\"} ";
+        let shown: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .expect("the lane's series")
+            .parse()
+            .unwrap();
+        assert!(
+            (shown - gap.as_secs_f64()).abs() < 1e-6,
+            "{shown} vs {gap:?}"
+        );
+    }
+
+    /// After a stall, each of a lane's sockets holds a backlog of interleaved heaps. Drained one
+    /// socket at a time, the first socket's batches carry the smallest window past the second's
+    /// older heaps; a window longer than the skew keeps them all.
+    #[test]
+    fn a_backlog_on_several_sockets_needs_a_window_longer_than_the_skew() {
+        for (window, lost) in [(RECV_WINDOW_MIN, true), (10, false)] {
+            let (too_old, received) = backlog(window);
+            assert_eq!(too_old > 0, lost, "window {window}: {too_old} too old");
+            assert_eq!(too_old + received, 20 * 16);
+        }
+    }
+
+    /// Drains a backlog of 20 chunks of 16 heaps spread over two sockets (8 heaps a batch) with
+    /// a window of `window` chunks: (heaps too old, heaps received).
+    fn backlog(window: usize) -> (u64, u64) {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut sink0, source0) = loopback::pair(8);
+        let (mut sink1, source1) = loopback::pair(8);
+        let mut sockets = vec![source0, source1];
+        let (mut lanes, _chunks) = lanes_over(&cfg, vec![Vec::new()], window, &stats, &stop);
+        let lane = &mut lanes[0];
+        // Two source addresses: heap k on address k mod 2. The backlog: 20 chunks of 16 heaps,
+        // far more than 8 batches of 8 heaps of one socket.
+        lane.addresses = 2;
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let dest = SocketAddr::from(([127, 0, 0, 1], 7148));
+        let heaps = 20 * 16;
+        for k in 0..heaps {
+            let d = heap(k * hs, None, hb);
+            let sink = if k % 2 == 0 { &mut sink0 } else { &mut sink1 };
+            sink.send_segments(dest, &d, d.len()).unwrap();
+        }
+        let mut waiter = LoopbackSource::waiter(&sockets);
+        for _ in 0..heaps {
+            if waiter.wait(Duration::ZERO).unwrap() == 0 {
+                break;
+            }
+            lane.drain(&mut sockets, &waiter);
+            lane.report();
+        }
+        let ps = &stats.pols[1];
+        (ps.rejects.get(Reject::TooOld), ps.heaps_received())
     }
 }

@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 use spead::chunk::Placement;
 use spead::Reject;
 
-use crate::pipeline::RECV_WINDOW;
-
 /// Consistent out-of-place heaps needed before a receiver believes a jump.
 pub const CONFIRM: u32 = 32;
 /// How long the stream in place must have sent nothing that fits before a receiver believes a
@@ -59,12 +57,13 @@ pub(super) struct Placer {
 }
 
 impl Placer {
-    pub(super) fn new(chunk_samples: u64, heap_samples: u64, fs: f64) -> Self {
+    /// `window`: chunks the receive window holds; a heap further behind the newest is too old.
+    pub(super) fn new(chunk_samples: u64, heap_samples: u64, fs: f64, window: u64) -> Self {
         Self {
             chunk_samples,
             heap_samples,
             fs,
-            window: RECV_WINDOW as u64,
+            window,
             tolerance: 2.0 * chunk_samples as f64 + 0.01 * fs,
             newest: None,
             last_fit: Instant::now(),
@@ -157,14 +156,14 @@ mod tests {
     #[test]
     fn placement_and_misalignment() {
         // Chunks of 4 heaps of 8 samples.
-        let mut p = Placer::new(32, 8, 1e6);
+        let mut p = Placer::new(32, 8, 1e6, 3);
         assert_eq!(p.place(40), Ok(at(1, 1)));
         assert_eq!(p.place(41), Err(Reject::Misaligned));
     }
 
     #[test]
     fn a_stray_future_heap_is_dropped_but_a_sustained_jump_is_followed() {
-        let mut p = Placer::new(32, 8, 1e3);
+        let mut p = Placer::new(32, 8, 1e3, 3);
         assert!(p.place(0).is_ok());
         // Far beyond 2 chunks + 10 ms of samples.
         assert_eq!(p.place(1_000_000), Err(Reject::TooNew));
@@ -186,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_backward_restart_is_followed_after_confirmation() {
-        let mut p = Placer::new(32, 8, 1e6);
+        let mut p = Placer::new(32, 8, 1e6, 3);
         for t in (3_200_000..3_200_200).step_by(8) {
             p.place(t).unwrap();
         }
@@ -207,7 +206,7 @@ mod tests {
     #[test]
     fn chunks_end_by_the_clock_once_the_stream_is_silent() {
         // 1e6 samples/s, chunks of 4096 samples (4.1 ms): the margin is GIVE_UP (100 ms).
-        let mut p = Placer::new(4096, 8, 1e6);
+        let mut p = Placer::new(4096, 8, 1e6, 3);
         assert_eq!(p.ended_before(p.now), None);
         p.place(40_960).unwrap(); // chunk 10
         let t0 = p.now;
@@ -216,7 +215,7 @@ mod tests {
         assert_eq!(p.ended_before(t0 + Duration::from_millis(104)), Some(10));
         assert_eq!(p.ended_before(t0 + Duration::from_millis(105)), Some(11));
         // Long chunks (1 s): the margin is a chunk's duration.
-        let mut p = Placer::new(1_000_000, 8, 1e6);
+        let mut p = Placer::new(1_000_000, 8, 1e6, 3);
         p.place(0).unwrap();
         assert_eq!(p.ended_before(p.now + Duration::from_millis(1999)), Some(0));
         assert_eq!(p.ended_before(p.now + Duration::from_millis(2001)), Some(1));
@@ -225,7 +224,7 @@ mod tests {
     #[test]
     fn a_lagging_sender_never_moves_the_stream() {
         // 1e6 samples/s, chunks of 4 heaps of 8 samples: the window is 3 chunks = 96 us.
-        let mut p = Placer::new(32, 8, 1e6);
+        let mut p = Placer::new(32, 8, 1e6, 3);
         let t0 = p.now;
         // For a second, every ms: 10 heaps on time, then a run of 100 from a thread 10 ms late.
         for ms in 0..1000u64 {

@@ -1,0 +1,245 @@
+//! Which of the engine's threads stalled, and for how long, from its `GET /status`: the receive
+//! thread with the longest gap between rounds that got data, and the thread the scheduler kept
+//! waiting longest in one sampling interval, the one nearest that gap first. A report of loss
+//! names them, so that a run that lost data says where to look.
+
+use fgpu_api::engine::{SchedWaits, Status};
+use serde::{Deserialize, Serialize};
+
+/// A wait this close (s) to the longest gap's end counts as "around" it.
+const NEAR_S: f64 = 2.0;
+
+/// One thread's worst moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// The thread, as `ps -L` names it ("fengine-recv1.0", "fengine-pair", ...).
+    pub thread: String,
+    /// How long: the gap, or the scheduler's wait within one interval.
+    pub seconds: f64,
+    /// Unix time it ended.
+    pub unix_time: Option<f64>,
+    /// For a scheduler wait, the interval it was measured over (s).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub interval_s: Option<f64>,
+}
+
+/// The engine's account of its stalls at the end of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallReport {
+    /// The receive thread with the longest gap between rounds that got data.
+    pub longest_gap: Option<Stall>,
+    /// The largest scheduler wait within [`NEAR_S`] of that gap's end, else the largest of any
+    /// thread.
+    pub largest_wait: Option<Stall>,
+    /// Whether `largest_wait` was around the gap (within 2 s of its end).
+    pub wait_near_gap: bool,
+    /// The receive window (s): a receive thread away from its sockets longer than the socket
+    /// buffers hold loses data whatever the window.
+    pub recv_window_s: Option<f64>,
+}
+
+impl StallReport {
+    /// None when the engine reports no stall statistics (an older engine).
+    pub fn from_status(s: &Status) -> Option<Self> {
+        let lane = |pol: usize, lane: usize| format!("fengine-recv{pol}.{lane}");
+        let longest_gap = s
+            .input
+            .pols
+            .iter()
+            .flat_map(|p| {
+                p.lanes.iter().map(move |l| Stall {
+                    thread: lane(p.pol, l.lane),
+                    seconds: l.longest_gap_s,
+                    unix_time: l.longest_gap_unix_time,
+                    interval_s: None,
+                })
+            })
+            .filter(|g| g.unix_time.is_some())
+            .max_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        let waits: Vec<Stall> = s
+            .input
+            .pols
+            .iter()
+            .flat_map(|p| {
+                p.lanes
+                    .iter()
+                    .filter_map(move |l| wait(lane(p.pol, l.lane), l.sched.as_ref()?))
+            })
+            .chain(
+                s.threads
+                    .iter()
+                    .filter_map(|t| wait(t.thread.clone(), t.sched.as_ref()?)),
+            )
+            .collect();
+        let gap_at = longest_gap.as_ref().and_then(|g| g.unix_time);
+        let near = |w: &&Stall| {
+            gap_at
+                .zip(w.unix_time)
+                .is_some_and(|(g, t)| (g - t).abs() <= NEAR_S)
+        };
+        let largest = |it: &mut dyn Iterator<Item = &Stall>| {
+            it.max_by(|a, b| a.seconds.total_cmp(&b.seconds)).cloned()
+        };
+        let around = largest(&mut waits.iter().filter(near));
+        let wait_near_gap = around.is_some();
+        let largest_wait = around.or_else(|| largest(&mut waits.iter()));
+        if longest_gap.is_none() && largest_wait.is_none() && s.input.recv_window.is_none() {
+            return None;
+        }
+        Some(Self {
+            longest_gap,
+            largest_wait,
+            wait_near_gap,
+            recv_window_s: s.input.recv_window.as_ref().map(|w| w.seconds),
+        })
+    }
+
+    /// One line for a text report.
+    pub fn line(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(g) = &self.longest_gap {
+            parts.push(format!(
+                "longest receive gap {} on {}{}",
+                ms(g.seconds),
+                g.thread,
+                at(g.unix_time)
+            ));
+        }
+        if let Some(w) = &self.largest_wait {
+            parts.push(format!(
+                "{} scheduler wait {} on {} (in {}){}",
+                if self.wait_near_gap {
+                    "around it, the largest"
+                } else {
+                    "the largest"
+                },
+                ms(w.seconds),
+                w.thread,
+                w.interval_s.map_or("-".into(), ms),
+                at(w.unix_time)
+            ));
+        }
+        if let Some(r) = self.recv_window_s {
+            parts.push(format!("receive window {}", ms(r)));
+        }
+        if parts.is_empty() {
+            "the engine reports no stall".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+fn wait(thread: String, w: &SchedWaits) -> Option<Stall> {
+    w.max_wait_unix_time.map(|t| Stall {
+        thread,
+        seconds: w.max_wait_s,
+        unix_time: Some(t),
+        interval_s: Some(w.max_wait_interval_s),
+    })
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.0} ms", s * 1e3)
+}
+
+/// " at 21:55:03.2 UTC", from a Unix time.
+fn at(t: Option<f64>) -> String {
+    t.map_or(String::new(), |t| {
+        let day = t.rem_euclid(86_400.0);
+        let (h, m) = ((day / 3600.0) as u32, ((day % 3600.0) / 60.0) as u32);
+        format!(" at {h:02}:{m:02}:{:04.1} UTC", day % 60.0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fgpu_api::engine::{Input, LaneStalls, PolInput, RecvWindow, ThreadWaits};
+
+    fn sched(max: f64, at: f64) -> Option<SchedWaits> {
+        Some(SchedWaits {
+            wait_s: 1.0,
+            max_wait_s: max,
+            max_wait_unix_time: Some(at),
+            max_wait_interval_s: 0.1,
+        })
+    }
+
+    fn status() -> Status {
+        let lane = |lane: usize, gap: f64, at: f64, w: f64, w_at: f64| LaneStalls {
+            lane,
+            longest_gap_s: gap,
+            longest_gap_unix_time: Some(at),
+            longest_gap_timestamp: Some(1 << 30),
+            sched: sched(w, w_at),
+        };
+        let json = serde_json::json!({
+            "backend": "cpu", "running": true, "uptime_s": 1.0, "feng_id": 0,
+            "adc_sample_rate": 1e9, "sync_time": null, "max_delay_s": 0.0,
+            "input": {"sample_bits": 10, "heap_samples": 4096, "chunk_samples": 1048576,
+                      "overlap_samples": 0, "pols": []},
+            "outputs": {}, "frames": {"computed": 0, "empty": 0, "last_timestamp": 0,
+              "last_unix_time": 0.0, "processing_s_last": 0.0, "processing_s_mean": 0.0},
+            "delay_out_of_span": 0, "delays": null, "queues": {},
+            "control": {"rejected_requests": 0}
+        });
+        let mut s: Status = serde_json::from_value(json).unwrap();
+        s.input = Input {
+            pols: vec![
+                PolInput {
+                    pol: 0,
+                    lanes: vec![lane(0, 0.004, 1000.0, 0.002, 1000.0)],
+                    ..Default::default()
+                },
+                PolInput {
+                    pol: 1,
+                    lanes: vec![lane(0, 0.231, 50_103.25, 0.19, 50_103.2)],
+                    ..Default::default()
+                },
+            ],
+            recv_window: Some(RecvWindow {
+                chunks: 25,
+                seconds: 0.1,
+                window_bytes: 1,
+                spare_bytes: 2,
+            }),
+            ..s.input
+        };
+        s.threads = vec![ThreadWaits {
+            thread: "fengine-compute".into(),
+            sched: sched(0.5, 9000.0),
+        }];
+        s
+    }
+
+    /// The lane with the longest gap is named, and the wait around it rather than a larger one
+    /// at another time.
+    #[test]
+    fn names_the_stalled_lane_and_the_wait_around_it() {
+        let r = StallReport::from_status(&status()).unwrap();
+        let g = r.longest_gap.as_ref().unwrap();
+        assert_eq!((g.thread.as_str(), g.seconds), ("fengine-recv1.0", 0.231));
+        let w = r.largest_wait.as_ref().unwrap();
+        assert_eq!((w.thread.as_str(), w.seconds), ("fengine-recv1.0", 0.19));
+        assert!(r.wait_near_gap);
+        assert_eq!(
+            r.line(),
+            "longest receive gap 231 ms on fengine-recv1.0 at 13:55:03.2 UTC; around it, the \
+             largest scheduler wait 190 ms on fengine-recv1.0 (in 100 ms) at 13:55:03.2 UTC; \
+             receive window 100 ms"
+        );
+        // Without a gap near it, the largest wait anywhere.
+        let mut s = status();
+        s.input.pols[1].lanes[0].sched = None;
+        let r = StallReport::from_status(&s).unwrap();
+        assert_eq!(r.largest_wait.unwrap().thread, "fengine-compute");
+        assert!(!r.wait_near_gap);
+        // An engine without the statistics: nothing to say.
+        let mut s = status();
+        s.input.pols.iter_mut().for_each(|p| p.lanes.clear());
+        s.threads.clear();
+        s.input.recv_window = None;
+        assert_eq!(StallReport::from_status(&s), None);
+    }
+}
