@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+mod affinity;
 mod cores;
 mod error;
 mod layout;
@@ -20,6 +21,7 @@ mod memory;
 mod policy;
 mod stats;
 
+pub use affinity::{Affinity, Dealt};
 pub use cores::CoreSet;
 pub use error::PlacementError;
 pub use layout::{Layout, Topology};
