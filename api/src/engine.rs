@@ -68,6 +68,10 @@ pub struct Status {
     pub queues: BTreeMap<String, u64>,
     /// The control server's own counters.
     pub control: Control,
+    /// Where the stream threads run (`--src-affinity`, `--affinity auto`, `--realtime`, ...).
+    /// Engines that predate it report nothing: every thread on any core, normal scheduling.
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 impl Status {
@@ -301,6 +305,26 @@ pub struct Delays {
     pub pol0: DelayModel,
     /// Polarisation 1's model (all zero until a request gave it one).
     pub pol1: DelayModel,
+}
+
+/// Where the engine's stream threads run, as its flags asked and each thread applied at start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Stream threads by the name they run under (`fengine-recv0.1`, `fengine-send0`, ...).
+    pub threads: BTreeMap<String, ThreadPlacement>,
+    /// Cores of the process's other threads; `None`: any of the process's cores.
+    pub rest_cores: Option<String>,
+    /// Whether the process's memory is locked (`--lock-memory`).
+    pub memory_locked: bool,
+}
+
+/// One stream thread's cores and scheduling.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadPlacement {
+    /// Its cores as a list such as `0-3,8`; `None`: any of the process's cores.
+    pub cores: Option<String>,
+    /// `other` (normal scheduling), `fifo:PRIORITY` or `rr:PRIORITY`.
+    pub policy: String,
 }
 
 /// The control server's own counters.

@@ -652,6 +652,7 @@ mod tests {
             delays: None,
             queues: Default::default(),
             control: Control::default(),
+            placement: Default::default(),
         })
         .unwrap()
     }

@@ -19,6 +19,7 @@
 pub mod compute;
 mod error;
 pub mod pair;
+mod placed;
 pub mod recv;
 pub mod send;
 pub mod spec;
@@ -37,6 +38,7 @@ use crate::backend::{
 use crate::signal::delay::DelayModel;
 use crate::stats::Stats;
 pub use error::PipelineError;
+use placed::spawn_placed;
 pub use spec::StageSpecs;
 
 /// Chunks each receiver fills at once (spead2 uses 2; one more absorbs reordering across sender
@@ -177,6 +179,7 @@ impl Pipeline {
             pair: pair_spec,
             compute: compute_spec,
             send: send_specs,
+            placement,
         } = specs;
         let receivers = [
             recv::bind(&recv_spec, 0, &stats)?,
@@ -194,6 +197,7 @@ impl Pipeline {
         let mut threads = Vec::new();
         let compute = {
             let frame_spec = frame_spec.clone();
+            let placement = placement.compute.clone();
             let stats = stats.clone();
             let stop = stop.clone();
             spawn("fengine-compute", move || {
@@ -204,7 +208,18 @@ impl Pipeline {
                         return Ok(());
                     }
                 };
-                match allocate(&frame_spec, backend.as_mut()) {
+                // Placed once the backend is up, so that threads it starts (a CPU pool, the CUDA
+                // driver's) keep the process's cores and normal scheduling.
+                let placed = allocate(&frame_spec, backend.as_mut()).and_then(|ready| {
+                    placement
+                        .apply()
+                        .map(|()| ready)
+                        .map_err(|error| PipelineError::Placement {
+                            thread: "fengine-compute".into(),
+                            error,
+                        })
+                });
+                match placed {
                     Ok(ready) => {
                         let _ = ready_tx.send(Ok(ready));
                     }
@@ -274,8 +289,9 @@ impl Pipeline {
                 &stats,
                 &stop,
             );
-            for lane in lanes {
-                match spawn(&lane.name(), move || lane.run()) {
+            for (j, lane) in lanes.into_iter().enumerate() {
+                let placed = placement.recv[pol].get(j).cloned().unwrap_or_default();
+                match spawn_placed(&lane.name(), placed, move || lane.run()) {
                     Ok(t) => threads.push((stage, t)),
                     Err(e) => return abort(&stop, threads, e),
                 }
@@ -283,7 +299,7 @@ impl Pipeline {
         }
         drop(to_pair_tx);
         let pair = pair::Pair::new(&pair_spec, stats.clone(), stop.clone());
-        match spawn("fengine-pair", move || {
+        match spawn_placed("fengine-pair", placement.pair.clone(), move || {
             pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
         }) {
             Ok(t) => threads.push(("pair", t)),
@@ -291,7 +307,7 @@ impl Pipeline {
         }
         let out_stats = stats.clone();
         let out_stop = stop.clone();
-        match spawn("fengine-send", move || {
+        match spawn_placed("fengine-send", placement.pair.clone(), move || {
             send::run(
                 transmitters,
                 &send_specs,

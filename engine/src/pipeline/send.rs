@@ -60,6 +60,8 @@ pub struct SendSpec {
     pub fs: f64,
     pub array_size: u64,
     pub feng_id: u64,
+    /// Where each of its send threads runs (missing ones: anywhere).
+    pub placements: Vec<placement::Placement>,
 }
 
 impl SendSpec {
@@ -166,19 +168,48 @@ pub fn run<K: DatagramSink>(
     };
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
+        // Each thread takes its placement itself, and says whether it could before it sends.
+        let (placed_tx, placed_rx) = crossbeam_channel::unbounded();
+        let mut per_output = vec![0usize; specs.len()];
         for (k, out) in transmitters.into_iter().enumerate() {
             let (tx, wrx) = crossbeam_channel::bounded::<Arc<Work>>(2);
             let (stats, stop, release) = (&stats, &stop, &release);
             let spec = &specs[out.output];
-            let spawned = std::thread::Builder::new()
-                .name(format!("fengine-send{k}"))
-                .spawn_scoped(scope, move || out.run(spec, wrx, release, stats, stop));
+            let placement = spec
+                .placements
+                .get(per_output[out.output])
+                .cloned()
+                .unwrap_or_default();
+            per_output[out.output] += 1;
+            let name = format!("fengine-send{k}");
+            let placed_tx = placed_tx.clone();
+            let spawned =
+                std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn_scoped(scope, move || {
+                        let placed = placement.apply().map_err(|error| PipelineError::Placement {
+                            thread: name,
+                            error,
+                        });
+                        let ok = placed.is_ok();
+                        let _ = placed_tx.send(placed);
+                        if ok {
+                            out.run(spec, wrx, release, stats, stop)
+                        }
+                    });
             match spawned {
                 Ok(_) => workers.push(tx),
                 Err(e) => {
                     stop.store(true, Relaxed);
                     return Err(PipelineError::SendThread(e));
                 }
+            }
+        }
+        drop(placed_tx);
+        for placed in placed_rx.iter() {
+            if let Err(e) = placed {
+                stop.store(true, Relaxed);
+                return Err(e);
             }
         }
         while let Some(work) = recv_until_stop(&rx, &stop) {
