@@ -82,10 +82,18 @@ mod tests {
     #[test]
     fn lists_cycle_auto_plans_and_strangers_are_refused() {
         let allowed: CoreSet = "0-3".parse().unwrap();
-        let d = "2-3".parse::<Affinity>().unwrap().deal(3, &allowed).unwrap();
+        let d = "2-3"
+            .parse::<Affinity>()
+            .unwrap()
+            .deal(3, &allowed)
+            .unwrap();
         let cores: Vec<usize> = d.threads.iter().map(|c| c.cores()[0]).collect();
         assert_eq!((cores, d.rest), (vec![2, 3, 2], None));
-        let e = "4".parse::<Affinity>().unwrap().deal(1, &allowed).unwrap_err();
+        let e = "4"
+            .parse::<Affinity>()
+            .unwrap()
+            .deal(1, &allowed)
+            .unwrap_err();
         assert!(e.to_string().contains("not all among the cores"), "{e}");
         assert_eq!("auto".parse::<Affinity>().unwrap(), Affinity::Auto);
         assert!("auto,1".parse::<Affinity>().is_err());

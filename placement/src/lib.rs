@@ -18,6 +18,7 @@ mod cores;
 mod error;
 mod layout;
 mod memory;
+mod observe;
 mod policy;
 mod stats;
 
@@ -26,6 +27,7 @@ pub use cores::CoreSet;
 pub use error::PlacementError;
 pub use layout::{Layout, Topology};
 pub use memory::lock_memory;
+pub use observe::ThreadView;
 pub use policy::Policy;
 pub use stats::{current_tid, SchedStats};
 
