@@ -92,6 +92,8 @@ pub struct Config {
     /// Seconds a send thread may fall behind its schedule before the senders skip ahead to the
     /// present, as a digitiser keeps to its clock (see `sender`).
     pub max_late: f64,
+    /// Where the send threads and the rest of the process run.
+    pub placement: crate::placement::PlacementRequest,
 }
 
 impl Config {
@@ -118,6 +120,7 @@ impl Config {
             socket_buffer: 16 << 20,
             faults: Default::default(),
             max_late: DEFAULT_MAX_LATE,
+            placement: Default::default(),
         }
     }
 

@@ -13,7 +13,7 @@
 //! Modules: [`config`] (what to do), [`spec`] (the signal in force and its forms), [`signal`]
 //! (samples), [`buffer`] (packets of the repeating
 //! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`faults`],
-//! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
+//! [`status`], [`metrics`], [`placement`] (where threads run), [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
 
 pub mod bench;
 pub mod buffer;
@@ -22,6 +22,7 @@ pub mod config;
 pub mod control;
 pub mod faults;
 pub mod metrics;
+pub mod placement;
 pub mod schedule;
 pub mod sender;
 pub mod signal;
@@ -74,6 +75,15 @@ impl Dsim {
             n => n,
         };
         let layouts = common_layouts(&config, threads)?;
+        let placed = config.placement.plan(threads)?;
+        if config.placement.lock_memory {
+            ::placement::lock_memory().map_err(|e| anyhow::anyhow!("{e}."))?;
+        }
+        // The rest first: threads started from here on (buffer building, control) inherit it.
+        if let Some(main) = &placed.main {
+            main.pin_current_thread()
+                .map_err(|e| anyhow::anyhow!("--main-affinity: {e}."))?;
+        }
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let built = Instant::now();
         let signal = config.start_signal();
@@ -200,6 +210,8 @@ impl Dsim {
         });
 
         let mut handles = Vec::new();
+        // Each send thread takes its placement itself and says whether the kernel let it.
+        let (placed_tx, placed_rx) = mpsc::channel();
         for p in (0..2).rev() {
             let pol_slots = slots.pop().unwrap_or_default();
             let pol_senders = std::mem::take(&mut senders[p]);
@@ -211,12 +223,47 @@ impl Dsim {
                 .enumerate()
             {
                 let worker = sender::Worker::new(shared.clone(), p, j, s, rx, tx);
-                let h = std::thread::Builder::new()
-                    .name(format!("dsim-p{p}-t{j}"))
-                    .spawn(move || worker.run())?;
+                let name = format!("dsim-p{p}-t{j}");
+                let placement = placed.send[p][j].clone();
+                let placed_tx = placed_tx.clone();
+                let thread = name.clone();
+                let h = std::thread::Builder::new().name(name).spawn(move || {
+                    let applied = placement.apply().map_err(|e| format!("{thread}: {e}."));
+                    let ok = applied.is_ok();
+                    let _ = placed_tx.send(applied);
+                    // Dropped now, not as the thread ends: the starter reads until every sender is gone.
+                    drop(placed_tx);
+                    if ok {
+                        worker.run();
+                    }
+                })?;
                 handles.push(h);
             }
         }
+        drop(placed_tx);
+        if let Some(e) = placed_rx.iter().find_map(Result::err) {
+            shared.stop.store(true, Ordering::SeqCst);
+            for h in handles {
+                let _ = h.join();
+            }
+            anyhow::bail!(e);
+        }
+        let layout: Vec<String> = placed
+            .send
+            .iter()
+            .enumerate()
+            .flat_map(|(p, t)| {
+                t.iter()
+                    .enumerate()
+                    .map(move |(j, pl)| format!("dsim-p{p}-t{j}: {pl}"))
+            })
+            .collect();
+        tracing::info!(
+            threads = %layout.join("; "),
+            rest = %placed.main.as_ref().map_or("any core".into(), |c| format!("cores {c}")),
+            memory_locked = shared.config.placement.lock_memory,
+            "placement"
+        );
         let monitor_stop = Arc::new(AtomicBool::new(false));
         let monitor = {
             let (shared, stop) = (shared.clone(), monitor_stop.clone());
