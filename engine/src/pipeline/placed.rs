@@ -48,7 +48,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    use placement::{CoreSet, Policy};
+    use placement::{CoreSet, Policy, ThreadView};
     use spead::transport::loopback;
 
     use super::*;
@@ -56,31 +56,6 @@ mod tests {
     use crate::config::test_support::config;
     use crate::pipeline::{recv, StageSpecs};
     use crate::stats::Stats;
-
-    /// What the kernel says of this process's thread named `name`: its cores and its policy
-    /// (the 41st field of its stat line; 1 is SCHED_FIFO).
-    fn task(name: &str) -> Option<(CoreSet, i32)> {
-        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-            let dir = t.path();
-            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
-            if comm.trim() != name {
-                continue;
-            }
-            let status = std::fs::read_to_string(dir.join("status")).ok()?;
-            let cores = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
-                .trim()
-                .parse()
-                .ok()?;
-            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-            // Fields after the command name, which is in parentheses: state is field 3.
-            let after = &stat[stat.rfind(')')? + 2..];
-            let policy = after.split_whitespace().nth(41 - 3)?.parse().ok()?;
-            return Some((cores, policy));
-        }
-        None
-    }
 
     /// A receive lane started as the pipeline starts it, with `--src-affinity` at one core the
     /// process may use: the kernel has it on that core alone. With `--realtime fifo:1` the lane
@@ -123,17 +98,12 @@ mod tests {
             assert_eq!(placed.cores, Some(CoreSet::one(core)));
             match spawn_placed(&name, placed, move || lane.run()) {
                 Ok(t) => {
-                    let seen = task(&name);
+                    let seen = ThreadView::named(&name);
                     stop.store(true, Ordering::Relaxed);
                     t.join().unwrap().unwrap();
-                    let (cores, policy) = seen.expect("the lane's thread in /proc");
-                    assert_eq!(cores, CoreSet::one(core));
-                    let fifo = realtime != "other";
-                    assert_eq!(
-                        policy == libc::SCHED_FIFO,
-                        fifo,
-                        "{realtime}: policy {policy}"
-                    );
+                    let seen = seen.expect("the lane's thread in /proc");
+                    assert_eq!(seen.cores, CoreSet::one(core));
+                    assert_eq!(seen.policy, realtime.parse().unwrap());
                 }
                 Err(e) => {
                     assert_eq!(realtime.parse::<Policy>().unwrap(), Policy::Fifo(1));

@@ -193,6 +193,8 @@ pub fn run<K: DatagramSink>(
                         });
                         let ok = placed.is_ok();
                         let _ = placed_tx.send(placed);
+                        // Dropped now, not as the thread ends: the starter reads until every sender is gone.
+                        drop(placed_tx);
                         if ok {
                             out.run(spec, wrx, release, stats, stop)
                         }
@@ -483,6 +485,42 @@ impl<K: DatagramSink> Transmitter<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::test_support::config;
+    use crate::pipeline::StageSpecs;
+    use placement::{CoreSet, ThreadView};
+
+    /// A send thread started with `--dst-affinity` at one core runs on that core alone, and the
+    /// stage goes on to send (and stops when asked) once every send thread has been placed.
+    #[test]
+    fn send_threads_run_where_the_flags_say() {
+        let core = *CoreSet::allowed().unwrap().cores().last().unwrap();
+        let cfg = config(&["--dst-affinity", &core.to_string(), "--send-threads", "1"]);
+        let specs = StageSpecs::new(&cfg).send;
+        let (sink, _source) = transport::loopback::pair(64);
+        let tx = Transmitter::new(&specs[0], 0, 0..specs[0].substreams(), sink);
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (_frames, frames_rx) = crossbeam_channel::bounded::<Work>(1);
+        let (free, _free_rx) = crossbeam_channel::bounded::<Work>(1);
+        let stage = {
+            let stop = stop.clone();
+            std::thread::spawn(move || run(vec![tx], &specs, frames_rx, free, stats, stop))
+        };
+        let mut seen = None;
+        for _ in 0..400 {
+            seen = ThreadView::named("fengine-send0").filter(|v| v.cores == CoreSet::one(core));
+            if seen.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Relaxed);
+        stage.join().unwrap().unwrap();
+        assert!(
+            seen.is_some(),
+            "fengine-send0 never ran on core {core} alone"
+        );
+    }
 
     #[test]
     fn heap_counters_do_not_collide() {
