@@ -403,6 +403,18 @@ mod tests {
             delays: None,
             queues: [("free_frames".to_string(), 3)].into(),
             control: Control::default(),
+            placement: Placement {
+                threads: [(
+                    "fengine-recv0.0".to_string(),
+                    ThreadPlacement {
+                        cores: Some("3".into()),
+                        policy: "fifo:50".into(),
+                    },
+                )]
+                .into(),
+                rest_cores: Some("0-2".into()),
+                memory_locked: true,
+            },
         };
         let text = serde_json::to_string(&status).unwrap();
         let back: Status = serde_json::from_str(&text).unwrap();
@@ -414,7 +426,7 @@ mod tests {
         assert_eq!(v["input"]["pols"][1]["rms_dbfs"], -23.5);
         assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
         // An older engine's status, without the digitiser's clipping counters, the FFT's
-        // precision or the wideband kernels, still reads.
+        // precision, the wideband kernels or the placement, still reads.
         let mut old = v.clone();
         for p in old["input"]["pols"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
@@ -423,7 +435,9 @@ mod tests {
         }
         old.as_object_mut().unwrap().remove("fft_precision");
         old.as_object_mut().unwrap().remove("wideband_kernels");
+        old.as_object_mut().unwrap().remove("placement");
         let old: Status = serde_json::from_value(old).unwrap();
+        assert_eq!(old.placement, Placement::default());
         assert_eq!(old.fft_precision, "single");
         assert_eq!(old.wideband_kernels, "two-pass");
         assert_eq!(old.input.pols[1].digitiser_clip_heaps, 0);

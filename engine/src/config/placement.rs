@@ -3,7 +3,7 @@
 //! thread that touches the stream, named as the thread is, checked against the cores the process
 //! may use before anything starts.
 
-use placement::{CoreSet, Layout, Placement, PlacementError, Policy, Topology};
+use placement::{CoreSet, Layout, Placement, PlacementError, Topology};
 
 use super::error::ConfigError;
 use super::flags::RunArgs;
@@ -141,6 +141,7 @@ fn refuse(e: PlacementError) -> ConfigError {
 mod tests {
     use super::*;
     use crate::config::test_support::{config, refusal};
+    use placement::Policy;
 
     #[test]
     fn lists_deal_one_core_per_thread_cycling() {
