@@ -288,7 +288,8 @@ pub struct PolStatus {
     pub heaps_sent: u64,
     /// UDP payload bytes of the datagrams sent.
     pub bytes_sent: u64,
-    /// Samples that saturated when quantised, over the heaps sent (a duplicate counts once).
+    /// Samples that saturated when quantised, over the heaps sent (a duplicate counts once): by
+    /// katgpucbf's rule, those at full scale, |v| >= 2^(bits-1) - 1.
     pub saturated_samples: u64,
     /// Send calls that failed; the datagrams of a failed call are not counted as sent.
     pub send_errors: u64,

@@ -137,6 +137,10 @@ pub struct PolInput {
     pub unpaired_chunks: u64,
     /// Packets the kernel dropped at a full receive socket.
     pub socket_drops: u64,
+    /// Descriptor heaps received (item descriptors and no timestamp, which a digitiser such as
+    /// katgpucbf's dsim sends now and then): metadata, not rejected (absent from older engines: 0).
+    #[serde(default)]
+    pub descriptor_heaps: u64,
     /// Heaps received whose digitiser status item (0x3102) says a sample saturated at the
     /// digitiser (absent from older engines: 0).
     #[serde(default)]
@@ -150,7 +154,8 @@ pub struct PolInput {
     /// older engines).
     #[serde(default)]
     pub rms_dbfs: Option<f64>,
-    /// Samples at the most negative or positive code, over the frames measured (absent from
+    /// Samples at full scale, |v| >= 2^(bits-1) - 1 (katgpucbf's rule for a saturated sample:
+    /// -512, -511 and 511 at 10 bits), over the frames measured (absent from
     /// older engines: 0).
     #[serde(default)]
     pub full_scale_samples: u64,

@@ -113,12 +113,19 @@ pub struct Slot {
     pub saturated: Vec<u32>,
 }
 
-/// Digitiser status item: bit 0 = any saturation, bits 32-47 = saturated sample count.
+/// Bit of the digitiser status item set when a sample of the heap saturated (the digitiser ICD,
+/// M1000-0001-053, as katgpucbf reads and writes it).
+pub const STATUS_SATURATED_BIT: u32 = 1;
+/// The status item's bits 32-47 hold how many samples of the heap saturated.
+pub const STATUS_COUNT_SHIFT: u32 = 32;
+
+/// Digitiser status item: bit 1 = any saturation, bits 32-47 = saturated sample count (at most
+/// 65535), every other bit 0.
 pub fn digitiser_status(saturated: u32) -> u64 {
     if saturated == 0 {
         0
     } else {
-        1 | ((saturated.min(0xffff) as u64) << 32)
+        (1 << STATUS_SATURATED_BIT) | ((saturated.min(0xffff) as u64) << STATUS_COUNT_SHIFT)
     }
 }
 
@@ -263,7 +270,12 @@ mod tests {
     #[test]
     fn status_item_bits() {
         assert_eq!(digitiser_status(0), 0);
-        assert_eq!(digitiser_status(3), 1 | (3 << 32));
-        assert_eq!(digitiser_status(1 << 20), 1 | (0xffff << 32));
+        assert_eq!(digitiser_status(1), 0b10 | (1 << 32));
+        assert_eq!(digitiser_status(3), 0b10 | (3 << 32));
+        assert_eq!(digitiser_status(0xffff), 0b10 | (0xffff << 32));
+        // The count saturates at 16 bits and never spills into bit 48.
+        assert_eq!(digitiser_status(1 << 20), 0b10 | (0xffff << 32));
+        // Bit 0 stays clear: the ICD's flag is bit 1.
+        assert_eq!(digitiser_status(7) & 1, 0);
     }
 }

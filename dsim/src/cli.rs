@@ -17,8 +17,12 @@ in the MeerKAT digitiser format, paced to the wall clock, controlled over HTTP w
 
 const LONG_ABOUT: &str = "\
 Digitiser simulator: both polarisations of one digitiser as SPEAD streams in the MeerKAT \
-digitiser format (SPEAD-64-48, one heap per packet: timestamp, digitiser id and status items, \
-packed signed samples, most significant bit first), paced to the wall clock.
+digitiser format of the digitiser ICD (M1000-0001-053), as katgpucbf's dsim sends it \
+(SPEAD-64-48, one heap per packet: timestamp, digitiser id and status items, packed signed \
+samples, most significant bit first), paced to the wall clock. The status item has bit 1 set \
+when a sample of the heap saturated, |v| >= 2^(bits-1) - 1 once quantised, and how many did in \
+bits 32-47. A descriptor heap (the four items' names, shapes and types; no timestamp) goes to \
+the first address of polarisation 0 at start and every 5 s.
 
 The signal is described per polarisation (--signal: tones with a phase, combs, Gaussian noise \
 named by a seed, a delay and dither each), or in the common form of the flags --tone, --noise, \
@@ -300,6 +304,13 @@ pub struct RunArgs {
         value_name = "TOKEN"
     )]
     pub control_token: Option<fgpu_serve::Token>,
+
+    /// Serve katcp on ADDR:PORT, for katgpucbf's clients (aiokatcp, katcpcli, nc): ?time and
+    /// dsim's sensors (adc-sample-rate, sample-bits, sync-time, steady-state-timestamp,
+    /// dither-seed). katcp has no token: 127.0.0.1:PORT keeps it to this host, 0.0.0.0:PORT opens
+    /// it to every interface. Default: no katcp server.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub katcp: Option<SocketAddr>,
 
     /// When the run ends, send a SPEAD stream-stop heap to every destination.
     #[arg(long)]

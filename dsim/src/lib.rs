@@ -12,15 +12,19 @@
 //!
 //! Modules: [`config`] (what to do), [`spec`] (the signal in force and its forms), [`signal`]
 //! (samples), [`buffer`] (packets of the repeating
-//! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`faults`],
-//! [`status`], [`metrics`], [`placement`] (where threads run), [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
+//! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`descriptors`]
+//! (the descriptor heaps' thread), [`faults`],
+//! [`status`], [`metrics`], [`placement`] (where threads run), [`control`] (HTTP), [`cli`],
+//! [`bench`](mod@bench).
 
 pub mod bench;
 pub mod buffer;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod descriptors;
 pub mod faults;
+pub mod katcp;
 pub mod metrics;
 pub mod placement;
 pub mod schedule;
@@ -209,6 +213,9 @@ impl Dsim {
             config,
         });
 
+        // Before the data, as katgpucbf's dsim, so that a receiver has the descriptors first.
+        let descriptors = descriptors::DescriptorThread::spawn(shared.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start sending the descriptor heaps: {e}."))?;
         let mut handles = Vec::new();
         // Each send thread takes its placement itself and says whether the kernel let it.
         let (placed_tx, placed_rx) = mpsc::channel();
@@ -295,6 +302,7 @@ impl Dsim {
         Ok(DsimHandle {
             controller,
             workers: handles,
+            descriptors,
             monitor: Some(monitor),
             monitor_stop,
             control,
@@ -555,6 +563,7 @@ impl Controller {
 pub struct DsimHandle {
     controller: Controller,
     workers: Vec<JoinHandle<()>>,
+    descriptors: descriptors::DescriptorThread,
     monitor: Option<JoinHandle<()>>,
     monitor_stop: Arc<AtomicBool>,
     control: Option<control::ControlServer>,
@@ -608,6 +617,7 @@ impl DsimHandle {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+        self.descriptors.stop();
         let shared = &self.controller.shared;
         if shared.config.send_stop {
             send_stop_heaps(shared);

@@ -47,6 +47,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     };
     let handle = Dsim::start(cli.run.to_config())?;
     let controller = handle.controller().clone();
+    // The katcp front ends by itself once the run has.
+    if let Some(addr) = cli.run.katcp {
+        if let Err(e) = dsim::katcp::start(addr, controller.clone()) {
+            controller.request_stop();
+            handle.wait();
+            return Err(e.into());
+        }
+    }
     std::thread::Builder::new()
         .name("dsim-signals".into())
         .spawn(move || {

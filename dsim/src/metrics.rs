@@ -125,7 +125,7 @@ fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         ("dsim_bytes_sent", "Bytes sent.", |p| p.bytes_sent),
         (
             "dsim_saturated_samples",
-            "Samples that saturated in the heaps sent.",
+            "Samples that saturated in the heaps sent (at full scale, |v| >= 2^(bits-1) - 1).",
             |p| p.saturated_samples,
         ),
         ("dsim_send_errors", "Send calls that failed.", |p| {

@@ -232,7 +232,8 @@ impl Generator {
     }
 
     /// Fills `out` (`heap_samples` long) with heap `h` of the buffer; returns how many samples
-    /// saturated.
+    /// saturated: by katgpucbf's rule, those at full scale once quantised, |v| >= 2^(bits-1) - 1
+    /// (at 10 bits -512, -511 and 511), which takes in every clipped sample.
     pub fn heap(&self, h: u64, out: &mut [i16]) -> u32 {
         self.heap_with(h, out, &mut Scratch::default())
     }
@@ -256,11 +257,11 @@ impl Generator {
             if self.dither {
                 v += rng.random::<f64>() - 0.5;
             }
-            let q = v.round_ties_even();
-            if q < lo || q > hi {
+            let q = v.round_ties_even().clamp(lo, hi);
+            if q.abs() >= hi {
                 saturated += 1;
             }
-            *o = q.clamp(lo, hi) as i16;
+            *o = q as i16;
         }
         scratch.acc = acc;
         saturated
@@ -709,6 +710,35 @@ mod tests {
         let mut out = vec![0i16; 64];
         assert_eq!(g.heap(0, &mut out), 64);
         assert!(out.iter().all(|&v| v == 511));
+    }
+
+    /// katgpucbf's rule: a sample at full scale, |v| >= 511 at 10 bits, counts as saturated.
+    /// A Nyquist tone alternates +a, -a: at 511 and 512 counts every sample, at 510 none.
+    #[test]
+    fn saturation_counts_samples_at_full_scale() {
+        for (counts, amplitude, values) in [
+            (64, 512.0, [511i16, -512]),
+            (64, 511.0, [511, -511]),
+            (0, 510.0, [510, -510]),
+        ] {
+            let s = spec(
+                vec![Tone {
+                    frequency: 5e5,
+                    amplitude: amplitude / 512.0,
+                }],
+                0.0,
+                false,
+            );
+            let g = common(&s, 1e6, 0, 64, 10, 640);
+            let mut out = vec![0i16; 64];
+            assert_eq!(g.heap(0, &mut out), counts, "amplitude {amplitude}");
+            let mut seen: Vec<i16> = out.clone();
+            seen.sort();
+            seen.dedup();
+            let mut want = values.to_vec();
+            want.sort();
+            assert_eq!(seen, want, "amplitude {amplitude}");
+        }
     }
 
     #[test]

@@ -6,10 +6,10 @@ mod common;
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
-use common::{config, contiguous_samples, decode, fft, run, Capture};
+use common::{config, contiguous_samples, decode, descriptor_heaps, fft, run, Capture};
 use dsim::{Component, PolSignal, PolsRequest, Tone};
 use spead::assemble::{Event, HeapAssembler};
-use spead::packet::Limits;
+use spead::packet::{Limits, Packet};
 use spead::{items, RejectCounters};
 
 const HS: u64 = 4096;
@@ -36,8 +36,11 @@ fn heaps_are_digitiser_format_contiguous_and_spread_over_groups() {
             asm.add_datagram(&a.bytes, &mut |e| {
                 if let Event::Complete(h) = e {
                     let v = h.view().unwrap();
-                    assert_eq!(v.value(items::ADC_SAMPLES).unwrap().len(), 5120);
-                    complete += 1;
+                    // The descriptor heap (see below) is no data heap.
+                    if v.immediate(items::TIMESTAMP).is_some() {
+                        assert_eq!(v.value(items::ADC_SAMPLES).unwrap().len(), 5120);
+                        complete += 1;
+                    }
                 }
             })
             .unwrap();
@@ -274,17 +277,45 @@ fn saturation_is_flagged_per_heap_and_counted() {
                     let t = (h.timestamp + i) % N as u64;
                     let v = (768.0 * (TAU * (BIN as u64 * t % N as u64) as f64 / N as f64).cos())
                         .round_ties_even();
-                    !(-512.0..=511.0).contains(&v)
+                    // katgpucbf's rule: at full scale once clipped, |v| >= 511.
+                    v.clamp(-512.0, 511.0).abs() >= 511.0
                 })
                 .count() as u64;
             assert!(expected > 0);
-            assert_eq!(h.status & 1, 1, "saturation bit");
+            assert_eq!(
+                h.status & 0xffff_ffff,
+                0b10,
+                "saturation bit 1, no other low bit"
+            );
             assert_eq!(h.status >> 32, expected, "count in bits 32-47");
             assert!(h.samples().iter().all(|&s| (-512..=511).contains(&s)));
             total += expected;
         }
         assert_eq!(status.pols[p].saturated_samples, total);
     }
+}
+
+/// katgpucbf's dsim sends a descriptor heap at start, before the data, to the first address of
+/// polarisation 0 only: the four items of the digitiser stream, no timestamp.
+#[test]
+fn a_descriptor_heap_goes_first_to_pol0s_first_address() {
+    let cap = Capture::start([2, 2]);
+    let cfg = config(&cap);
+    let (_, got) = run(cap, cfg, 100);
+    let found = descriptor_heaps(&got[0]);
+    assert_eq!(found.len(), 1, "one descriptor heap in a run under 5 s");
+    let (group, heap_cnt, descriptors) = &found[0];
+    assert_eq!(*group, 0);
+    assert_eq!(*heap_cnt, dsim::descriptors::COUNTER_BIT);
+    assert_eq!(descriptors, &spead::stream_descriptors::digitiser(HS, 10));
+    let first = Packet::decode(&got[0][0].bytes, &Limits::default()).unwrap();
+    assert!(first.carries_descriptors(), "the descriptors arrive first");
+    assert!(
+        descriptor_heaps(&got[1]).is_empty(),
+        "none to polarisation 1"
+    );
+    // The data heaps are all there beside it.
+    assert_eq!(decode(&got[0], 10).0.len(), 100);
 }
 
 #[test]
@@ -319,11 +350,16 @@ fn multicast_groups_on_a_chosen_interface() {
     assert!(d.wait_timeout(Duration::from_secs(10)));
     d.wait();
     let mut seen = [Vec::new(), Vec::new()];
+    let mut descriptor_heaps = [0, 0];
     for (g, r) in rx.iter_mut().enumerate() {
         while r.recv(Duration::from_millis(100)).unwrap() > 0 {
             for dgram in r.datagrams() {
                 let p = spead::Packet::decode(dgram, &Limits::default()).unwrap();
-                seen[g].push(p.heap_cnt);
+                if p.carries_descriptors() {
+                    descriptor_heaps[g] += 1;
+                } else {
+                    seen[g].push(p.heap_cnt);
+                }
             }
         }
     }
@@ -338,4 +374,9 @@ fn multicast_groups_on_a_chosen_interface() {
             "heap k goes to group k mod 2"
         );
     }
+    assert_eq!(
+        descriptor_heaps,
+        [1, 0],
+        "descriptors to the first group only"
+    );
 }

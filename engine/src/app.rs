@@ -195,17 +195,27 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
         pipeline.commands.clone(),
         stop.clone(),
     ));
-    let control = match control::http::start(controller) {
-        Ok((_, handle)) => handle,
+    let fronts = control::http::start(controller.clone())
+        .map(|(_, handle)| handle)
+        .map_err(|e| e.to_string())
+        .and_then(|http| match control::katcp::start(controller) {
+            Ok(katcp) => Ok((http, katcp.map(|(_, handle)| handle))),
+            Err(e) => Err(e.to_string()),
+        });
+    let (control, katcp) = match fronts {
+        Ok(handles) => handles,
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
             let _ = pipeline.join();
-            return Err(EngineError::Start(e.to_string()));
+            return Err(EngineError::Start(e));
         }
     };
     let result = pipeline.join();
     stop.store(true, Ordering::Relaxed);
     let _ = control.join();
+    if let Some(katcp) = katcp {
+        let _ = katcp.join();
+    }
     log_totals(&stats);
     tracing::info!("stopped");
     Ok(result?)

@@ -159,6 +159,12 @@ impl Collector for StatsCollector {
         )?;
         counters(
             enc,
+            "fengine_input_descriptor_heaps",
+            "Descriptor heaps received (item descriptors, no timestamp): metadata, not rejected.",
+            per_pol(&|p| p.descriptor_heaps.load(Relaxed)),
+        )?;
+        counters(
+            enc,
             "fengine_input_digitiser_clip_heaps",
             "Digitiser heaps received whose status item says a sample saturated at the digitiser.",
             per_pol(&|p| p.digitiser_clip_heaps.load(Relaxed)),
@@ -172,7 +178,7 @@ impl Collector for StatsCollector {
         counters(
             enc,
             "fengine_input_full_scale_samples",
-            "Input samples at the most negative or positive code, in the frames measured (those whose heaps all arrived).",
+            "Input samples at full scale (|v| >= 2^(bits-1) - 1, katgpucbf's saturation rule), in the frames measured (those whose heaps all arrived).",
             per_pol(&|p| p.full_scale_samples.load(Relaxed)),
         )?;
         counters(

@@ -34,14 +34,17 @@ pub struct PolStats {
     /// threads fell behind (or were held off the processor). A GSO super-packet counts once
     /// (see `spead::transport::UdpSocket::drops`).
     pub socket_drops: AtomicU64,
-    /// Heaps received whose digitiser status item says a sample saturated (bit 0), and the
+    /// Descriptor heaps received (item descriptors, no timestamp; katgpucbf's dsim sends one every
+    /// 5 s to the first address of polarisation 0): metadata, neither data nor a reject.
+    pub descriptor_heaps: AtomicU64,
+    /// Heaps received whose digitiser status item says a sample saturated (bit 1), and the
     /// saturated samples those items report (bits 32-47): the digitiser's own account of
     /// clipping at its input. Added to by the receive threads once per receive round.
     pub digitiser_clip_heaps: AtomicU64,
     pub digitiser_clip_samples: AtomicU64,
     /// The input sensors, from the backend's measure of each frame whose heaps all arrived for
     /// this polarisation: frames measured, the latest one's rms in dBFS (f64 bits), and the
-    /// samples at full scale summed over them.
+    /// samples at full scale (|v| >= 2^(bits-1) - 1) summed over them.
     pub frames_measured: AtomicU64,
     pub rms_dbfs_bits: AtomicU64,
     pub full_scale_samples: AtomicU64,

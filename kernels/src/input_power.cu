@@ -1,10 +1,10 @@
 // Input sensors (engine/src/signal/power.rs): per polarisation, the sum of squared samples of the
 // frame's new chunk and the count of samples at either end of the range, for the rms in dBFS and
-// the full-scale count. Integer sums, so the figures are those of every other backend. It reads
+// the full-scale count (|v| >= SAMPLE_MAX, katgpucbf's saturation rule: -512, -511 and 511 at 10
+// bits). Integer sums, so the figures are those of every other backend. It reads
 // the packed chunk once (1.25 bytes a sample at 10 bits), beside the 18 the other passes move.
 
 #define SAMPLE_MAX ((1 << (SAMPLE_BITS - 1)) - 1)
-#define SAMPLE_MIN (-(1 << (SAMPLE_BITS - 1)))
 
 extern "C" __global__ void __launch_bounds__(256) input_power(
     const u32 *__restrict__ span, // [pol][stride] packed samples, readable 2 words on
@@ -21,7 +21,7 @@ extern "C" __global__ void __launch_bounds__(256) input_power(
         const float2 v = load_pair(span, (u32)(2 * (first_pair + i))); // spans < 2^32 samples (host)
         const int a = (int)v.x, b = (int)v.y;
         squares += (u64)((u32)(a * a) + (u32)(b * b)); // each square <= 2^30
-        full += (a == SAMPLE_MIN || a == SAMPLE_MAX) + (b == SAMPLE_MIN || b == SAMPLE_MAX);
+        full += (abs(a) >= SAMPLE_MAX) + (abs(b) >= SAMPLE_MAX);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {

@@ -39,6 +39,27 @@ impl Descriptor {
         }
     }
 
+    /// An array of `bits`-bit values of spead2 type `code` (`b'i'` signed, `b'u'` unsigned),
+    /// packed back to back most significant bit first: how spead2 describes widths that no numpy
+    /// dtype has, such as 10-bit digitiser samples.
+    pub fn packed(
+        id: u16,
+        name: &str,
+        description: &str,
+        code: u8,
+        bits: u16,
+        shape: &[u64],
+    ) -> Self {
+        Self {
+            id,
+            name: name.into(),
+            description: description.into(),
+            shape: shape.to_vec(),
+            format: vec![(code, bits)],
+            dtype: None,
+        }
+    }
+
     /// An array described by a numpy dtype string such as `|i1` or `>i2`.
     pub fn numpy(id: u16, name: &str, description: &str, descr: &str, shape: &[u64]) -> Self {
         let dims = match shape {
@@ -160,6 +181,14 @@ mod tests {
             ),
             Descriptor::numpy(0x1234, "one", "1-d", ">i2", &[5]),
             Descriptor::unsigned(items::TIMESTAMP, "timestamp", "ADC sample count", 48),
+            Descriptor::packed(
+                items::ADC_SAMPLES,
+                "adc_samples",
+                "10-bit",
+                b'i',
+                10,
+                &[4096],
+            ),
         ] {
             assert_eq!(Descriptor::decode(&d.encode()).unwrap(), d);
         }

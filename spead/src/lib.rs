@@ -4,6 +4,8 @@
 //! - [`packet`]: decode (borrowing the datagram) and encode one packet.
 //! - [`heap`]: split a heap into packets; read items back from a complete heap.
 //! - [`descriptor`]: item descriptors, so generic receivers (spead2) can decode our heaps.
+//! - [`stream_descriptors`]: the descriptors of the digitiser stream's and the F-engine output's
+//!   items, and their descriptor heap.
 //! - [`reject`]: every reason a packet or heap is dropped, with counters.
 //! - [`assemble`]: heaps from packets in any order (general path).
 //! - [`chunk`]: heaps written straight into caller-owned chunks (hot path).
@@ -21,6 +23,7 @@ pub mod items;
 pub mod packet;
 pub mod reject;
 pub mod samples;
+pub mod stream_descriptors;
 pub mod transport;
 
 pub use descriptor::Descriptor;

@@ -200,6 +200,12 @@ impl<'a> Packet<'a> {
         self.immediate(items::STREAM_CTRL) == Some(items::STREAM_CTRL_STOP)
     }
 
+    /// True when the packet carries item descriptors (item 0x5), as a descriptor heap's packets
+    /// do.
+    pub fn carries_descriptors(&self) -> bool {
+        self.item(items::DESCRIPTOR).is_some()
+    }
+
     /// How many item pointers the packet carries, standard ones included.
     pub fn n_pointers(&self) -> usize {
         self.pointers.len() / ITEM_POINTER_SIZE
@@ -343,6 +349,7 @@ mod tests {
         );
         assert_eq!(p.items().count(), 2);
         assert!(!p.is_stop());
+        assert!(!p.carries_descriptors());
     }
 
     #[test]

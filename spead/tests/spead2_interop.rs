@@ -249,3 +249,78 @@ fn spead2_decodes_what_we_send() {
         assert_eq!(heap["frequency"]["value"], 64);
     }
 }
+
+/// spead2 makes of our descriptor heaps (the digitiser stream's, and the F-engine output's at 8
+/// and at 4 bits) the same items, ids, shapes and types as of the heaps katgpucbf builds for the
+/// same streams with spead2's own ItemGroup.
+#[test]
+fn spead2_reads_our_descriptor_heaps_as_katgpucbfs() {
+    use spead::stream_descriptors::{digitiser, f_engine, write_heap};
+    if !spead2_available() {
+        return;
+    }
+    let port_file = std::env::temp_dir().join(format!("spead2-desc-port-{}", std::process::id()));
+    let _ = std::fs::remove_file(&port_file);
+    let (heap_samples, sample_bits, channels, spectra) = (4096u64, 10u16, 64u64, 256u64);
+    let child = Command::new("python3")
+        .arg(script("katgpucbf_descriptors.py"))
+        .arg(&port_file)
+        .args(
+            [heap_samples, sample_bits.into(), channels, spectra, 8, 4]
+                .iter()
+                .map(u64::to_string),
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port: u16 = loop {
+        if let Ok(s) = std::fs::read_to_string(&port_file) {
+            break s.trim().parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "spead2 receiver did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&port_file);
+
+    let mut tx = Sender::new(UdpSocket::sender(&SocketConfig::default()).unwrap());
+    let dest = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port).into();
+    let sets = [
+        digitiser(heap_samples, sample_bits),
+        f_engine(channels, spectra, 8),
+        f_engine(channels, spectra, 4),
+    ];
+    for (k, set) in sets.iter().enumerate() {
+        write_heap(set, k as u64 + 1, 8192, |p| {
+            tx.send_segments(dest, p, p.len()).unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    HeapWriter::new(1024).write(
+        99,
+        &[HeapItem::immediate(
+            items::STREAM_CTRL,
+            items::STREAM_CTRL_STOP,
+        )],
+        |p| tx.send_segments(dest, p, p.len()).unwrap(),
+    );
+
+    let out = finish(child);
+    assert!(out.status.success(), "spead2 receiver failed");
+    let got: Value = serde_json::from_slice(&out.stdout).expect("receiver prints JSON");
+    let (ours, theirs) = (&got["ours"], &got["katgpucbf"]);
+    assert_eq!(ours.as_array().map(Vec::len), Some(3), "{ours}");
+    for (k, want) in theirs.as_array().unwrap().iter().enumerate() {
+        assert_eq!(&ours[k], want, "item set {k}");
+    }
+    // What they are, so that two empty sets cannot pass.
+    assert_eq!(
+        ours[0]["adc_samples"],
+        json!({"id": 0x3300, "shape": [4096], "dtype": null, "format": [["i", 10]]})
+    );
+    assert_eq!(ours[0]["digitiser_status"]["format"], json!([["u", 48]]));
+    assert_eq!(ours[1]["feng_raw"]["dtype"], "int8");
+    assert_eq!(ours[1]["feng_raw"]["shape"], json!([64, 256, 2, 2]));
+    assert_eq!(ours[2]["feng_raw"]["format"], json!([["i", 4]]));
+    assert_eq!(ours[2]["feng_raw"]["shape"], json!([64, 256, 2, 2]));
+}

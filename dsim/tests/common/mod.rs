@@ -149,7 +149,8 @@ impl Heap {
     }
 }
 
-/// Decodes single-packet digitiser heaps; returns them and the number of datagrams rejected.
+/// Decodes single-packet digitiser heaps (stop and descriptor heaps left out); returns them and
+/// the number of datagrams rejected.
 pub(crate) fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
     let mut heaps = Vec::new();
     let mut rejected = 0;
@@ -158,7 +159,7 @@ pub(crate) fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
             rejected += 1;
             continue;
         };
-        if p.is_stop() {
+        if p.is_stop() || p.carries_descriptors() {
             continue;
         }
         let view = HeapView::from_single_packet(&p).expect("one heap per packet");
@@ -176,6 +177,23 @@ pub(crate) fn decode(arrivals: &[Arrival], bits: u32) -> (Vec<Heap>, usize) {
         });
     }
     (heaps, rejected)
+}
+
+/// The descriptor heaps among `arrivals` (one packet each): where each arrived, its heap counter
+/// and its descriptors.
+pub(crate) fn descriptor_heaps(arrivals: &[Arrival]) -> Vec<(usize, u64, Vec<spead::Descriptor>)> {
+    arrivals
+        .iter()
+        .filter_map(|a| {
+            let p = Packet::decode(&a.bytes, &Limits::default()).ok()?;
+            if !p.carries_descriptors() {
+                return None;
+            }
+            assert_eq!(p.immediate(items::TIMESTAMP), None, "no timestamp");
+            let view = HeapView::from_single_packet(&p).expect("one packet per descriptor heap");
+            Some((a.group, p.heap_cnt, view.descriptors()))
+        })
+        .collect()
 }
 
 /// Checks the heaps' timestamps are contiguous; returns the first.

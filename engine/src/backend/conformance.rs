@@ -563,11 +563,12 @@ pub(crate) fn check_input_power(make: &dyn Fn(&Channelisation) -> Box<dyn Backen
                 noise(&mut rng, bits, g.chunk_samples()),
                 noise(&mut rng, bits, g.chunk_samples()),
             ];
-            // Some samples at full scale, a different number per polarisation and frame.
+            // Some samples at full scale (both ends, and the negative of the top code, which
+            // katgpucbf's rule counts too), a different number per polarisation and frame.
             for (pol, x) in x.iter_mut().enumerate() {
                 for i in 0..(5 * f + 3 * pol + 1) {
                     let at = rng.random_range(0..x.len());
-                    x[at] = if i % 2 == 0 { hi } else { lo };
+                    x[at] = [hi, lo, -hi][i % 3];
                 }
             }
             load_chunk(&mut frame, bits, [&x[0], &x[1]]);

@@ -467,6 +467,7 @@ impl EngineConfig {
             gpu: a.gpu,
             control: a.control,
             control_token: a.control_token.clone(),
+            katcp: a.katcp,
             placement: Default::default(),
         };
         let sends: Vec<usize> = cfg.outputs.iter().map(|o| o.send_threads).collect();

@@ -325,6 +325,12 @@ pub struct RunArgs {
     /// gains.
     #[arg(long, value_name = "TOKEN")]
     pub control_token: Option<fgpu_serve::Token>,
+    /// katcp control and monitoring address, for katgpucbf's clients (aiokatcp, katcpcli, nc):
+    /// ?gain, ?gain-all, ?delays and its sensors. Off unless given. katcp has no token, so the
+    /// interface is named: 127.0.0.1:PORT for this host only, 0.0.0.0:PORT for every interface.
+    /// katgpucbf's port, 7147, is --control's default: move --control to give it to katcp.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub katcp: Option<SocketAddr>,
     /// Initial complex gain, real part, for every channel of both polarisations (default
     /// 2^(10 - sample_bits): white noise at 5% of full scale comes out at rms 18; a sixteenth of
     /// that with 4-bit output, rms 1.1). A --narrowband output without gain= gets sqrt(D) times

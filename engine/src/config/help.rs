@@ -6,10 +6,13 @@ pub(super) const ABOUT: &str =
 
 pub(super) const LONG_ABOUT: &str = "\
 GPU F-engine: receives both polarisations of one digitiser (SPEAD-64-48, one heap per packet, \
---sample-bits signed samples packed MSB first), channelises them with a --taps-tap polyphase \
+--sample-bits signed samples packed MSB first, in the digitiser ICD's format, M1000-0001-053: \
+the status item's bit 1 and bits 32-47 counted as saturated heaps and samples, descriptor heaps \
+counted as metadata), channelises them with a --taps-tap polyphase \
 filter bank and a 2n-point real FFT (n = --channels), applies coarse and fine delay, fringe phase \
 and a complex gain per channel, quantises to 8 bits and sends heaps of --spectra-per-heap spectra \
-in the katgpucbf F-engine format (items timestamp, feng_id, frequency, feng_raw).
+in the katgpucbf F-engine format (items timestamp, feng_id, frequency, feng_raw; their \
+descriptors at start, after (--feng-id + 1) x 5 s, then every --array-size x 5 s).
 
 Work goes in frames of --heaps-per-frame output heaps: a chunk of S x H x 2n new samples per \
 polarisation, plus samples kept from the previous chunk for the filter and for delays up to \
@@ -52,6 +55,12 @@ of its previous reply, else the connection is closed; its body within 10 s of it
 With --control-token (or FENGINE_CONTROL_TOKEN), every change (PUT) needs the header
 \"Authorization: Bearer TOKEN\", else 401; GET stays open. --control binds loopback unless told
 otherwise (0.0.0.0:7147: every interface).
+
+katcp (--katcp ADDR:PORT, off unless given; no token): katgpucbf's requests and sensors for
+aiokatcp clients. ?gain STREAM INPUT [VALUES...] (no values: query; one, or one per channel:
+set; complex as 1, 0.5-0.25j), ?gain-all STREAM VALUES...|default, ?delays STREAM START-TIME
+D0 D1 (each delay,delay_rate:phase,phase_rate; START-TIME Unix s, needs --sync-time), ?halt,
+?sensor-list, ?sensor-value, ?sensor-sampling. A refusal is !NAME fail <the HTTP sentence>.
 
 --wideband NAME:key=value,... (repeatable, instead of --dst): NAME is 1 to 32 of a-z 0-9 _ -.
   dst=ADDR[+N]:PORT (required), channels=N, taps=T, bits=8|4, window=hann|rect, w_cutoff=X,

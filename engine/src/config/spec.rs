@@ -40,6 +40,8 @@ pub struct EngineConfig {
     pub control_token: Option<fgpu_serve::Token>,
     /// Where the stream threads run.
     pub placement: super::StreamPlacement,
+    /// The katcp front's address, if it is on.
+    pub katcp: Option<SocketAddr>,
 }
 
 /// The engine's input: both polarisations of one digitiser.

@@ -94,6 +94,11 @@ impl Controller {
         !self.stop.load(Relaxed)
     }
 
+    /// Asks the engine to stop, as SIGTERM does (katcp's `?halt`).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+
     /// A scrape: the engine's counters, then the process's own series (`process_*`).
     pub fn metrics(&self) -> String {
         metrics::render(&self.metrics)

@@ -12,10 +12,11 @@
 //!   shared request type, calls the controller, answers JSON, and chooses each refusal's status
 //!   code from the error's variant.
 //!
-//! A new front (katcp's `?delays`, `?gain`, `?gain-all`, sensors) goes beside `http` as a module
-//! of its own here: it parses its protocol into the same request types, calls the same
-//! [`Controller`] (shared as an `Arc`), and maps [`ControlError`] to its own replies; the checks
-//! and the sentences stay in the controller, once.
+//! - [`katcp`]: the katcp front (`--katcp`), katgpucbf's `?gain`, `?gain-all`, `?delays` and its
+//!   sensors over the `katcp-server` crate: parses each request's arguments into the same
+//!   request types, calls the same [`Controller`] (shared as an `Arc`), and answers a refusal
+//!   `!NAME fail SENTENCE` with the controller's sentence; the checks and the sentences stay in
+//!   the controller, once.
 //!
 //! Stopping on SIGINT and SIGTERM is the program's (`main.rs`), not a front's: a front stops
 //! serving once [`Controller::running`] is false.
@@ -25,6 +26,7 @@ mod delays;
 mod error;
 mod gains;
 pub mod http;
+pub mod katcp;
 mod outputs;
 mod status;
 

@@ -59,6 +59,7 @@ pub(super) fn build(
                 resyncs: ps.resyncs(),
                 unpaired_chunks: ps.unpaired_chunks.load(Relaxed),
                 socket_drops: ps.socket_drops.load(Relaxed),
+                descriptor_heaps: ps.descriptor_heaps.load(Relaxed),
                 digitiser_clip_heaps: ps.digitiser_clip_heaps.load(Relaxed),
                 digitiser_clip_samples: ps.digitiser_clip_samples.load(Relaxed),
                 rms_dbfs: ps.rms_dbfs(),

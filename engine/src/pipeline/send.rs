@@ -9,7 +9,7 @@
 //! each packet from its header there and its payload straight from the frame's output (no copy in
 //! user space), in GSO super-packets paced at `send_rate_factor` times the input's data rate, in
 //! bursts of up to `send_burst`.
-//! Descriptors go to every substream at start and once a second.
+//! Descriptors go to every substream at katgpucbf's cadence ([`DescriptorCadence`]).
 //!
 //! Heap counters: `(substream << 40) + (timestamp / heap_step) * array_size + feng_id`, so that
 //! engines and substreams never collide and a heap's counter follows from its timestamp.
@@ -21,17 +21,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use spead::items;
 use spead::packet::{write_header, ItemPointer};
 use spead::transport::{self, DatagramSink, Pacer, SocketConfig, UdpSocket};
-use spead::{items, Descriptor, HeapItem, HeapWriter};
 
 use super::{recv_until_stop, PipelineError, Work};
-use crate::backend::{Channelisation, POLS};
+use crate::backend::Channelisation;
 use crate::signal::delay::FramePlan;
 use crate::stats::{OutputStats, Stats};
 use spead::packet::PACKET_HEADER_BYTES;
 
-const DESCRIPTOR_PERIOD: Duration = Duration::from_secs(1);
+/// katgpucbf's descriptor interval: each engine of an array sends its descriptors once every
+/// `array_size` of these, the engines in turn.
+const DESCRIPTOR_INTERVAL: Duration = Duration::from_secs(5);
 /// Heap counters keep the substream above this bit.
 const SUBSTREAM_SHIFT: u32 = 40;
 const COUNTER_MASK: u64 = (1 << SUBSTREAM_SHIFT) - 1;
@@ -102,6 +104,40 @@ pub struct Transmitter<K> {
     headers: Vec<u8>,
     /// Sender totals already added to the shared counters.
     reported: (u64, u64),
+}
+
+/// When an engine sends its output's descriptors, as katgpucbf's F-engine does: at start, then
+/// `(feng_id + 1)` intervals later, then every `array_size` intervals, so that the engines of an
+/// array, sending to the same groups, take turns. A sender that fell behind sends once and goes
+/// on from the next time due, without a burst.
+#[derive(Clone, Copy, Debug)]
+struct DescriptorCadence {
+    next: Instant,
+    gap: Duration,
+    period: Duration,
+}
+
+impl DescriptorCadence {
+    fn new(start: Instant, feng_id: u64, array_size: u64) -> Self {
+        let times = |n: u64| DESCRIPTOR_INTERVAL * u32::try_from(n).unwrap_or(u32::MAX);
+        Self {
+            next: start,
+            gap: times(feng_id.saturating_add(1)),
+            period: times(array_size.max(1)),
+        }
+    }
+
+    /// True when descriptors are due at `now` (and then not again until the next time).
+    fn due(&mut self, now: Instant) -> bool {
+        if now < self.next {
+            return false;
+        }
+        while self.next <= now {
+            self.next += self.gap;
+            self.gap = self.period;
+        }
+        true
+    }
 }
 
 /// The counter of the data heap with timestamp `t` on `substream`.
@@ -235,55 +271,18 @@ impl<K: DatagramSink> Transmitter<K> {
     pub fn new(spec: &SendSpec, output: usize, subs: Range<usize>, sender: K) -> Self {
         let c = spec.substream_channels() as u64;
         let s = spec.g.output.spectra_per_heap as u64;
-        // katgpucbf's description of the data: int8 (re, im) pairs, or one opaque byte per
-        // complex value (real in the high nibble) at 4 bits.
-        let (raw_text, raw_dtype, raw_shape) = if spec.g.output.bits == 4 {
-            (
-                "Channelised data: (channels, spectra, polarisations), one byte per complex value, real in the high nibble, imaginary in the low, 4-bit two's complement.",
-                "|V1",
-                vec![c, s, POLS as u64],
-            )
-        } else {
-            (
-                "Channelised data: (channels, spectra, polarisations, real/imaginary), int8.",
-                "|i1",
-                vec![c, s, POLS as u64, 2],
-            )
-        };
+        // The item descriptors katgpucbf's F-engine sends for its output.
+        let ds = spead::stream_descriptors::f_engine(c, s, spec.g.output.bits as u16);
         let descriptors = subs
             .clone()
             .map(|_| {
-                let ds = [
-                    Descriptor::unsigned(
-                        items::TIMESTAMP,
-                        "timestamp",
-                        "Timestamp of the first spectrum in the heap: ADC samples since the sync epoch.",
-                        48,
-                    ),
-                    Descriptor::unsigned(items::FENG_ID, "feng_id", "F-engine (antenna) id.", 48),
-                    Descriptor::unsigned(
-                        items::FREQUENCY,
-                        "frequency",
-                        "Index of the first channel in the heap.",
-                        48,
-                    ),
-                    Descriptor::numpy(
-                        items::FENG_RAW,
-                        "feng_raw",
-                        raw_text,
-                        raw_dtype,
-                        &raw_shape,
-                    ),
-                ];
-                let encoded: Vec<Vec<u8>> = ds.iter().map(Descriptor::encode).collect();
-                let items: Vec<HeapItem> = encoded
-                    .iter()
-                    .map(|e| HeapItem::addressed(items::DESCRIPTOR, e))
-                    .collect();
                 let mut packets = Vec::new();
-                HeapWriter::new(spec.packet_payload).write(DESCRIPTOR_BIT, &items, |p| {
-                    packets.push(p.to_vec())
-                });
+                spead::stream_descriptors::write_heap(
+                    &ds,
+                    DESCRIPTOR_BIT,
+                    spec.packet_payload,
+                    |p| packets.push(p.to_vec()),
+                );
                 packets
             })
             .collect();
@@ -332,19 +331,14 @@ impl<K: DatagramSink> Transmitter<K> {
             * (segment as f64 / spec.packet_payload as f64);
         let mut pacer = (rate > 0.0).then(|| Pacer::new(Instant::now(), 0, rate));
         let mut paced_bytes = 0u64;
-        let mut last_descriptors: Option<Instant> = None;
+        let mut cadence = DescriptorCadence::new(Instant::now(), spec.feng_id, spec.array_size);
         let mut descriptor_seq = 0u64;
         let mut errors = 0u64;
 
         while let Some(work) = recv_until_stop(&rx, stop) {
-            let due = match last_descriptors {
-                None => true,
-                Some(t) => t.elapsed() >= DESCRIPTOR_PERIOD,
-            };
-            if due {
+            if cadence.due(Instant::now()) {
                 self.send_descriptors(spec, descriptor_seq, out_stats, &mut errors);
                 descriptor_seq += 1;
-                last_descriptors = Some(Instant::now());
             }
             let meta = &work.meta;
             let output = &work.frame.outputs[k].heaps;
@@ -533,6 +527,23 @@ mod tests {
         assert_eq!(b, 22);
         assert_eq!(c, (1 << 40) + 21);
         assert_eq!(d, 25);
+    }
+
+    #[test]
+    fn descriptors_follow_katgpucbfs_cadence() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        // Engine 2 of 4: at start, 15 s later, then every 20 s.
+        let mut c = DescriptorCadence::new(t0, 2, 4);
+        let sent: Vec<u64> = (0..80).filter(|&t| c.due(s(t))).collect();
+        assert_eq!(sent, [0, 15, 35, 55, 75]);
+        // One engine alone: every 5 s; a sender that fell behind sends once, then keeps time.
+        let mut c = DescriptorCadence::new(t0, 0, 1);
+        assert!(c.due(s(0)));
+        assert!(!c.due(s(4)));
+        assert!(c.due(s(17)));
+        assert!(!c.due(s(19)));
+        assert!(c.due(s(20)));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The digitiser's status items: dsim sends a tone loud enough to saturate every heap, louder on
 //! one polarisation than the other, then silence from a heap its reply names. Once the engine has
 //! received past that heap, its counts of clipped heaps and saturated samples per polarisation
-//! equal what dsim says it sent, in `/status` and in `/metrics`.
+//! equal what dsim says it sent, in `/status` and in `/metrics`; and dsim's descriptor heaps are
+//! counted on polarisation 0, not rejected.
 
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,20 @@ fn clipping_case(s: Setup) {
         );
         samples[p] = sent;
         full_scale[p] = pol.full_scale_samples;
+        // dsim's descriptor heaps go to polarisation 0's first address: counted, not rejected.
+        let descriptors = pol.descriptor_heaps;
+        assert_eq!(
+            descriptors > 0,
+            p == 0,
+            "pol {p}: {descriptors} descriptor heaps (rejects {:?})",
+            pol.rejected
+        );
+        assert_eq!(
+            metric(&metrics, "fengine_input_descriptor_heaps_total", p),
+            descriptors,
+            "pol {p}: /metrics"
+        );
+        assert_eq!(pol.rejected.get("missing_mandatory_item"), None, "pol {p}");
     }
     assert!(
         full_scale[0] > full_scale[1],

@@ -716,13 +716,13 @@ mod tests {
 
     /// A receive thread started with `--recv-affinity` at one core runs on it alone, and under
     /// SCHED_FIFO with `--realtime fifo:1` where the process may ask for it; where it may not,
-    /// the start fails with the placement crate's sentence. Two substreams: the names are
-    /// this test's alone (`rx-1`; the other tests start one or run on `rx-0`).
+    /// the start fails with the placement crate's sentence. Four substreams on addresses of
+    /// their own: `rx-3` and the ports are this test's alone while the others run beside it.
     #[test]
     fn receive_threads_run_where_the_flags_say() {
         let core = *CoreSet::allowed().unwrap().cores().last().unwrap();
         for policy in [Policy::Other, Policy::Fifo(1)] {
-            let subs = (1..=2)
+            let subs = (211..=214)
                 .map(|i| SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, i), 0))
                 .collect();
             let mut cfg = ReceiveConfig::new(subs, 64);
@@ -730,7 +730,7 @@ mod tests {
             cfg.realtime = policy;
             match Receiver::start(&cfg, Arc::new(NoSink)) {
                 Ok(rx) => {
-                    let seen = ThreadView::named("rx-1");
+                    let seen = ThreadView::named("rx-3");
                     rx.stop();
                     let seen = seen.expect("the receive thread in /proc");
                     assert_eq!((seen.cores, seen.policy), (CoreSet::one(core), policy));

@@ -76,3 +76,13 @@ for i, body in enumerate([
     '{"pol1": {"drop": {"heaps": [3]}, "duplicate": {"probability": 1}, "reorder": {"heaps": [3, 4], "window": 2}, "corrupt": {"ranges": [[0, 10]]}}}',
 ]):
     write("dsim_faults", f"body{i}", bytes([7]) + body.encode())
+
+# katcp_line: requests, replies and informs as aiokatcp writes them, escapes and ids included.
+for i, line in enumerate([
+    "?sensor-sampling[7] input0.rx.timestamp,device-status event-rate 1.0 inf",
+    "?gain wideband 0 1+2j 0.5-0.25j",
+    "?delays wideband 1700000000.5 1e-9,0:0.1,0 0,0:0,0",
+    "#sensor-status 1700000000.25 1 wideband.input0.eq nominal [1+0j]",
+    "!help[2147483647] ok a\\_b\\\\c\\0\\n\\r\\e\\t \\@",
+]):
+    write("katcp_line", f"line{i}", line)

@@ -10,7 +10,8 @@
 //!
 //! Placement and restarts are `place`'s; a lane whose share of the stream goes quiet moves its
 //! window along with the others' so that chunks keep flowing. Each lane also counts what the
-//! digitiser status items of the heaps it accepts say about saturation (`digitiser`).
+//! digitiser status items of the heaps it accepts say about saturation (`digitiser`), and the
+//! descriptor heaps it receives (metadata, not rejected).
 
 mod collect;
 mod digitiser;
@@ -326,7 +327,16 @@ impl<S: DatagramSource> Lane<S> {
             }
         };
         let Some(ts) = p.immediate(items::TIMESTAMP) else {
-            self.asm.reject(Reject::MissingMandatoryItem);
+            if p.carries_descriptors() {
+                // A descriptor heap (katgpucbf's dsim sends one every 5 s): metadata. Counted
+                // once per heap, by its first packet; rare enough for an atomic.
+                if p.heap_offset == 0 {
+                    let ps = &self.stats.pols[self.pol];
+                    ps.descriptor_heaps.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                self.asm.reject(Reject::MissingMandatoryItem);
+            }
             return;
         };
         if self.lanes > 1
@@ -553,7 +563,7 @@ mod tests {
         );
         let lane = &mut lanes[0];
         let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
-        let clip = |n: u64| 1 | (n << 32);
+        let clip = |n: u64| 2 | (n << 32);
         let datagrams = [
             heap(0, Some(clip(5)), hb),
             heap(hs, Some(0), hb),
@@ -594,5 +604,75 @@ mod tests {
         let other = &stats.pols[1 - pol];
         assert_eq!(other.digitiser_clip_heaps.load(Ordering::Relaxed), 0);
         assert_eq!(other.digitiser_clip_samples.load(Ordering::Relaxed), 0);
+    }
+
+    /// Descriptor heaps between data heaps (one of them in two packets) are counted once each on
+    /// the polarisation that got them, rejected for nothing, and take no data heap with them.
+    #[test]
+    fn descriptor_heaps_between_data_heaps_are_counted_not_rejected() {
+        let cfg = config();
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (to_pair, chunks) = bounded(16);
+        let (_returns_tx, returns) = bounded(16);
+        let buffers = (0..4)
+            .map(|_| HostBuffer::zeroed(cfg.input.geometry.chunk_bytes()))
+            .collect();
+        let pol = 0;
+        let mut lanes = lanes(
+            &StageSpecs::new(&cfg).recv,
+            pol,
+            vec![Vec::<LoopbackSource>::new()],
+            buffers,
+            to_pair,
+            returns,
+            &stats,
+            &stop,
+        );
+        let lane = &mut lanes[0];
+        let (hs, hb) = (cfg.input.heap_samples as u64, cfg.input.heap_bytes);
+        let descriptors = spead::stream_descriptors::digitiser(hs, 10);
+        let descriptor_heap = |max_payload: usize| {
+            let mut packets = Vec::new();
+            spead::stream_descriptors::write_heap(&descriptors, 1, max_payload, |p| {
+                packets.push(p.to_vec())
+            });
+            packets
+        };
+        let slots = cfg.input.geometry.chunk_samples as u64 / hs;
+        let mut datagrams = Vec::new();
+        for k in 0..2 * slots {
+            datagrams.push(heap(k * hs, Some(0), hb));
+            if k == 0 || k == slots - 1 {
+                datagrams.extend(descriptor_heap(8192));
+            }
+            if k == slots + 3 {
+                let split = descriptor_heap(400);
+                assert_eq!(split.len(), 2, "a descriptor heap in two packets");
+                datagrams.extend(split);
+            }
+        }
+        for d in &datagrams {
+            lane.take(d);
+        }
+        // Move the window past both chunks, as the next chunk's heaps would.
+        lane.asm.expire_before(2, &mut |e| lane.events.push(e));
+        lane.report();
+        lane.publish();
+        let ps = &stats.pols[pol];
+        assert_eq!(ps.descriptor_heaps.load(Ordering::Relaxed), 3);
+        assert_eq!(
+            stats.pols[1 - pol].descriptor_heaps.load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(ps.rejects.snapshot().iter().map(|(_, n)| n).sum::<u64>(), 0);
+        assert_eq!(ps.heaps_received(), 2 * slots);
+        // Both chunks went on whole.
+        let mut whole = Vec::new();
+        while let Ok(RecvMsg::Chunk { id, chunk, .. }) = chunks.try_recv() {
+            assert!(chunk.present.iter().all(|&p| p), "chunk {id} lost heaps");
+            whole.push(id);
+        }
+        assert_eq!(whole, [0, 1]);
     }
 }

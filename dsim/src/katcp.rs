@@ -1,0 +1,206 @@
+//! The katcp front (`--katcp ADDR:PORT`): katgpucbf's dsim requests and sensors over katcp v5, for
+//! aiokatcp clients, beside the HTTP front and over the same [`Controller`].
+//!
+//! - `?time`: the Unix time now on this host, seconds.
+//! - the standard requests (`katcp-server`); `?halt` stops sending, as SIGTERM does.
+//! - sensors, named, typed and described as katgpucbf's dsim has them: `adc-sample-rate` (Hz, the
+//!   rate in force), `sample-bits`, `sync-time` (s, Unix time of timestamp 0),
+//!   `steady-state-timestamp` (the first timestamp of the signal in force: from there on heaps
+//!   reflect every change answered so far), `dither-seed`; read from the status every half
+//!   second.
+//!
+//! Not yet: `?signals SPEC [PERIOD]` and the `signals`, `signals-orig`, `period` and `max-period`
+//! sensors, which need katgpucbf's signal language; change the signal over HTTP (`PUT /signal`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use katcp_server::sensor::{float, now};
+use katcp_server::{
+    Answer, Config, Description, Handler, Reply, RequestHelp, SensorType, Sensors, Server, Status,
+    Value,
+};
+
+use crate::Controller;
+
+/// The katcp-device API this front follows: katgpucbf's dsim requests and sensors, in part.
+pub const DEVICE_API: &str = "katgpucbf-dsim-1.0";
+
+/// How often the sensors are read from the status.
+const REFRESH: Duration = Duration::from_millis(500);
+
+/// Why the katcp front could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The address could not be bound.
+    #[error("cannot listen for katcp on {addr}: {source}.")]
+    Listen {
+        /// The address asked for (`--katcp`).
+        addr: SocketAddr,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// Its socket, runtime or thread could not be set up.
+    #[error("cannot start the katcp front: {0}.")]
+    Setup(std::io::Error),
+}
+
+/// dsim's own requests.
+struct Requests;
+
+impl Handler for Requests {
+    fn requests(&self) -> Vec<RequestHelp> {
+        vec![RequestHelp {
+            name: "time".into(),
+            help: "Return the current UNIX timestamp.\n?time: seconds, on this host's clock."
+                .into(),
+        }]
+    }
+
+    fn handle(&self, _name: &str, args: &[Vec<u8>]) -> Answer {
+        if !args.is_empty() {
+            return Err(format!(
+                "?time takes no arguments, not {} argument(s).",
+                args.len()
+            ));
+        }
+        Ok(Reply::with([float(now())]))
+    }
+}
+
+/// The sensors, with their first readings from `c`'s status.
+fn sensors(c: &Controller) -> Sensors {
+    let s = Sensors::new();
+    let st = c.status();
+    let add = |d: Description, v: Value| {
+        // Names and types are fixed here: a failure is a bug of this file, found by its tests.
+        if let Err(e) = s.add(d, v, Status::Nominal) {
+            tracing::error!("katcp sensor: {e}");
+        }
+    };
+    add(
+        Description::new(
+            "adc-sample-rate",
+            SensorType::Float,
+            "Rate at which samples are generated",
+        )
+        .units("Hz"),
+        Value::Float(st.rate),
+    );
+    add(
+        Description::new(
+            "sample-bits",
+            SensorType::Integer,
+            "Number of bits in each output sample",
+        ),
+        Value::Integer(i64::from(st.sample_bits)),
+    );
+    add(
+        Description::new(
+            "sync-time",
+            SensorType::Float,
+            "The UNIX time corresponding to timestamp 0",
+        )
+        .units("s"),
+        Value::Float(st.sync_time),
+    );
+    add(
+        Description::new(
+            "steady-state-timestamp",
+            SensorType::Integer,
+            "Heaps with this timestamp or greater are guaranteed to reflect the effects of previous katcp requests.",
+        ),
+        Value::Integer(steady_state(&st)),
+    );
+    add(
+        Description::new(
+            "dither-seed",
+            SensorType::String,
+            "Random seed used in dithering for quantisation",
+        ),
+        Value::Text(st.signal.seed.to_string()),
+    );
+    s
+}
+
+/// The first timestamp of the signal in force.
+fn steady_state(st: &crate::Status) -> i64 {
+    (st.signal.from_heap * st.heap_samples as u64) as i64
+}
+
+/// Sets each sensor whose value changed.
+fn refresh(s: &Sensors, c: &Controller) {
+    let st = c.status();
+    for (name, v) in [
+        ("adc-sample-rate", Value::Float(st.rate)),
+        ("sample-bits", Value::Integer(i64::from(st.sample_bits))),
+        ("sync-time", Value::Float(st.sync_time)),
+        ("steady-state-timestamp", Value::Integer(steady_state(&st))),
+        ("dither-seed", Value::Text(st.signal.seed.to_string())),
+    ] {
+        if s.get(name).is_some_and(|r| r.reading.value != v) {
+            if let Err(e) = s.set(name, v, Status::Nominal) {
+                tracing::error!("katcp sensor: {e}");
+            }
+        }
+    }
+}
+
+/// Serves on `listener` until dsim finishes, refreshing the sensors every half second.
+pub async fn serve(listener: tokio::net::TcpListener, c: Controller) {
+    let s = sensors(&c);
+    let halt = c.clone();
+    let mut cfg = Config::new(DEVICE_API, concat!("dsim-", env!("CARGO_PKG_VERSION")));
+    cfg.max_line = 1 << 16;
+    let server = Server::new(cfg, s.clone(), Arc::new(Requests), move || {
+        tracing::info!("katcp ?halt: stopping");
+        halt.request_stop();
+    });
+    let refresher = {
+        let c = c.clone();
+        async move {
+            let mut tick = tokio::time::interval(REFRESH);
+            while !c.is_finished() {
+                tick.tick().await;
+                refresh(&s, &c);
+            }
+        }
+    };
+    let finished = {
+        let c = c.clone();
+        async move {
+            while !c.is_finished() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    tokio::join!(refresher, server.serve(listener, finished));
+}
+
+/// Binds `addr`, logs `katcp listening on ADDR:PORT`, and serves on a thread of its own until
+/// dsim finishes.
+pub fn start(addr: SocketAddr, c: Controller) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
+    let local = listener.local_addr().map_err(StartError::Setup)?;
+    listener.set_nonblocking(true).map_err(StartError::Setup)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StartError::Setup)?;
+    tracing::info!("katcp listening on {local}");
+    let handle = std::thread::Builder::new()
+        .name("dsim-katcp".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => serve(l, c).await,
+                    Err(e) => tracing::error!("katcp socket unusable: {e}"),
+                }
+            })
+        })
+        .map_err(StartError::Setup)?;
+    Ok((local, handle))
+}
