@@ -295,6 +295,16 @@ pub struct PolStatus {
     pub send_errors: u64,
     /// Heaps never sent because the senders fell more than --max-late behind and skipped ahead.
     pub heaps_skipped: u64,
+    /// Catch-ups: a send thread stalled (the host descheduled it) and sent its backlog at
+    /// --catch-up-rate times the rate until back on schedule, every heap kept.
+    #[serde(default)]
+    pub catch_ups: u64,
+    /// How far behind (s) a send thread was when its longest catch-up began.
+    #[serde(default)]
+    pub longest_catch_up_s: f64,
+    /// Heaps sent later than due during catch-ups (their timestamps unchanged).
+    #[serde(default)]
+    pub heaps_sent_late: u64,
     /// Timestamp of the latest heap to leave.
     pub timestamp: Option<u64>,
     /// The rate this polarisation achieved over the last 10 s.
@@ -370,6 +380,16 @@ pub struct Status {
     /// Heaps of both polarisations never sent because the senders fell too far behind: the host
     /// could not send the rate.
     pub heaps_skipped: u64,
+    /// Catch-ups after a stall over both polarisations' send threads (see [`PolStatus`]): no
+    /// heap lost, a stall of the test bed made up.
+    #[serde(default)]
+    pub catch_ups: u64,
+    /// The longest catch-up of either polarisation: how far behind (s) it began.
+    #[serde(default)]
+    pub longest_catch_up_s: f64,
+    /// Heaps of both polarisations sent later than due during catch-ups.
+    #[serde(default)]
+    pub heaps_sent_late: u64,
     /// Unix time of timestamp 0 as configured.
     pub sync_time: f64,
     /// The sync time the current rate implies (equal to sync_time until the rate changes).

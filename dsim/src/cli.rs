@@ -36,8 +36,9 @@ what a receiver analyses at once (the default, 8192 heaps of 4096 samples = 33.5
 is 32 windows of a 16-tap 65536-point filter bank). The noise repeats with the buffer.
 
 The heap with timestamp t leaves at sync_time + t / rate, or up to 200 us early (packets leave \
-in bursts of GSO sends); a host that falls more than --max-late behind skips ahead to the heap \
-due now rather than send late. Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
+in bursts of GSO sends); after a stall the late heaps leave at --catch-up-rate times the rate \
+until back on schedule, and a host that falls more than --max-late behind skips ahead to the heap \
+due now rather than send later still. Heap k (timestamp / heap-samples) of a stream with destinations ADDR+N:PORT goes \
 to address k mod (N+1); its heap counter is k.";
 
 const AFTER_HELP: &str = "\
@@ -325,12 +326,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
     pub socket_buffer: usize,
 
-    /// Seconds a send thread may fall behind its schedule. Beyond that the host cannot send the
-    /// rate, and every send thread skips ahead to the heap due now, as a digitiser keeps to its
-    /// clock: the skipped heaps are never sent (counted as heaps_skipped in /status), and a
+    /// Seconds a send thread may fall behind its schedule and still catch up. A stall within it
+    /// (the host descheduled dsim) is made up at --catch-up-rate: no heap is lost, timestamps
+    /// are unchanged, and the catch-up is counted (catch_ups, longest_catch_up_s,
+    /// heaps_sent_late in /status). The default, 0.4 s, stays within the engine's receive window
+    /// (about 0.5 s), past which the engine rejects late heaps as too old however they are
+    /// paced. Beyond it the host cannot send the rate, and every send thread skips ahead to the
+    /// heap due now, as a digitiser keeps to its clock: the skipped heaps are never sent
+    /// (heaps_skipped in /status, a failure the harness puts on dsim, not the engine), and a
     /// later, lower rate starts on time instead of inheriting a backlog.
     #[arg(long, value_name = "SECONDS", default_value_t = config::DEFAULT_MAX_LATE)]
     pub max_late: f64,
+
+    /// After a stall, late heaps leave at this multiple of the rate until back on schedule. The
+    /// default, 1.1, is the engine's own catch-up pace (its --send-rate-factor): faster input
+    /// only queues in the engine's buffers until they run out. A stall of L seconds takes
+    /// L / (FACTOR - 1) to make up. Above 1, at most 100.
+    #[arg(long, value_name = "FACTOR", default_value_t = config::DEFAULT_CATCH_UP_RATE)]
+    pub catch_up_rate: f64,
 
     /// Cores for the send threads, as a list such as 0-3,8 (katgpucbf dsim's --affinity): send
     /// thread j of polarisation p runs on the (p x threads + j)-th core, cycling through the list
@@ -388,6 +401,7 @@ impl RunArgs {
         c.socket_buffer = self.socket_buffer;
         c.faults = self.faults.clone().unwrap_or_default();
         c.max_late = self.max_late;
+        c.catch_up_rate = self.catch_up_rate;
         c.signal_pols = self.signal.clone();
         c.placement = PlacementRequest {
             send: self.affinity.clone(),

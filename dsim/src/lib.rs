@@ -19,6 +19,7 @@
 
 pub mod bench;
 pub mod buffer;
+pub mod catchup;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -208,6 +209,7 @@ impl Dsim {
             end_heap,
             sync_time,
             resume_from: AtomicU64::new(0),
+            stalled_until_ns: AtomicU64::new(0),
             started_at: Instant::now(),
             rate_window: Default::default(),
             config,
@@ -599,6 +601,16 @@ impl DsimHandle {
     /// Waits until the run ends by itself (heap count or duration) or is stopped.
     pub fn wait(mut self) -> Status {
         self.finish()
+    }
+
+    /// Holds every send thread still for `stall` from its next batch on, as a host that
+    /// deschedules the process does: the threads then catch up, or skip ahead past --max-late.
+    /// For tests of that behaviour; a real stall needs no help.
+    #[doc(hidden)]
+    pub fn stall_senders(&self, stall: Duration) {
+        let s = &self.controller.shared;
+        let until = (s.started_at.elapsed() + stall).as_nanos() as u64;
+        s.stalled_until_ns.store(until.max(1), Ordering::SeqCst);
     }
 
     /// Waits up to `timeout` for the run to end; true if it has.

@@ -108,10 +108,16 @@ fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             l,
         )?;
     }
+    gauge(
+        enc,
+        "dsim_longest_catch_up_seconds",
+        "How far behind the longest catch-up after a stall began.",
+        s.longest_catch_up_s,
+    )?;
     let pol = |p: &PolStatus| vec![("pol", p.pol.to_string())];
     type Count = fn(&PolStatus) -> u64;
     // Counter names without `_total`, which the encoder appends.
-    let counters: [(&str, &str, Count); 6] = [
+    let counters: [(&str, &str, Count); 8] = [
         (
             "dsim_heaps",
             "Heaps whose timestamps have gone by (sent, dropped or held back).",
@@ -135,6 +141,16 @@ fn encode_status(s: &Status, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             "dsim_heaps_skipped",
             "Heaps never sent: the senders fell more than --max-late behind and skipped ahead.",
             |p| p.heaps_skipped,
+        ),
+        (
+            "dsim_catch_ups",
+            "Catch-ups: a send thread stalled and sent its backlog at --catch-up-rate times the rate.",
+            |p| p.catch_ups,
+        ),
+        (
+            "dsim_heaps_sent_late",
+            "Heaps sent later than due during catch-ups (timestamps unchanged).",
+            |p| p.heaps_sent_late,
         ),
     ];
     for (name, help, get) in counters {

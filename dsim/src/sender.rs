@@ -2,7 +2,8 @@
 //! patches each packet's counter and timestamp, applies faults, waits for the due time and hands
 //! each destination's packets to the kernel in one GSO send.
 //!
-//! A thread that finds itself more than `max_late` behind its schedule (the host cannot send the
+//! A thread that finds itself behind after a stall sends its backlog paced at the catch-up rate
+//! until back on schedule (`catchup`). One more than `max_late` behind (the host cannot send the
 //! rate) does not carry the backlog on: every thread of both polarisations skips ahead to the
 //! heap due now (`Shared::resume_from`), as a digitiser's clock never waits for its network.
 //! Otherwise an overloaded run leaves seconds of backlog that a later, lower rate inherits, and
@@ -21,6 +22,7 @@ use spead::transport::pace::{fine_timer_slack, DEFAULT_SPIN as SPIN};
 use spead::transport::DatagramSink;
 
 use crate::buffer::{patch, Layout, Slot};
+use crate::catchup::{CatchUp, Lateness, CATCH_UP_AFTER};
 use crate::faults::{Action, FaultCounts};
 use crate::schedule::{Cached, Schedule};
 use crate::state::{BatchCounts, Progress, Shared, Switch};
@@ -73,6 +75,10 @@ pub struct Worker<K> {
     last_error_log: Option<Instant>,
     max_late: Duration,
     last_skip_log: Option<Instant>,
+    catch_up_rate: f64,
+    /// The catch-up in progress, if any.
+    catch_up: Option<CatchUp>,
+    last_catch_up_log: Option<Instant>,
 }
 
 /// Sleeps (then spins briefly) until `due`; false if the stop flag was raised first. Sleeps,
@@ -125,6 +131,9 @@ impl<K: DatagramSink> Worker<K> {
             last_error_log: None,
             max_late: Duration::from_secs_f64(shared.config.max_late),
             last_skip_log: None,
+            catch_up_rate: shared.config.catch_up_rate,
+            catch_up: None,
+            last_catch_up_log: None,
         }
     }
 
@@ -145,6 +154,11 @@ impl<K: DatagramSink> Worker<K> {
                 .started
                 .fetch_max(k0, Ordering::SeqCst);
             self.take_switches(k0);
+            if let Some(until) = self.shared.stalled_until() {
+                if !wait_until(until, &self.shared) {
+                    break;
+                }
+            }
             if self.skip(b) {
                 b += threads;
                 continue;
@@ -172,7 +186,8 @@ impl<K: DatagramSink> Worker<K> {
 
     /// Whether batch `b` is skipped, and if so counts its heaps: it lies wholly before the heap
     /// the senders resume from, or this thread is more than `max_late` behind, and then every
-    /// thread resumes from the heap due now.
+    /// thread resumes from the heap due now. A batch that is late within the bound starts or
+    /// continues a catch-up instead (`pace`).
     fn skip(&mut self, b: u64) -> bool {
         let l = self.layout;
         let k0 = b * l.batch as u64;
@@ -181,10 +196,14 @@ impl<K: DatagramSink> Worker<K> {
         if end > resume {
             let schedule = self.schedule.refresh(&self.shared.schedule);
             let now = Instant::now();
-            let behind = now.saturating_duration_since(schedule.due(k0));
-            if behind <= self.max_late {
+            let due = schedule.due(k0);
+            let behind = now.saturating_duration_since(due);
+            if Lateness::judge(behind, self.max_late) != Lateness::TooLate {
+                self.pace(k0, due, now, behind);
                 return false;
             }
+            // The catch-up, if any, failed: skipping ends it.
+            self.catch_up = None;
             resume = schedule.index_at(now);
             let before = self.shared.resume_from.fetch_max(resume, Ordering::Relaxed);
             if before < resume {
@@ -202,6 +221,67 @@ impl<K: DatagramSink> Worker<K> {
             ..Default::default()
         });
         true
+    }
+
+    /// Starts, goes on with or ends a catch-up for the batch starting at heap `k0`, due at `due`,
+    /// `behind` its due time at `now` (within the bound), and counts its heaps as sent late
+    /// while one is on.
+    fn pace(&mut self, k0: u64, due: Instant, now: Instant, behind: Duration) {
+        let counters = &self.shared.pols[self.pol].counters[self.thread];
+        let mut began = false;
+        match self.catch_up {
+            // Stalled again during the catch-up: pace on from here.
+            Some(c) if now.saturating_duration_since(c.release(due)) > CATCH_UP_AFTER => {
+                self.catch_up = Some(CatchUp::new(now, due, self.catch_up_rate));
+                counters
+                    .longest_catch_up_ns
+                    .fetch_max(behind.as_nanos() as u64, Ordering::Relaxed);
+            }
+            Some(c) if c.caught_up(due) => self.catch_up = None,
+            Some(_) => {}
+            None if Lateness::judge(behind, self.max_late) == Lateness::Late => {
+                self.catch_up = Some(CatchUp::new(now, due, self.catch_up_rate));
+                counters
+                    .longest_catch_up_ns
+                    .fetch_max(behind.as_nanos() as u64, Ordering::Relaxed);
+                counters.add(&BatchCounts {
+                    catch_ups: 1,
+                    ..Default::default()
+                });
+                began = true;
+            }
+            None => {}
+        }
+        if self.catch_up.is_some() {
+            let live = self.live(k0);
+            counters.add(&BatchCounts {
+                sent_late: live.end.saturating_sub(live.start),
+                ..Default::default()
+            });
+        }
+        if began {
+            self.log_catch_up(behind);
+        }
+    }
+
+    fn log_catch_up(&mut self, behind: Duration) {
+        let now = Instant::now();
+        if self
+            .last_catch_up_log
+            .is_some_and(|t| now - t < ERROR_LOG_INTERVAL)
+        {
+            return;
+        }
+        self.last_catch_up_log = Some(now);
+        tracing::info!(
+            pol = self.pol,
+            thread = self.thread,
+            behind_ms = behind.as_secs_f64() * 1e3,
+            catch_up_s = CatchUp::duration(behind, self.catch_up_rate).as_secs_f64(),
+            "stalled: catching up at --catch-up-rate {} times the rate, timestamps unchanged \
+             (catch-ups are counted in /status; logged at most every 10 s per thread)",
+            self.catch_up_rate
+        );
     }
 
     /// The heaps of the batch starting at `k0` that the run covers (from the first heap to the
@@ -225,8 +305,8 @@ impl<K: DatagramSink> Worker<K> {
             thread = self.thread,
             behind_ms = behind.as_secs_f64() * 1e3,
             resume_heap = resume,
-            "fell more than --max-late behind: this host cannot send the rate; skipping ahead to \
-             the heap due now (skipped heaps are counted in /status; logged at most every 10 s \
+            "fell more than --max-late behind, too far to catch up: this host cannot send the \
+             rate; skipping ahead to the heap due now (skipped heaps are counted in /status; logged at most every 10 s \
              per thread)"
         );
     }
@@ -367,6 +447,9 @@ impl<K: DatagramSink> Worker<K> {
         let l = self.layout;
         let pkt = l.packet_bytes;
         let heap_of = |pos: usize| k0 + ((pos % l.run) * l.groups + g) as u64;
+        // During a catch-up heaps leave at its pace, never before they are due.
+        let catch_up = self.catch_up;
+        let release = |due: Instant| catch_up.map_or(due, |c| c.release(due));
         let mut start = 0;
         while start < order.len() {
             let first = match &order[start] {
@@ -387,7 +470,8 @@ impl<K: DatagramSink> Worker<K> {
                 last = *p;
                 end += 1;
             }
-            let last_due = schedule.due(heap_of(last));
+            let last_due = release(schedule.due(heap_of(last)));
+            let first_due = release(first_due);
             if !wait_until(
                 last_due.checked_sub(MAX_EARLY).unwrap_or(first_due),
                 &self.shared,

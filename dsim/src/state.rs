@@ -30,6 +30,12 @@ pub struct PolCounters {
     pub send_errors: AtomicU64,
     /// Heaps never sent because the senders had fallen too far behind (`Shared::resume_from`).
     pub skipped: AtomicU64,
+    /// Catch-ups begun after a stall (`catchup`).
+    pub catch_ups: AtomicU64,
+    /// Heaps sent during a catch-up, later than due.
+    pub sent_late: AtomicU64,
+    /// How far behind (ns) the thread was at the start of its longest catch-up.
+    pub longest_catch_up_ns: AtomicU64,
 }
 
 /// Counts one send thread gathers over a batch and then adds to [`PolCounters`].
@@ -41,6 +47,8 @@ pub struct BatchCounts {
     pub saturated: u64,
     pub send_errors: u64,
     pub skipped: u64,
+    pub catch_ups: u64,
+    pub sent_late: u64,
 }
 
 impl PolCounters {
@@ -53,6 +61,8 @@ impl PolCounters {
             (&self.saturated, c.saturated),
             (&self.send_errors, c.send_errors),
             (&self.skipped, c.skipped),
+            (&self.catch_ups, c.catch_ups),
+            (&self.sent_late, c.sent_late),
         ] {
             if v > 0 {
                 a.fetch_add(v, Relaxed);
@@ -102,8 +112,21 @@ impl PolState {
             t.saturated += c.saturated.load(Relaxed);
             t.send_errors += c.send_errors.load(Relaxed);
             t.skipped += c.skipped.load(Relaxed);
+            t.catch_ups += c.catch_ups.load(Relaxed);
+            t.sent_late += c.sent_late.load(Relaxed);
         }
         t
+    }
+
+    /// The longest catch-up of any thread: how far behind it began, in seconds.
+    pub fn longest_catch_up_s(&self) -> f64 {
+        let ns = self
+            .counters
+            .iter()
+            .map(|c| c.longest_catch_up_ns.load(Relaxed))
+            .max()
+            .unwrap_or(0);
+        ns as f64 * 1e-9
     }
 
     /// The latest progress over all threads.
@@ -158,6 +181,10 @@ pub struct Shared {
     /// `max_late` behind: batches wholly before it are skipped, so that every thread is back on
     /// the clock together (threads drifting apart would look like a restarted stream).
     pub resume_from: AtomicU64,
+    /// Nanoseconds after `started_at` until which every send thread holds still at its next
+    /// batch (0: none): a stall of the process as a busy host causes one, for tests of the
+    /// catch-up (`DsimHandle::stall_senders`).
+    pub stalled_until_ns: AtomicU64,
     pub started_at: Instant,
     pub rate_window: Mutex<RateWindow>,
 }
@@ -165,6 +192,14 @@ pub struct Shared {
 impl Shared {
     pub fn finished(&self) -> bool {
         self.running.load(Relaxed) == 0
+    }
+
+    /// When a stall asked for by `DsimHandle::stall_senders` ends, if one is on or was.
+    pub fn stalled_until(&self) -> Option<Instant> {
+        match self.stalled_until_ns.load(Relaxed) {
+            0 => None,
+            ns => Some(self.started_at + std::time::Duration::from_nanos(ns)),
+        }
     }
 
     /// Largest batch of either polarisation, in heaps.

@@ -94,6 +94,9 @@ pub fn status(shared: &Shared) -> Status {
             saturated_samples: c.saturated,
             send_errors: c.send_errors,
             heaps_skipped: c.skipped,
+            catch_ups: c.catch_ups,
+            longest_catch_up_s: p.longest_catch_up_s(),
+            heaps_sent_late: c.sent_late,
             timestamp: progress.map(|pr| pr.heap * shared.heap_samples as u64),
             rate: rate_report(shared, p.pol),
             faults_injected: p.fault_counters.snapshot(),
@@ -138,6 +141,12 @@ pub fn status(shared: &Shared) -> Status {
         rate_ok: rate_error.is_some_and(|e| e.abs() <= RATE_TOLERANCE),
         late_s: late,
         heaps_skipped: pols.iter().map(|p| p.heaps_skipped).sum(),
+        catch_ups: pols.iter().map(|p| p.catch_ups).sum(),
+        longest_catch_up_s: pols
+            .iter()
+            .map(|p| p.longest_catch_up_s)
+            .fold(0.0, f64::max),
+        heaps_sent_late: pols.iter().map(|p| p.heaps_sent_late).sum(),
         sync_time: shared.sync_time,
         implied_sync_time: schedule.implied_sync_time(now_heap),
         timestamp: now_heap * shared.heap_samples as u64,

@@ -159,9 +159,55 @@ fn refused(method: &str, url: &str, status: ureq::http::StatusCode, body: &str) 
     Err(anyhow!("{method} {url} was refused ({status}): {why}"))
 }
 
-/// Why a run lost heaps when dsim skipped `n` of them: the sender, not the engine, fell behind.
+/// Why a run lost heaps when dsim skipped `n` of them: the sender, not the engine, fell behind,
+/// too far to catch up (stalls it made up are not losses: [`DsimLag`]).
 pub fn dsim_skipped_reason(n: u64) -> String {
-    format!("dsim fell behind and skipped {n} heaps: this host could not send the rate")
+    format!(
+        "dsim fell more than --max-late behind, too far to catch up, and skipped {n} heaps: this \
+         host could not send the rate"
+    )
+}
+
+/// What dsim says of falling behind over a run: stalls it made up (catch-ups, every heap sent,
+/// late) and heaps it skipped, past --max-late (lost: a failure).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DsimLag {
+    pub skipped: u64,
+    pub catch_ups: u64,
+    pub heaps_sent_late: u64,
+}
+
+impl DsimLag {
+    pub fn of(s: &fgpu_api::dsim::Status) -> Self {
+        Self {
+            skipped: s.heaps_skipped,
+            catch_ups: s.catch_ups,
+            heaps_sent_late: s.heaps_sent_late,
+        }
+    }
+
+    /// What moved since `before`.
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            skipped: self.skipped.saturating_sub(before.skipped),
+            catch_ups: self.catch_ups.saturating_sub(before.catch_ups),
+            heaps_sent_late: self.heaps_sent_late.saturating_sub(before.heaps_sent_late),
+        }
+    }
+
+    /// The failure, when dsim skipped heaps: how many, and the stalls it did make up.
+    pub fn failure(&self) -> Option<String> {
+        (self.skipped > 0).then(|| {
+            let mut why = dsim_skipped_reason(self.skipped);
+            if self.catch_ups > 0 {
+                why.push_str(&format!(
+                    " (it caught up after {} other stalls)",
+                    self.catch_ups
+                ));
+            }
+            why
+        })
+    }
 }
 
 /// What dsim says after a signal change.
@@ -541,6 +587,35 @@ pub fn sum_matching(samples: &[Sample], patterns: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn dsim_lag_fails_on_skips_and_names_the_catch_ups() {
+        let before = DsimLag {
+            skipped: 10,
+            catch_ups: 1,
+            heaps_sent_late: 50,
+        };
+        let made_up = DsimLag {
+            skipped: 10,
+            catch_ups: 4,
+            heaps_sent_late: 900,
+        }
+        .since(&before);
+        assert_eq!((made_up.catch_ups, made_up.heaps_sent_late), (3, 850));
+        assert_eq!(made_up.failure(), None, "stalls made up are no loss");
+        let skipped = DsimLag {
+            skipped: 2218,
+            catch_ups: 4,
+            heaps_sent_late: 900,
+        }
+        .since(&before);
+        assert_eq!(
+            skipped.failure().unwrap(),
+            "dsim fell more than --max-late behind, too far to catch up, and skipped 2208 heaps: \
+             this host could not send the rate (it caught up after 3 other stalls)"
+        );
+    }
+
     use super::*;
     use fgpu_api::dsim::PolFaults;
     use serde_json::json;

@@ -9,6 +9,11 @@
 //! 3. repeats the boundary pass `repeats` more times. Near the critical rate a pass is a random
 //!    event (paper, 5.4); if a repeat fails, that rate becomes the failing bound and the search
 //!    resumes from the highest pass below it.
+//!
+//! Optionally ([`hold`]) the found rate is then held for a long window: a 20 s pass says little
+//! about the next hour. If the hold loses anything, the rate steps down by a fixed fraction of
+//! the found rate and holds again, a bounded number of times; the first rate that holds is the
+//! *held* (sustained) rate.
 
 use serde::Serialize;
 
@@ -64,6 +69,8 @@ pub enum Phase {
     Bound,
     Bisect,
     Repeat,
+    /// A long window at the found rate or a step below it ([`hold`]).
+    Hold,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -147,6 +154,82 @@ pub fn search<E>(
         passes.pop();
         hi = Some(lo);
     }
+}
+
+/// How the found rate is held: each hold a trial of `seconds`, stepping down by `step` (a
+/// fraction of the found rate) after each failure, at most `max_steps` times.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HoldConfig {
+    pub seconds: f64,
+    pub step: f64,
+    pub max_steps: u32,
+}
+
+/// Why a hold configuration cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum HoldError {
+    #[error("--hold ({0} s) must be a number of seconds above 0")]
+    Seconds(f64),
+    #[error("--hold-step ({0}) must be a fraction above 0 and below 1")]
+    Step(f64),
+    #[error("--hold-step {step} x --hold-steps {steps} would step to or below zero; give fewer or smaller steps")]
+    Reach { step: f64, steps: u32 },
+}
+
+impl HoldConfig {
+    pub fn validate(&self) -> Result<(), HoldError> {
+        if !(self.seconds.is_finite() && self.seconds > 0.0) {
+            return Err(HoldError::Seconds(self.seconds));
+        }
+        if !(self.step.is_finite() && self.step > 0.0 && self.step < 1.0) {
+            return Err(HoldError::Step(self.step));
+        }
+        if self.step * self.max_steps as f64 >= 1.0 {
+            return Err(HoldError::Reach {
+                step: self.step,
+                steps: self.max_steps,
+            });
+        }
+        Ok(())
+    }
+
+    /// The rates held in turn, from `found` down: found x (1 - i step), i = 0 ..= max_steps.
+    pub fn rates(&self, found: f64) -> impl Iterator<Item = f64> + '_ {
+        (0..=self.max_steps).map(move |i| found * (1.0 - i as f64 * self.step))
+    }
+}
+
+/// What holding gave.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HoldResult {
+    /// The first rate that held (None: every step lost something).
+    pub held: Option<f64>,
+    pub probes: Vec<Probe>,
+}
+
+/// Holds `found` with `trial(rate, Phase::Hold)`, stepping down after each failure (see
+/// [`HoldConfig`]); its error aborts, as in [`search`].
+pub fn hold<E>(
+    cfg: &HoldConfig,
+    found: f64,
+    mut trial: impl FnMut(f64, Phase) -> Result<bool, E>,
+) -> Result<HoldResult, E> {
+    let mut probes = Vec::new();
+    for rate in cfg.rates(found) {
+        let pass = trial(rate, Phase::Hold)?;
+        probes.push(Probe {
+            rate,
+            phase: Phase::Hold,
+            pass,
+        });
+        if pass {
+            return Ok(HoldResult {
+                held: Some(rate),
+                probes,
+            });
+        }
+    }
+    Ok(HoldResult { held: None, probes })
 }
 
 /// A rate between `lo` and `hi` (exclusive) near their middle, on the grid `low + k resolution`
@@ -286,6 +369,79 @@ mod tests {
             |rate, _| if rate > 50.0 { Err("stop") } else { Ok(true) },
         );
         assert_eq!(r, Err("stop"));
+    }
+
+    fn hold_cfg(step: f64, max_steps: u32) -> HoldConfig {
+        HoldConfig {
+            seconds: 600.0,
+            step,
+            max_steps,
+        }
+    }
+
+    #[test]
+    fn a_rate_that_holds_is_kept() {
+        let r = hold(&hold_cfg(0.05, 4), 1e9, |_, _| Ok::<_, Infallible>(true)).unwrap();
+        assert_eq!(r.held, Some(1e9));
+        assert_eq!(r.probes.len(), 1);
+        assert_eq!(r.probes[0].phase, Phase::Hold);
+    }
+
+    #[test]
+    fn a_hold_that_loses_steps_down_until_one_holds() {
+        // Holds for 20 s up to 1 GS/s, but for an hour only up to 0.88.
+        let mut asked = Vec::new();
+        let r = hold(&hold_cfg(0.05, 4), 1e9, |rate, phase| {
+            asked.push((rate, phase));
+            Ok::<_, Infallible>(rate <= 0.88e9)
+        })
+        .unwrap();
+        let rates: Vec<f64> = asked.iter().map(|a| (a.0 / 1e6).round()).collect();
+        assert_eq!(rates, [1000.0, 950.0, 900.0, 850.0]);
+        assert_eq!(r.held, Some(asked[3].0));
+        assert_eq!(
+            r.probes.iter().map(|p| p.pass).collect::<Vec<_>>(),
+            [false, false, false, true]
+        );
+    }
+
+    #[test]
+    fn the_steps_are_bounded() {
+        let mut n = 0;
+        let r = hold(&hold_cfg(0.1, 3), 1e9, |_, _| {
+            n += 1;
+            Ok::<_, Infallible>(false)
+        })
+        .unwrap();
+        assert_eq!(
+            (r.held, n),
+            (None, 4),
+            "the found rate and 3 steps below it"
+        );
+        let lowest = r.probes.last().unwrap().rate;
+        assert!((lowest - 0.7e9).abs() < 1.0, "{lowest}");
+        // An error stops the hold.
+        let e = hold(&hold_cfg(0.1, 3), 1e9, |rate, _| {
+            if rate < 0.95e9 {
+                Err("stop")
+            } else {
+                Ok(false)
+            }
+        });
+        assert_eq!(e, Err("stop"));
+    }
+
+    #[test]
+    fn hold_config_is_checked() {
+        assert!(hold_cfg(0.05, 5).validate().is_ok());
+        assert_eq!(hold_cfg(0.0, 5).validate(), Err(HoldError::Step(0.0)));
+        assert!(hold_cfg(0.25, 4).validate().is_err(), "reaches zero");
+        let mut c = hold_cfg(0.05, 5);
+        c.seconds = -1.0;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "--hold (-1 s) must be a number of seconds above 0"
+        );
     }
 
     #[test]

@@ -395,7 +395,7 @@ mod tests {
             (pt(0.0, 0.0, 0, 900, 10.0), "output ran at"),
             (
                 pt_dsim(0.0, 0.0, 0, 1000, 10.0, Some(12)),
-                "dsim fell behind and skipped 5 heaps",
+                "too far to catch up, and skipped 5 heaps",
             ),
         ] {
             let t = evaluate(&ok, &after, 1e8, Phase::Bisect, &CFG, 1, "cpu", false);

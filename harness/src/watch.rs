@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::content::{self, ChannelPower, ContentMonitor, Expected, Verdict};
-use crate::control::{dsim_skipped_reason, Dsim, Engine, EngineCounters};
+use crate::control::{Dsim, DsimLag, Engine, EngineCounters};
 use crate::feed::Feed;
 use crate::receive::{udp_rcvbuf_errors, Receiver, SubstreamSnapshot};
 use crate::record::{
@@ -49,17 +49,17 @@ struct Followed<'a> {
     w: &'a Watched,
     content: ContentSummary,
     engine_before: Option<EngineCounters>,
-    skipped_before: Option<u64>,
+    lag_before: Option<DsimLag>,
     /// The input polarisations at the latest reading of the engine's status.
     input_before: Option<Vec<PolInput>>,
 }
 
 impl Followed<'_> {
-    fn dsim_skipped(&self) -> Option<u64> {
+    fn dsim_lag(&self) -> Option<DsimLag> {
         self.w
             .dsim
             .as_ref()
-            .and_then(|d| Some(d.status().ok()?.heaps_skipped))
+            .and_then(|d| Some(DsimLag::of(&d.status().ok()?)))
     }
     fn engine_counters(&self) -> Option<EngineCounters> {
         self.w.engine.as_ref().and_then(|e| e.counters().ok())
@@ -110,11 +110,11 @@ pub fn run(
                     ..Default::default()
                 },
                 engine_before: None,
-                skipped_before: None,
+                lag_before: None,
                 input_before: None,
             };
             f.engine_before = f.engine_counters();
-            f.skipped_before = f.dsim_skipped();
+            f.lag_before = f.dsim_lag();
             f.input_before = f.input();
             f
         })
@@ -192,13 +192,12 @@ pub fn run(
                 .engine_before
                 .zip(f.engine_counters())
                 .map(|(b, a)| a.since(&b));
-            s.dsim_heaps_skipped = f
-                .skipped_before
-                .zip(f.dsim_skipped())
-                .map(|(b, a)| a.saturating_sub(b));
-            if let Some(n) = s.dsim_heaps_skipped.filter(|&n| n > 0) {
+            let lag = f.lag_before.zip(f.dsim_lag()).map(|(b, a)| a.since(&b));
+            s.dsim_heaps_skipped = lag.map(|l| l.skipped);
+            s.dsim_catch_ups = lag.map(|l| l.catch_ups);
+            if let Some(why) = lag.and_then(|l| l.failure()) {
                 s.ok = false;
-                s.failures.push(dsim_skipped_reason(n));
+                s.failures.push(why);
             }
             s
         })
@@ -251,6 +250,7 @@ pub fn run(
             content: s.content,
             engine: s.engine,
             dsim_heaps_skipped: s.dsim_heaps_skipped,
+            dsim_catch_ups: s.dsim_catch_ups,
         });
     }
     // What names no engine (undecodable datagrams, feng_ids outside the array) is not any one
@@ -268,6 +268,7 @@ pub fn run(
         .map(|e| e.engine)
         .sum::<Option<EngineCounters>>();
     summary.dsim_heaps_skipped = engines.iter().map(|e| e.dsim_heaps_skipped).sum();
+    summary.dsim_catch_ups = engines.iter().map(|e| e.dsim_catch_ups).sum();
     summary.udp_rcvbuf_errors = udp_rcvbuf_errors;
     summary.aggregate_rate = Some(engines.iter().map(|e| e.sample_rate).sum());
     // Substreams, not lanes: each substream has one lane per engine in `per_substream`.
@@ -375,6 +376,7 @@ fn summarise(
         content,
         engine: None,
         dsim_heaps_skipped: None,
+        dsim_catch_ups: None,
         udp_rcvbuf_errors: None,
         aggregate_rate: None,
         heap_counters: None,

@@ -1,5 +1,6 @@
 //! `harness max-rate`: binary-search the highest ADC rate the system sustains (paper, 5.4),
-//! optionally again with the engine's null backend, and write the table, JSON and plot.
+//! optionally hold the rate found for a long window (stepping down until one holds), optionally
+//! again with the engine's null backend, and write the table, JSON and plot.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,7 +15,7 @@ use crate::gsps;
 use crate::record::{MaxRateReport, Reference, SearchReport};
 use crate::render::progress::{trial_line, TrialBar};
 use crate::render::{self, report};
-use crate::search::{self, SearchConfig};
+use crate::search::{self, HoldConfig, Phase, SearchConfig};
 use crate::trial::{self, TrialConfig};
 
 #[derive(Args)]
@@ -47,6 +48,17 @@ pub struct MaxRateArgs {
     /// Fraction by which the received rate may fall short of the requested one.
     #[arg(long, default_value_t = 0.02)]
     pub rate_tolerance: f64,
+    /// After the search, hold the rate found for this many seconds: if anything is lost, step
+    /// down by --hold-step and hold again, at most --hold-steps times. The first rate that holds
+    /// is reported as the sustained one beside the search's (20 s windows) answer.
+    #[arg(long, value_name = "SECONDS")]
+    pub hold: Option<f64>,
+    /// Each step down after a hold that lost, as a fraction of the rate found.
+    #[arg(long, default_value_t = 0.05, value_name = "FRACTION")]
+    pub hold_step: f64,
+    /// Most steps down after the found rate's hold (so at most this many + 1 holds).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub hold_steps: u32,
     /// Run the same search with the engine's null backend and report the ratio.
     #[arg(long)]
     pub compare_null: bool,
@@ -68,7 +80,22 @@ pub struct MaxRateArgs {
     pub out_dir: PathBuf,
 }
 
-/// Runs `harness max-rate`; true when every search found a sustained rate.
+/// The hold `--hold` asks for, checked; None without it.
+fn hold_config(a: &MaxRateArgs) -> Result<Option<HoldConfig>, search::HoldError> {
+    let Some(seconds) = a.hold else {
+        return Ok(None);
+    };
+    let h = HoldConfig {
+        seconds,
+        step: a.hold_step,
+        max_steps: a.hold_steps,
+    };
+    h.validate()?;
+    Ok(Some(h))
+}
+
+/// Runs `harness max-rate`; true when every search found a sustained rate (and, with --hold,
+/// held one).
 pub fn run(a: MaxRateArgs) -> Result<bool> {
     let cfg = SearchConfig {
         low: a.low,
@@ -77,6 +104,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         repeats: a.repeats,
     };
     cfg.validate()?;
+    let hold = hold_config(&a)?;
     let tcfg = TrialConfig {
         warmup: Duration::from_secs_f64(a.warmup.max(0.0)),
         settle: Duration::from_secs_f64(a.settle.max(0.0)),
@@ -111,6 +139,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
             "fengine_args": a.system.fengine_args,
             "search": cfg,
             "trial": { "warmup_s": a.warmup, "settle_max_s": a.settle, "window_s": a.window, "rate_tolerance": a.rate_tolerance },
+            "hold": hold,
         }),
     };
     if let Some(n) = array {
@@ -133,6 +162,14 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         a.warmup + a.window,
         a.settle
     );
+    if let Some(h) = &hold {
+        eprintln!(
+            "max-rate: then the rate found is held for {} s, stepping down by {}% of it after a loss, at most {} times",
+            h.seconds,
+            h.step * 100.0,
+            h.max_steps
+        );
+    }
     let mut index = 0;
     for (i, backend) in backends.iter().enumerate() {
         let null_second = i == 1 && !a.system.local;
@@ -178,14 +215,22 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         }
         let mut trials = Vec::new();
         let bar = TrialBar::stderr();
-        let result = search::search(&cfg, |rate, phase| {
+        let mut one_trial = |rate: f64, phase: Phase| {
             index += 1;
+            // A hold is a trial whose window is the hold.
+            let cfg = match (&hold, phase) {
+                (Some(h), Phase::Hold) => TrialConfig {
+                    window: Duration::from_secs_f64(h.seconds),
+                    ..tcfg
+                },
+                _ => tcfg,
+            };
             let t = trial::run_trial(
                 &mut s.services,
                 &s.rx,
                 rate,
                 phase,
-                &tcfg,
+                &cfg,
                 index,
                 &backend_name,
                 &mut |p| bar.show(p),
@@ -194,6 +239,13 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
             let pass = t.pass;
             trials.push(t);
             Ok::<_, anyhow::Error>(pass)
+        };
+        let result = search::search(&cfg, &mut one_trial).and_then(|r| {
+            let held = match (&hold, r.best) {
+                (Some(h), Some(best)) => Some(search::hold(h, best, &mut one_trial)?.held),
+                _ => None,
+            };
+            Ok((r, held))
         });
         let Setup { services, rx, .. } = s;
         drop(rx);
@@ -207,6 +259,8 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                     output,
                     config: cfg,
                     best: None,
+                    hold,
+                    held: None,
                     engines: array,
                     aggregate_best: None,
                     lowest_fail: None,
@@ -216,6 +270,7 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                 return Err(e.context("search stopped; the trials so far are in the report"));
             }
         };
+        let (result, held) = result;
         let aggregate_best = array.zip(result.best).map(|(n, b)| n as f64 * b);
         eprintln!(
             "{backend_name}: highest sustained {} Gsample/s{}",
@@ -225,11 +280,24 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                 _ => String::new(),
             }
         );
+        if let (Some(h), Some(_)) = (&hold, result.best) {
+            eprintln!(
+                "{backend_name}: held for {} s: {}",
+                h.seconds,
+                held.flatten()
+                    .map_or("no rate (every step lost something)".into(), |r| format!(
+                        "{} Gsample/s",
+                        gsps(r)
+                    ))
+            );
+        }
         report.searches.push(SearchReport {
             backend: backend_name,
             output,
             config: cfg,
             best: result.best,
+            hold,
+            held: held.flatten(),
             engines: array,
             aggregate_best,
             lowest_fail: result.lowest_fail,
@@ -237,7 +305,10 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
         });
     }
     write_max_rate(&a.out_dir, &mut report)?;
-    Ok(report.searches.iter().all(|s| s.best.is_some()))
+    Ok(report
+        .searches
+        .iter()
+        .all(|s| s.best.is_some() && (s.hold.is_none() || s.held.is_some())))
 }
 
 fn write_max_rate(dir: &Path, report: &mut MaxRateReport) -> Result<()> {
@@ -254,4 +325,50 @@ fn write_max_rate(dir: &Path, report: &mut MaxRateReport) -> Result<()> {
         index.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        max_rate: MaxRateArgs,
+    }
+
+    fn args(line: &str) -> MaxRateArgs {
+        Cli::try_parse_from(std::iter::once("max-rate").chain(line.split_whitespace()))
+            .unwrap()
+            .max_rate
+    }
+
+    #[test]
+    fn hold_flags_make_a_checked_hold() {
+        assert_eq!(hold_config(&args("--low 1e9 --high 2e9")), Ok(None));
+        assert_eq!(
+            hold_config(&args("--low 1e9 --high 2e9 --hold 600")),
+            Ok(Some(HoldConfig {
+                seconds: 600.0,
+                step: 0.05,
+                max_steps: 4
+            }))
+        );
+        let h = hold_config(&args(
+            "--low 1e9 --high 2e9 --hold 3600 --hold-step 0.02 --hold-steps 10",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!((h.step, h.max_steps), (0.02, 10));
+        let e = hold_config(&args("--low 1e9 --high 2e9 --hold 600 --hold-step 1.5")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--hold-step (1.5) must be a fraction above 0 and below 1"
+        );
+        assert!(hold_config(&args("--low 1e9 --high 2e9 --hold 0")).is_err());
+        assert!(
+            Cli::try_parse_from(["max-rate", "--low", "1", "--high", "2", "--hold", "x"]).is_err()
+        );
+    }
 }

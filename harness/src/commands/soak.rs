@@ -2,6 +2,10 @@
 //! time; `watch` checks every heap while a sampler reads every process's resident memory, open
 //! descriptors and threads and every loss counter once an interval. Fails on any loss, memory
 //! grown past its limit after the baseline, a restart, or a sample that could not be read.
+//!
+//! With `--fractions`, one such soak per fraction of the max rate, each in its own folder, and
+//! then loss events per hour at each (`soak::risk`): the rate a user can provision for a given
+//! risk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,8 +21,8 @@ use crate::content::{ContentMonitor, Expected};
 use crate::feed::Feed;
 use crate::gsps;
 use crate::receive::HeapSink;
-use crate::record::soak::{SoakLimits, SoakReport};
-use crate::render::soak::{summary, write, SampleLines};
+use crate::record::soak::{RiskReport, SoakLimits, SoakReport};
+use crate::render::soak::{risk_table, summary, write, write_risk, SampleLines};
 use crate::soak::{self, verdict, Schedule};
 use crate::watch;
 
@@ -31,7 +35,7 @@ const FEED_KEEP: usize = 16;
 pub struct SoakArgs {
     #[command(flatten)]
     pub system: SystemArgs,
-    /// Seconds to soak, after the warm-up.
+    /// Seconds to soak, after the warm-up (with --fractions, at each fraction).
     #[arg(long, default_value_t = 1800.0)]
     pub duration: f64,
     /// Seconds between samples of the processes and counters (a progress line each).
@@ -61,6 +65,16 @@ pub struct SoakArgs {
     /// Soak at this fraction of the max rate (--max-rate, or --max-rate-json) [default: 1].
     #[arg(long)]
     pub fraction: Option<f64>,
+    /// Soak at each of these fractions of the max rate in turn, lowest first, e.g.
+    /// 0.6,0.7,0.8,0.9,1.0: --duration each, every one a soak of its own (in
+    /// OUT_DIR/fraction-F), then loss events per hour at each fraction (soak-risk.{txt,json,svg}).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "fraction",
+        value_name = "F,F,..."
+    )]
+    pub fractions: Vec<f64>,
     /// The system's max rate (sample/s per polarisation), as `harness max-rate` measured it.
     #[arg(long, conflicts_with = "max_rate_json")]
     pub max_rate: Option<f64>,
@@ -127,6 +141,24 @@ impl SoakArgs {
                 bail!("--fraction needs the max rate it is a fraction of: --max-rate or --max-rate-json");
             }
         }
+        if !self.fractions.is_empty() {
+            if self.fractions.len() > MAX_FRACTIONS {
+                bail!(
+                    "--fractions gives {} fractions; give at most {MAX_FRACTIONS}",
+                    self.fractions.len()
+                );
+            }
+            if let Some(f) = self
+                .fractions
+                .iter()
+                .find(|f| !(f.is_finite() && **f > 0.0))
+            {
+                bail!("--fractions must all be above 0 (got {f})");
+            }
+            if self.max_rate.is_none() && self.max_rate_json.is_none() {
+                bail!("--fractions needs the max rate they are fractions of: --max-rate or --max-rate-json");
+            }
+        }
         if (self.max_rate.is_some() || self.max_rate_json.is_some())
             && self.system.adc_rate.is_some()
         {
@@ -137,7 +169,11 @@ impl SoakArgs {
 
     /// The rate to soak at and where it came from; None keeps --adc-rate (or dsim's rate).
     fn rate(&self) -> Result<Option<(f64, String)>> {
-        let fraction = self.fraction.unwrap_or(1.0);
+        self.rate_at(self.fraction.unwrap_or(1.0))
+    }
+
+    /// The max rate and where it came from; None without --max-rate or --max-rate-json.
+    fn max_rate(&self) -> Result<Option<(f64, String)>> {
         let (max, from) = match (&self.max_rate, &self.max_rate_json) {
             (Some(m), _) => (*m, "--max-rate".to_string()),
             (None, Some(path)) => {
@@ -149,17 +185,24 @@ impl SoakArgs {
                 let (max, search) = max_rate_from_file(path, backend)?;
                 (max, format!("{}'s {search} search", path.display()))
             }
-            (None, None) => {
-                return Ok(self.system.adc_rate.map(|r| (r, "--adc-rate".to_string())));
-            }
+            (None, None) => return Ok(None),
         };
         if !(max.is_finite() && max > 0.0) {
             bail!("the max rate must be above 0 (got {max})");
         }
-        Ok(Some((
-            fraction * max,
-            format!("{fraction} of {} Gsample/s from {from}", gsps(max)),
-        )))
+        Ok(Some((max, from)))
+    }
+
+    /// The rate to soak at for `fraction` of the max rate and where it came from; without a max
+    /// rate, --adc-rate (None: dsim's rate).
+    fn rate_at(&self, fraction: f64) -> Result<Option<(f64, String)>> {
+        Ok(match self.max_rate()? {
+            Some((max, from)) => Some((
+                fraction * max,
+                format!("{fraction} of {} Gsample/s from {from}", gsps(max)),
+            )),
+            None => self.system.adc_rate.map(|r| (r, "--adc-rate".to_string())),
+        })
     }
 }
 
@@ -242,13 +285,78 @@ fn set_url_rate(s: &Setup, rate: f64) -> Result<()> {
     Ok(())
 }
 
-/// Runs `harness soak`; true when it passed.
+/// Most fractions one `--fractions` soak takes (each a soak of --duration).
+const MAX_FRACTIONS: usize = 20;
+
+/// Runs `harness soak`; true when it passed (with --fractions: when every fraction was soaked
+/// to its end, losses being what it measures).
 pub fn run(a: SoakArgs) -> Result<bool> {
     a.check()?;
     bringup::one_engine(&a.system, "soak")?;
-    let rate = a.rate()?;
+    if !a.fractions.is_empty() {
+        return run_fractions(&a);
+    }
+    let report = soak_once(&a, a.rate()?, &a.out_dir)?;
+    let index = crate::render::index::write(&a.out_dir)?;
+    print!("{}", summary(&report));
+    eprintln!(
+        "wrote {}/soak.json, soak-rss.svg, soak-growth.svg and {}",
+        a.out_dir.display(),
+        index.display()
+    );
+    Ok(report.pass)
+}
+
+/// One soak per fraction, lowest first, each in OUT_DIR/fraction-F; then the loss events per
+/// hour at each.
+fn run_fractions(a: &SoakArgs) -> Result<bool> {
+    let (max, from) = a.max_rate()?.context("--fractions needs the max rate")?;
+    let mut fractions = a.fractions.clone();
+    fractions.sort_by(f64::total_cmp);
+    fractions.dedup();
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
+    eprintln!(
+        "soak: {} fractions of {} Gsample/s ({from}), {} each: about {} in all",
+        fractions.len(),
+        gsps(max),
+        verdict::when(a.duration),
+        verdict::when(fractions.len() as f64 * (a.warmup + a.duration)),
+    );
+    let mut risk = RiskReport {
+        max_rate: max,
+        max_rate_source: from,
+        duration_s: a.duration,
+        interval_s: a.interval,
+        fractions: Vec::new(),
+    };
+    let mut complete = true;
+    for f in fractions {
+        let name = format!("fraction-{f}");
+        let dir = a.out_dir.join(&name);
+        eprintln!("soak: fraction {f} in {}", dir.display());
+        let report = soak_once(a, a.rate_at(f)?, &dir)?;
+        crate::render::index::write(&dir)?;
+        print!("{}", summary(&report));
+        complete &= report.soaked_s >= a.duration - a.interval;
+        risk.fractions
+            .push(crate::soak::risk::of_report(f, &report, name));
+        // Written after each fraction, so that an interrupted run keeps what it measured.
+        write_risk(&a.out_dir, &risk)?;
+    }
+    let index = crate::render::index::write(&a.out_dir)?;
+    print!("{}", risk_table(&risk));
+    eprintln!(
+        "wrote {}/soak-risk.{{txt,json,svg}}, a soak report per fraction and {}",
+        a.out_dir.display(),
+        index.display()
+    );
+    Ok(complete)
+}
+
+/// One soak at `rate` (None: --adc-rate or dsim's rate), its files in `out_dir`.
+fn soak_once(a: &SoakArgs, rate: Option<(f64, String)>, out_dir: &Path) -> Result<SoakReport> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut sys = a.system.clone();
     if sys.local {
         if let Some((r, _)) = &rate {
@@ -259,7 +367,7 @@ pub fn run(a: SoakArgs) -> Result<bool> {
     // does: a soak at a fraction of a max rate measured so runs under the same conditions.
     let count_only = a.no_content_check || (sys.local && sys.backend == "null");
     let mut monitor = None;
-    let s = bringup::setup(&sys, &sys.backend, None, Some(&a.out_dir), |g, subs| {
+    let s = bringup::setup(&sys, &sys.backend, None, Some(out_dir), |g, subs| {
         let m = Arc::new(ContentMonitor::new(
             g.channels,
             subs,
@@ -396,15 +504,8 @@ pub fn run(a: SoakArgs) -> Result<bool> {
         samples: followed.samples,
         watch: watched,
     };
-    write(&a.out_dir, &report)?;
-    let index = crate::render::index::write(&a.out_dir)?;
-    print!("{}", summary(&report));
-    eprintln!(
-        "wrote {}/soak.json, soak-rss.svg, soak-growth.svg and {}",
-        a.out_dir.display(),
-        index.display()
-    );
-    Ok(report.pass)
+    write(out_dir, &report)?;
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -456,6 +557,39 @@ mod tests {
         assert!(args("--local --max-rate 1e9 --fraction 0.8")
             .check()
             .is_ok());
+    }
+
+    #[test]
+    fn fractions_are_parsed_checked_and_turned_into_rates() {
+        let a = args("--local --max-rate 1e9 --fractions 0.6,0.7,0.8,0.9,1.0");
+        assert_eq!(a.fractions, [0.6, 0.7, 0.8, 0.9, 1.0]);
+        a.check().unwrap();
+        let (r, from) = a.rate_at(0.7).unwrap().unwrap();
+        assert_eq!(
+            (r, from.as_str()),
+            (0.7e9, "0.7 of 1.000 Gsample/s from --max-rate")
+        );
+        let err = |line: &str| args(line).check().unwrap_err().to_string();
+        assert_eq!(
+            err("--local --fractions 0.5,1"),
+            "--fractions needs the max rate they are fractions of: --max-rate or --max-rate-json"
+        );
+        assert_eq!(
+            err("--local --max-rate 1e9 --fractions 0.5,0"),
+            "--fractions must all be above 0 (got 0)"
+        );
+        let many = vec!["0.5"; 21].join(",");
+        assert!(err(&format!("--local --max-rate 1e9 --fractions {many}")).contains("at most 20"));
+        // One fraction or several, not both.
+        assert!(Cli::try_parse_from(
+            "soak --local --max-rate 1e9 --fraction 0.8 --fractions 0.6,0.7".split_whitespace()
+        )
+        .is_err());
+        assert!(Cli::try_parse_from("soak --fractions 0.6,x".split_whitespace()).is_err());
+        // Without --fractions, the one-fraction soak as before.
+        assert!(args("--local --max-rate 1e9 --fraction 0.8")
+            .fractions
+            .is_empty());
     }
 
     #[test]

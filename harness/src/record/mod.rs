@@ -14,7 +14,7 @@ use crate::control::EngineCounters;
 use crate::cpu::Cores;
 use crate::gaps::SeqCounts;
 use crate::receive::{CounterCheck, SubstreamSnapshot};
-use crate::search::{Phase, SearchConfig};
+use crate::search::{HoldConfig, Phase, SearchConfig};
 
 pub mod qualify;
 pub mod soak;
@@ -168,8 +168,12 @@ pub struct WatchSummary {
     /// The engine's missing-input and skipped-output counters over the run, when reachable:
     /// gaps the engine did not skip were lost on the way to the harness.
     pub engine: Option<EngineCounters>,
-    /// Heaps dsim skipped over the run because it fell behind its schedule, when it says.
+    /// Heaps dsim skipped over the run because it fell more than --max-late behind its
+    /// schedule, when it says: lost, a failure.
     pub dsim_heaps_skipped: Option<u64>,
+    /// Stalls dsim made up over the run (sent late at its catch-up rate, no heap lost), when it
+    /// says: not a failure.
+    pub dsim_catch_ups: Option<u64>,
     /// Host-wide UDP receive-buffer drops over the run.
     pub udp_rcvbuf_errors: Option<u64>,
     /// An array's received rate, summed over its engines (sample/s per polarisation).
@@ -201,6 +205,7 @@ pub struct EngineSummary {
     pub content: ContentSummary,
     pub engine: Option<EngineCounters>,
     pub dsim_heaps_skipped: Option<u64>,
+    pub dsim_catch_ups: Option<u64>,
 }
 
 // --- max-rate ---
@@ -295,9 +300,17 @@ pub struct SearchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     pub config: SearchConfig,
-    /// Highest sustained rate (sample/s per polarisation), None if `low` failed. With an array,
-    /// per engine: every dsim ran at it and every engine passed.
+    /// Highest rate whose trials (one window each, 20 s by default) all passed (sample/s per
+    /// polarisation), None if `low` failed. With an array, per engine: every dsim ran at it and
+    /// every engine passed.
     pub best: Option<f64>,
+    /// How `best` was held (`--hold`), when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldConfig>,
+    /// The first rate from `best` down that held for the hold's whole window: the sustained
+    /// rate (None: not held, or every step lost something).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<f64>,
     /// An array's engines (absent with one engine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engines: Option<usize>,

@@ -119,3 +119,39 @@ pub struct SoakReport {
     /// received and any missing ranges.
     pub watch: Option<WatchSummary>,
 }
+
+/// One fraction of a soak at several fractions of the max rate (`--fractions`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FractionRisk {
+    /// Of the max rate.
+    pub fraction: f64,
+    /// Requested and mean received rate (sample/s per polarisation).
+    pub rate: Option<f64>,
+    pub received_rate: Option<f64>,
+    /// Seconds soaked (after the warm-up) and samples taken.
+    pub soaked_s: f64,
+    pub samples: usize,
+    /// Sample intervals in which any loss counter moved.
+    pub loss_events: usize,
+    pub events_per_hour: Option<f64>,
+    /// With no loss event: the rate of events per hour that a soak this long rules out at 95%
+    /// confidence (the true rate is below it).
+    pub upper_95_per_hour: Option<f64>,
+    /// The fraction's own soak verdict (memory, restarts, rate and losses).
+    pub pass: bool,
+    /// Where its own soak report is, relative to the risk report.
+    pub out_dir: String,
+}
+
+/// A soak at several fractions of the max rate: loss events per hour at each, the rate a user
+/// can provision for a given risk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RiskReport {
+    /// The max rate the fractions are of (sample/s per polarisation) and where it came from.
+    pub max_rate: f64,
+    pub max_rate_source: String,
+    /// Seconds soaked at each fraction, and between samples (the resolution of a loss event).
+    pub duration_s: f64,
+    pub interval_s: f64,
+    pub fractions: Vec<FractionRisk>,
+}

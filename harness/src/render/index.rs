@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::html::esc;
 
 /// The reports the harness writes, by file name: a title and what the file holds.
-const KNOWN: [(&str, &str, &str); 10] = [
+const KNOWN: [(&str, &str, &str); 13] = [
     (
         "qualify.html",
         "Qualification",
@@ -49,6 +49,21 @@ const KNOWN: [(&str, &str, &str); 10] = [
         "soak.json",
         "Soak",
         "every sample, the verdict and its reasons as JSON",
+    ),
+    (
+        "soak-risk.svg",
+        "Soak at fractions of the max rate",
+        "loss events per hour against the fraction of the max rate",
+    ),
+    (
+        "soak-risk.txt",
+        "Soak at fractions of the max rate",
+        "loss events per hour at each fraction, as a table",
+    ),
+    (
+        "soak-risk.json",
+        "Soak at fractions of the max rate",
+        "each fraction's loss events as JSON",
     ),
 ];
 

@@ -66,8 +66,13 @@ pub fn table(report: &MaxRateReport) -> String {
     }
     for s in &report.searches {
         out.push_str(&format!(
-            "{}: highest sustained rate {} Gsample/s per polarisation{}{}\n",
+            "{}: highest {} {} Gsample/s per polarisation{}{}\n",
             s.backend,
+            if s.hold.is_some() {
+                "rate passing the search's trials"
+            } else {
+                "sustained rate"
+            },
             s.best.map_or("none (--low failed)".into(), gsps),
             match (s.engines, s.aggregate_best) {
                 (Some(n), Some(t)) =>
@@ -80,6 +85,26 @@ pub fn table(report: &MaxRateReport) -> String {
                 None => " (--high passed)".into(),
             }
         ));
+    }
+    for s in &report.searches {
+        if let (Some(h), Some(_)) = (&s.hold, s.best) {
+            out.push_str(&format!(
+                "{}: sustained (held for {} s, stepping down by {}% at most {} times): {}\n",
+                s.backend,
+                h.seconds,
+                h.step * 100.0,
+                h.max_steps,
+                s.held
+                    .map_or("none: every step lost something".into(), |r| format!(
+                        "{} Gsample/s per polarisation{}",
+                        gsps(r),
+                        s.engines.map_or(String::new(), |n| format!(
+                            " per engine, {} aggregate",
+                            gsps(n as f64 * r)
+                        ))
+                    ))
+            ));
+        }
     }
     if let Some(r) = report.ratio_to_null {
         out.push_str(&format!("ratio to the null backend: {r:.3}\n"));
@@ -185,6 +210,18 @@ pub fn plot_trials(path: &Path, report: &MaxRateReport) -> Result<()> {
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
         if let Some(b) = s.best {
             vline(&mut chart, b / 1e9, (lo, hi), colour, 1)?;
+        }
+        if let Some(h) = s.held {
+            vline(&mut chart, h / 1e9, (lo, hi), colour, 3)?
+                .label(format!(
+                    "{}: held {} s at {} Gsample/s (sustained)",
+                    s.backend,
+                    s.hold.map_or(0.0, |c| c.seconds),
+                    gsps(h)
+                ))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3))
+                });
         }
     }
     for (i, r) in report.references.iter().enumerate() {
@@ -431,6 +468,8 @@ mod tests {
                     output: Some("wideband".into()),
                     config: cfg,
                     best: Some(6.3e9),
+                    hold: None,
+                    held: None,
                     engines: None,
                     aggregate_best: None,
                     lowest_fail: Some(6.31e9),
@@ -441,6 +480,8 @@ mod tests {
                     output: None,
                     config: cfg,
                     best: Some(7e9),
+                    hold: None,
+                    held: None,
                     engines: None,
                     aggregate_best: None,
                     lowest_fail: None,
@@ -491,6 +532,51 @@ mod tests {
             system: serde_json::Value::Null,
         };
         plot_trials(&dir.join("e.svg"), &empty).unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_held_rate_is_reported_beside_the_search_answer() {
+        let mut r = report();
+        let s = &mut r.searches[0];
+        s.hold = Some(crate::search::HoldConfig {
+            seconds: 600.0,
+            step: 0.05,
+            max_steps: 4,
+        });
+        s.held = Some(5.985e9);
+        let mut t = trial(4, "cuda", 6.3e9, false);
+        t.phase = Phase::Hold;
+        s.trials.push(t);
+        s.trials.push(trial(5, "cuda", 5.985e9, true));
+        s.trials[3].phase = Phase::Hold;
+        let t = table(&r);
+        assert!(
+            t.contains("cuda: highest rate passing the search's trials 6.300"),
+            "{t}"
+        );
+        assert!(
+            t.contains("cuda: sustained (held for 600 s, stepping down by 5% at most 4 times): 5.985 Gsample/s per polarisation"),
+            "{t}"
+        );
+        assert!(t.contains(" hold "), "the hold trials' phase: {t}");
+        assert!(
+            t.contains("null: highest sustained rate 7.000"),
+            "no hold: {t}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["searches"][0]["held"], 5.985e9);
+        assert_eq!(json["searches"][0]["hold"]["seconds"], 600.0);
+        assert!(json["searches"][1].get("held").is_none());
+        let dir = std::env::temp_dir().join(format!("harness-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        plot_trials(&dir.join("h.svg"), &r).unwrap();
+        let svg = std::fs::read_to_string(dir.join("h.svg")).unwrap();
+        assert!(
+            svg.contains("held 600 s at 5.985"),
+            "{}",
+            &svg[..200.min(svg.len())]
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

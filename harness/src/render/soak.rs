@@ -1,6 +1,8 @@
 //! The soak's words and files: a progress line per sample, the closing summary, and
 //! `soak.json`, `soak-rss.svg` (resident memory over time) and `soak-growth.svg` (over each
-//! process's baseline, against the limit), the plots drawn as the qualification report's are.
+//! process's baseline, against the limit), the plots drawn as the qualification report's are;
+//! for a soak at several fractions of the max rate, `soak-risk.{txt,json,svg}` (loss events per
+//! hour at each fraction).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::record::qualify::{Level, Plot, Series, Style};
-use crate::record::soak::{SoakReport, SoakSample};
+use crate::record::soak::{RiskReport, SoakReport, SoakSample};
 use crate::soak::verdict::{mib, when};
 
 /// Turns samples into progress lines; remembers each process's baseline to show the growth over
@@ -183,4 +185,141 @@ pub fn write(dir: &Path, r: &SoakReport) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The fractions as a table: rate, time soaked, loss events and events per hour (with the 95%
+/// bound where there were none), and each fraction's own verdict.
+pub fn risk_table(r: &RiskReport) -> String {
+    let mut out = format!(
+        "loss events per hour at fractions of the max rate, {} Gsample/s ({}); a loss event is a {} interval in which any loss counter moved\n",
+        crate::gsps(r.max_rate),
+        r.max_rate_source,
+        when(r.interval_s)
+    );
+    out.push_str(&format!(
+        "{:>8} {:>11} {:>11} {:>10} {:>7} {:>14}  {:<4}  {}\n",
+        "fraction", "rate Gsps", "recv Gsps", "soaked", "events", "events/hour", "soak", "report"
+    ));
+    for f in &r.fractions {
+        let per_hour = match (f.events_per_hour, f.upper_95_per_hour) {
+            (Some(_), Some(u)) => format!("0 (<{u:.2})"),
+            (Some(x), None) => format!("{x:.2}"),
+            (None, _) => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:>8} {:>11} {:>11} {:>10} {:>7} {:>14}  {:<4}  {}\n",
+            f.fraction,
+            f.rate.map_or("-".into(), crate::gsps),
+            f.received_rate.map_or("-".into(), crate::gsps),
+            when(f.soaked_s),
+            f.loss_events,
+            per_hour,
+            if f.pass { "pass" } else { "FAIL" },
+            f.out_dir
+        ));
+    }
+    out.push_str("(<x): no loss event; the rate of events is below x an hour at 95% confidence\n");
+    out
+}
+
+/// Loss events per hour against the fraction of the max rate, with the 95% bounds of the
+/// fractions that had none.
+pub fn risk_plot(r: &RiskReport) -> Plot {
+    let points = |y: fn(&crate::record::soak::FractionRisk) -> Option<f64>| {
+        r.fractions
+            .iter()
+            .filter_map(|f| Some((f.fraction, y(f)?)))
+            .collect::<Vec<_>>()
+    };
+    Plot {
+        title: format!(
+            "Loss events per hour at fractions of {} Gsample/s",
+            crate::gsps(r.max_rate)
+        ),
+        x_label: "fraction of the max rate".into(),
+        y_label: "loss events per hour".into(),
+        series: vec![
+            Series {
+                name: "measured".into(),
+                style: Style::Line,
+                points: points(|f| f.events_per_hour),
+            },
+            Series {
+                name: "upper bound (95%) where none was seen".into(),
+                style: Style::Points,
+                points: points(|f| f.upper_95_per_hour),
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+/// Writes soak-risk.txt, soak-risk.json and soak-risk.svg into `dir`.
+pub fn write_risk(dir: &Path, r: &RiskReport) -> Result<()> {
+    super::report::write_json(&dir.join("soak-risk.json"), r)?;
+    let txt = dir.join("soak-risk.txt");
+    std::fs::write(&txt, risk_table(r)).with_context(|| format!("writing {}", txt.display()))?;
+    let svg = dir.join("soak-risk.svg");
+    std::fs::write(&svg, super::plot::svg(&risk_plot(r))?)
+        .with_context(|| format!("writing {}", svg.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::soak::FractionRisk;
+
+    fn fraction(fraction: f64, events: usize, hours: f64) -> FractionRisk {
+        FractionRisk {
+            fraction,
+            rate: Some(fraction * 1e9),
+            received_rate: Some(fraction * 1e9),
+            soaked_s: hours * 3600.0,
+            samples: (hours * 60.0) as usize,
+            loss_events: events,
+            events_per_hour: Some(events as f64 / hours),
+            upper_95_per_hour: (events == 0).then(|| crate::soak::risk::NO_EVENT_BOUND_95 / hours),
+            pass: events == 0,
+            out_dir: format!("fraction-{fraction}"),
+        }
+    }
+
+    #[test]
+    fn the_risk_table_and_plot() {
+        let r = RiskReport {
+            max_rate: 1e9,
+            max_rate_source: "--max-rate".into(),
+            duration_s: 7200.0,
+            interval_s: 60.0,
+            fractions: vec![
+                fraction(0.8, 0, 2.0),
+                fraction(0.9, 1, 2.0),
+                fraction(1.0, 9, 2.0),
+            ],
+        };
+        let t = risk_table(&r);
+        assert!(t.contains("a 60 s interval"), "{t}");
+        let rows: Vec<&str> = t.lines().collect();
+        assert!(
+            rows[2].contains("0 (<1.50)") && rows[2].contains("pass"),
+            "{t}"
+        );
+        assert!(rows[3].contains("0.50") && rows[3].contains("FAIL"), "{t}");
+        assert!(rows[4].contains("4.50"), "{t}");
+        let svg = super::super::plot::svg(&risk_plot(&r)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("Loss events per hour") && svg.contains("upper bound"));
+        // Well formed: every element opened is closed.
+        let opened = svg.matches("<svg").count() + svg.matches("<text").count();
+        let closed = svg.matches("</svg>").count() + svg.matches("</text>").count();
+        assert_eq!(opened, closed);
+        let dir = std::env::temp_dir().join(format!("harness-risk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_risk(&dir, &r).unwrap();
+        let back: RiskReport =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("soak-risk.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, r);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

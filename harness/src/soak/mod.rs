@@ -3,6 +3,7 @@
 //! loss counter once an interval ([`sample`]). At the end the samples are judged ([`verdict`]).
 //! Nothing here prints: the caller gets each sample as it is taken.
 
+pub mod risk;
 pub mod sample;
 pub mod verdict;
 
