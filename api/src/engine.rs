@@ -73,6 +73,10 @@ pub struct Status {
     /// engines: empty).
     #[serde(default)]
     pub threads: Vec<ThreadWaits>,
+    /// Where the stream threads run (`--src-affinity`, `--affinity auto`, `--realtime`, ...).
+    /// Engines that predate it report nothing: every thread on any core, normal scheduling.
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 impl Status {
@@ -377,6 +381,26 @@ pub struct Delays {
     pub pol1: DelayModel,
 }
 
+/// Where the engine's stream threads run, as its flags asked and each thread applied at start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Stream threads by the name they run under (`fengine-recv0.1`, `fengine-send0`, ...).
+    pub threads: BTreeMap<String, ThreadPlacement>,
+    /// Cores of the process's other threads; `None`: any of the process's cores.
+    pub rest_cores: Option<String>,
+    /// Whether the process's memory is locked (`--lock-memory`).
+    pub memory_locked: bool,
+}
+
+/// One stream thread's cores and scheduling.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadPlacement {
+    /// Its cores as a list such as `0-3,8`; `None`: any of the process's cores.
+    pub cores: Option<String>,
+    /// `other` (normal scheduling), `fifo:PRIORITY` or `rr:PRIORITY`.
+    pub policy: String,
+}
+
 /// The control server's own counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Control {
@@ -455,6 +479,18 @@ mod tests {
             queues: [("free_frames".to_string(), 3)].into(),
             control: Control::default(),
             threads: Vec::new(),
+            placement: Placement {
+                threads: [(
+                    "fengine-recv0.0".to_string(),
+                    ThreadPlacement {
+                        cores: Some("3".into()),
+                        policy: "fifo:50".into(),
+                    },
+                )]
+                .into(),
+                rest_cores: Some("0-2".into()),
+                memory_locked: true,
+            },
         };
         let text = serde_json::to_string(&status).unwrap();
         let back: Status = serde_json::from_str(&text).unwrap();
@@ -466,7 +502,7 @@ mod tests {
         assert_eq!(v["input"]["pols"][1]["rms_dbfs"], -23.5);
         assert_eq!(v["input"]["pols"][0]["rms_dbfs"], serde_json::Value::Null);
         // An older engine's status, without the digitiser's clipping counters, the FFT's
-        // precision or the wideband kernels, still reads.
+        // precision, the wideband kernels or the placement, still reads.
         let mut old = v.clone();
         for p in old["input"]["pols"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
@@ -475,7 +511,9 @@ mod tests {
         }
         old.as_object_mut().unwrap().remove("fft_precision");
         old.as_object_mut().unwrap().remove("wideband_kernels");
+        old.as_object_mut().unwrap().remove("placement");
         let old: Status = serde_json::from_value(old).unwrap();
+        assert_eq!(old.placement, Placement::default());
         assert_eq!(old.fft_precision, "single");
         assert_eq!(old.wideband_kernels, "two-pass");
         assert_eq!(old.input.pols[1].digitiser_clip_heaps, 0);

@@ -2,12 +2,14 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
+use ::placement::{CoreSet, Policy};
 use clap::{Args, Parser, Subcommand};
 use spead::transport::Endpoint;
 
 use crate::bench::BenchArgs;
 use crate::config::{self, BadRequest, Config, PolsRequest, SignalSpec, Tone};
 use crate::faults::{FaultRules, FaultsRequest};
+use crate::placement::{Affinity, PlacementRequest};
 use crate::spec::PolsError;
 
 const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
@@ -342,6 +344,28 @@ pub struct RunArgs {
     /// L / (FACTOR - 1) to make up. Above 1, at most 100.
     #[arg(long, value_name = "FACTOR", default_value_t = config::DEFAULT_CATCH_UP_RATE)]
     pub catch_up_rate: f64,
+
+    /// Cores for the send threads, as a list such as 0-3,8 (katgpucbf dsim's --affinity): send
+    /// thread j of polarisation p runs on the (p x threads + j)-th core, cycling through the list
+    /// when it is short. auto: a physical core of its own for each while the host has enough,
+    /// and the rest of the process on what is left (docs/placement.md). Default: wherever the
+    /// kernel puts them.
+    #[arg(long, value_name = "CORES|auto")]
+    pub affinity: Option<Affinity>,
+
+    /// Cores for every other thread (building the signal, control, monitoring).
+    #[arg(long, value_name = "CORES")]
+    pub main_affinity: Option<CoreSet>,
+
+    /// Real-time scheduling for the send threads: fifo:PRIORITY or rr:PRIORITY (1 to 99), or
+    /// other (the default). Needs CAP_SYS_NICE; refused at start otherwise.
+    #[arg(long, default_value = "other", value_name = "fifo:PRIO|rr:PRIO")]
+    pub realtime: Policy,
+
+    /// Locks the process's memory (mlockall) at start: the signal buffers never page out. Needs
+    /// CAP_IPC_LOCK or a large enough RLIMIT_MEMLOCK; refused at start otherwise.
+    #[arg(long)]
+    pub lock_memory: bool,
 }
 
 impl RunArgs {
@@ -379,6 +403,12 @@ impl RunArgs {
         c.max_late = self.max_late;
         c.catch_up_rate = self.catch_up_rate;
         c.signal_pols = self.signal.clone();
+        c.placement = PlacementRequest {
+            send: self.affinity.clone(),
+            main: self.main_affinity.clone(),
+            policy: self.realtime,
+            lock_memory: self.lock_memory,
+        };
         c
     }
 }
@@ -391,6 +421,49 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The placement flags reach the configuration; a bad list or policy is clap's sentence.
+    #[test]
+    fn placement_flags_parse_and_refuse_bad_values() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "dsim",
+                "--pol0-dest",
+                "127.0.0.1:1",
+                "--pol1-dest",
+                "127.0.0.1:2",
+            ];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.run.to_config().placement)
+        };
+        let p = parse(&[
+            "--affinity",
+            "2-3",
+            "--main-affinity",
+            "0",
+            "--realtime",
+            "fifo:20",
+            "--lock-memory",
+        ])
+        .unwrap();
+        assert_eq!(p.send, Some(Affinity::Cores("2,3".parse().unwrap())));
+        assert_eq!(p.main, Some(CoreSet::one(0)));
+        assert_eq!(p.policy, Policy::Fifo(20));
+        assert!(p.lock_memory);
+        assert_eq!(
+            parse(&["--affinity", "auto"]).unwrap().send,
+            Some(Affinity::Auto)
+        );
+        assert_eq!(parse(&[]).unwrap(), PlacementRequest::default());
+        for (flag, bad, says) in [
+            ("--affinity", "1-", "is not a list of cores"),
+            ("--main-affinity", "x", "is not a list of cores"),
+            ("--realtime", "fifo:100", "is not a scheduling policy"),
+        ] {
+            let e = parse(&[flag, bad]).unwrap_err().to_string();
+            assert!(e.contains(says), "{flag} {bad}: {e}");
+        }
     }
 
     #[test]

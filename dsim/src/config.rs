@@ -95,6 +95,8 @@ pub struct Config {
     /// After a stall, late heaps leave at this multiple of the rate until back on schedule
     /// (see `catchup`).
     pub catch_up_rate: f64,
+    /// Where the send threads and the rest of the process run.
+    pub placement: crate::placement::PlacementRequest,
 }
 
 impl Config {
@@ -122,6 +124,7 @@ impl Config {
             faults: Default::default(),
             max_late: DEFAULT_MAX_LATE,
             catch_up_rate: DEFAULT_CATCH_UP_RATE,
+            placement: Default::default(),
         }
     }
 

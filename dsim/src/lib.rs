@@ -14,7 +14,8 @@
 //! (samples), [`buffer`] (packets of the repeating
 //! buffer), [`schedule`] (when each heap is due), [`sender`] (send threads), [`descriptors`]
 //! (the descriptor heaps' thread), [`faults`],
-//! [`status`], [`metrics`], [`control`] (HTTP), [`cli`], [`bench`](mod@bench).
+//! [`status`], [`metrics`], [`placement`] (where threads run), [`control`] (HTTP), [`cli`],
+//! [`bench`](mod@bench).
 
 pub mod bench;
 pub mod buffer;
@@ -26,6 +27,7 @@ pub mod descriptors;
 pub mod faults;
 pub mod katcp;
 pub mod metrics;
+pub mod placement;
 pub mod schedule;
 pub mod sender;
 pub mod signal;
@@ -78,6 +80,15 @@ impl Dsim {
             n => n,
         };
         let layouts = common_layouts(&config, threads)?;
+        let placed = config.placement.plan(threads)?;
+        if config.placement.lock_memory {
+            ::placement::lock_memory().map_err(|e| anyhow::anyhow!("{e}."))?;
+        }
+        // The rest first: threads started from here on (buffer building, control) inherit it.
+        if let Some(main) = &placed.main {
+            main.pin_current_thread()
+                .map_err(|e| anyhow::anyhow!("--main-affinity: {e}."))?;
+        }
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let built = Instant::now();
         let signal = config.start_signal();
@@ -208,6 +219,8 @@ impl Dsim {
         let descriptors = descriptors::DescriptorThread::spawn(shared.clone())
             .map_err(|e| anyhow::anyhow!("cannot start sending the descriptor heaps: {e}."))?;
         let mut handles = Vec::new();
+        // Each send thread takes its placement itself and says whether the kernel let it.
+        let (placed_tx, placed_rx) = mpsc::channel();
         for p in (0..2).rev() {
             let pol_slots = slots.pop().unwrap_or_default();
             let pol_senders = std::mem::take(&mut senders[p]);
@@ -219,12 +232,47 @@ impl Dsim {
                 .enumerate()
             {
                 let worker = sender::Worker::new(shared.clone(), p, j, s, rx, tx);
-                let h = std::thread::Builder::new()
-                    .name(format!("dsim-p{p}-t{j}"))
-                    .spawn(move || worker.run())?;
+                let name = format!("dsim-p{p}-t{j}");
+                let placement = placed.send[p][j].clone();
+                let placed_tx = placed_tx.clone();
+                let thread = name.clone();
+                let h = std::thread::Builder::new().name(name).spawn(move || {
+                    let applied = placement.apply().map_err(|e| format!("{thread}: {e}."));
+                    let ok = applied.is_ok();
+                    let _ = placed_tx.send(applied);
+                    // Dropped now, not as the thread ends: the starter reads until every sender is gone.
+                    drop(placed_tx);
+                    if ok {
+                        worker.run();
+                    }
+                })?;
                 handles.push(h);
             }
         }
+        drop(placed_tx);
+        if let Some(e) = placed_rx.iter().find_map(Result::err) {
+            shared.stop.store(true, Ordering::SeqCst);
+            for h in handles {
+                let _ = h.join();
+            }
+            anyhow::bail!(e);
+        }
+        let layout: Vec<String> = placed
+            .send
+            .iter()
+            .enumerate()
+            .flat_map(|(p, t)| {
+                t.iter()
+                    .enumerate()
+                    .map(move |(j, pl)| format!("dsim-p{p}-t{j}: {pl}"))
+            })
+            .collect();
+        tracing::info!(
+            threads = %layout.join("; "),
+            rest = %placed.main.as_ref().map_or("any core".into(), |c| format!("cores {c}")),
+            memory_locked = shared.config.placement.lock_memory,
+            "placement"
+        );
         let monitor_stop = Arc::new(AtomicBool::new(false));
         let monitor = {
             let (shared, stop) = (shared.clone(), monitor_stop.clone());

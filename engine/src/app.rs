@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::backend::{self, Backend, InputGeometry, OutputGeometry, Synchronous};
 use crate::config::{
-    BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, WidebandKernels,
+    BackendKind, BenchArgs, ConfigError, EngineConfig, FftPrecision, RunArgs, StreamPlacement,
+    WidebandKernels,
 };
 use crate::control::{self, Controller};
 use crate::pipeline::{Pipeline, PipelineError, StageSpecs};
@@ -168,6 +169,7 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
             "configuration: output"
         );
     }
+    place_process(&cfg.placement)?;
     let stats = Arc::new(Stats::for_config(&cfg));
     let (kind, precision, kernels, input, outputs, gpu) = (
         cfg.backend,
@@ -217,6 +219,30 @@ pub fn run(args: &RunArgs, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
     log_totals(&stats);
     tracing::info!("stopped");
     Ok(result?)
+}
+
+/// Locks memory and moves the calling thread (and so every thread it starts but the stream
+/// threads, which place themselves) to the rest's cores, as the flags ask; logs the layout.
+fn place_process(p: &StreamPlacement) -> Result<(), EngineError> {
+    let start = |e: placement::PlacementError| EngineError::Start(format!("{e}."));
+    if p.lock_memory {
+        placement::lock_memory().map_err(start)?;
+    }
+    if let Some(rest) = &p.rest {
+        rest.pin_current_thread().map_err(start)?;
+    }
+    let layout: Vec<String> = p
+        .threads()
+        .into_iter()
+        .map(|(name, pl)| format!("{name}: {pl}"))
+        .collect();
+    tracing::info!(
+        threads = %layout.join("; "),
+        rest = %p.rest.as_ref().map_or("any core".into(), |c| format!("cores {c}")),
+        memory_locked = p.lock_memory,
+        "placement"
+    );
+    Ok(())
 }
 
 /// What came in and what went out over the run, so that a log alone says where data was lost.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use placement::{Affinity, Policy};
 use spead::transport::Endpoint;
 
 use crate::band::Band;
@@ -91,6 +92,20 @@ pub struct SystemArgs {
     /// Socket receive buffer per substream (bytes; capped by net.core.rmem_max).
     #[arg(long, default_value_t = 64 << 20, help_heading = "System")]
     pub rcvbuf: usize,
+    /// Cores for the harness's receive threads (one per substream), as a list such as 2-3
+    /// (thread i takes the i-th core, cycling) or auto (a physical core of its own for each while
+    /// the host has enough); docs/placement.md. Default: wherever the kernel puts them.
+    #[arg(long, value_name = "CORES|auto", help_heading = "System")]
+    pub recv_affinity: Option<Affinity>,
+    /// Real-time scheduling for the harness's receive threads: fifo:PRIORITY or rr:PRIORITY (1
+    /// to 99), or other. Needs CAP_SYS_NICE; refused at start otherwise.
+    #[arg(
+        long,
+        default_value = "other",
+        value_name = "fifo:PRIO|rr:PRIO",
+        help_heading = "System"
+    )]
+    pub realtime: Policy,
     /// Prometheus series of the engine's missing-input counter: words a series name must
     /// contain (comma-separated alternatives are summed).
     #[arg(long, default_value = "missing input", help_heading = "System")]
@@ -627,12 +642,46 @@ pub fn start_receiver(
     cfg.bits = g.bits;
     cfg.interface = sys.interface;
     cfg.buffer_bytes = sys.rcvbuf;
+    cfg.affinity = sys.recv_affinity.clone();
+    cfg.realtime = sys.realtime;
     Ok(Receiver::start(&cfg, sink)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--recv-affinity` and `--realtime` parse as every receiving command takes them; a bad
+    /// list or policy is clap's error with the placement crate's sentence.
+    #[test]
+    fn placement_flags_parse_and_refuse_bad_values() {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            system: SystemArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Line as clap::Parser>::try_parse_from(
+                std::iter::once("harness").chain(args.iter().copied()),
+            )
+            .map(|l| (l.system.recv_affinity, l.system.realtime))
+        };
+        let (a, p) = parse(&["--recv-affinity", "2-3", "--realtime", "rr:7"]).unwrap();
+        assert_eq!(a, Some("2,3".parse().unwrap()));
+        assert_eq!(p, Policy::Rr(7));
+        assert_eq!(
+            parse(&["--recv-affinity", "auto"]).unwrap().0,
+            Some(Affinity::Auto)
+        );
+        assert_eq!(parse(&[]).unwrap(), (None, Policy::Other));
+        let e = parse(&["--recv-affinity", "3-1"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("is not a list of cores"), "{e}");
+        let e = parse(&["--realtime", "fifo"]).err().unwrap().to_string();
+        assert!(e.contains("is not a scheduling policy"), "{e}");
+    }
 
     /// Output `fine` of an engine of two, going to `destinations`.
     fn chosen(destinations: Result<Endpoint>) -> Chosen {

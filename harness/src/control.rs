@@ -729,6 +729,7 @@ mod tests {
             queues: Default::default(),
             control: Control::default(),
             threads: Vec::new(),
+            placement: Default::default(),
         })
         .unwrap()
     }

@@ -22,9 +22,10 @@ pub enum PlacementError {
     },
     /// `sched_setscheduler` was refused for want of privilege.
     #[error(
-        "{policy} needs CAP_SYS_NICE or root, and a real-time budget for the process's cgroup \
-         (containers: cap_add SYS_NICE, and with cgroup v1 --cpu-rt-runtime); the kernel said: \
-         {error}; run without the real-time flag to use normal scheduling"
+        "{policy} needs CAP_SYS_NICE, root or an RLIMIT_RTPRIO of at least its priority, and a \
+         real-time budget for the process's cgroup (containers: cap_add SYS_NICE or ulimits \
+         rtprio, and with cgroup v1 --cpu-rt-runtime); the kernel said: {error}; run without \
+         the real-time flag to use normal scheduling"
     )]
     Realtime {
         /// The policy asked for.

@@ -13,17 +13,21 @@
 
 #![warn(missing_docs)]
 
+mod affinity;
 mod cores;
 mod error;
 mod layout;
 mod memory;
+mod observe;
 mod policy;
 mod stats;
 
+pub use affinity::{Affinity, Dealt};
 pub use cores::CoreSet;
 pub use error::PlacementError;
 pub use layout::{Layout, Topology};
 pub use memory::lock_memory;
+pub use observe::ThreadView;
 pub use policy::Policy;
 pub use stats::{current_tid, SchedStats};
 

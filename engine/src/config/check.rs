@@ -13,6 +13,7 @@ use super::error::{sentence, ConfigError};
 use super::flags::RunArgs;
 use super::output_arg::check_output_name;
 use super::spec::{EngineConfig, InputSpec, OutputSpec, OutputStart};
+use super::StreamPlacement;
 use super::{MAX_OUTPUTS, WIDEBAND};
 
 /// The longest `--recv-window`: every chunk waits this long before it is processed.
@@ -444,7 +445,7 @@ impl EngineConfig {
                 start,
             })
             .collect();
-        Ok(Self {
+        let mut cfg = Self {
             input: InputSpec {
                 geometry: input,
                 heap_samples: a.heap_samples,
@@ -478,7 +479,11 @@ impl EngineConfig {
             control: a.control,
             control_token: a.control_token.clone(),
             katcp: a.katcp,
-        })
+            placement: Default::default(),
+        };
+        let sends: Vec<usize> = cfg.outputs.iter().map(|o| o.send_threads).collect();
+        cfg.placement = StreamPlacement::from_args(a, cfg.input.recv_threads, &sends)?;
+        Ok(cfg)
     }
 }
 

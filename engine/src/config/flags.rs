@@ -5,11 +5,13 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use placement::{CoreSet, Policy};
 use spead::transport::Endpoint;
 
 use super::error::ConfigError;
 use super::help::{ABOUT, AFTER_HELP, LONG_ABOUT};
 use super::output_arg::OutputArg;
+use super::placement::AutoAffinity;
 use crate::signal::weights::{self, WindowFunction};
 
 #[derive(Parser, Debug)]
@@ -370,6 +372,34 @@ pub struct RunArgs {
     /// net.core.rmem_max / wmem_max).
     #[arg(long, default_value_t = 64 << 20, value_name = "BYTES")]
     pub socket_buffer: usize,
+    /// Cores for the receive threads, as a list such as 0-3,8: receive thread j of polarisation
+    /// p runs on the (p x threads-per-polarisation + j)-th core of the list, cycling through it
+    /// when it is short (docs/placement.md). Default: wherever the kernel puts them.
+    #[arg(long, value_name = "CORES", conflicts_with = "affinity")]
+    pub src_affinity: Option<CoreSet>,
+    /// Cores for the send threads, dealt out as --src-affinity's.
+    #[arg(long, value_name = "CORES", conflicts_with = "affinity")]
+    pub dst_affinity: Option<CoreSet>,
+    /// Cores for the thread that pairs the polarisations' chunks (and the one that hands frames
+    /// to the send threads).
+    #[arg(long, value_name = "CORES", conflicts_with = "affinity")]
+    pub pair_affinity: Option<CoreSet>,
+    /// Cores for the thread that submits frames to the backend.
+    #[arg(long, value_name = "CORES", conflicts_with = "affinity")]
+    pub compute_affinity: Option<CoreSet>,
+    /// auto: a core of its own for every stream thread (receive, pair, compute, send), one per
+    /// physical core while the host has enough, from the cores this process may use; every other
+    /// thread runs on what is left. The layout is logged at start and shown in GET /status.
+    #[arg(long, value_enum, value_name = "auto")]
+    pub affinity: Option<AutoAffinity>,
+    /// Real-time scheduling for the stream threads: fifo:PRIORITY or rr:PRIORITY (1 to 99), or
+    /// other (the default, normal scheduling). Needs CAP_SYS_NICE; refused at start otherwise.
+    #[arg(long, default_value = "other", value_name = "fifo:PRIO|rr:PRIO")]
+    pub realtime: Policy,
+    /// Locks the process's memory (mlockall) at start, so that no page fault stalls a stream
+    /// thread. Needs CAP_IPC_LOCK or a large enough RLIMIT_MEMLOCK; refused at start otherwise.
+    #[arg(long)]
+    pub lock_memory: bool,
 }
 
 #[derive(Args, Debug, Clone)]

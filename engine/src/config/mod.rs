@@ -7,7 +7,8 @@
 //! One job a file: `help` the texts of `--help`, `flags` the command line as clap parses it,
 //! `output_arg` the `NAME:key=value,...` language of `--wideband` and `--narrowband`, `spec`
 //! the checked types, `derive` what they imply (lags, overlap, thread counts), `check` the
-//! way from the one to the other, `error` the refusal they all share.
+//! way from the one to the other, `placement` where the stream threads run, `error` the
+//! refusal they all share.
 
 mod check;
 mod derive;
@@ -15,10 +16,12 @@ mod error;
 mod flags;
 mod help;
 mod output_arg;
+mod placement;
 mod spec;
 #[cfg(test)]
 pub(crate) mod test_support;
 
+pub use self::placement::{AutoAffinity, StreamPlacement};
 pub use derive::{delay_room, output_lag, overlap_samples};
 pub use error::{sentence, ConfigError};
 pub use flags::{

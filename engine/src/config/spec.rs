@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub control: SocketAddr,
     /// The bearer token that changes over HTTP need, if any.
     pub control_token: Option<fgpu_serve::Token>,
+    /// Where the stream threads run.
+    pub placement: super::StreamPlacement,
     /// The katcp front's address, if it is on.
     pub katcp: Option<SocketAddr>,
 }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use fgpu_api::engine::{
-    Control, Delays, Frames, Input, LaneStalls, Narrowband, Output, PolInput, RecvWindow,
-    SchedWaits, Status, ThreadWaits,
+    Control, Delays, Frames, Input, LaneStalls, Narrowband, Output, Placement, PolInput,
+    RecvWindow, SchedWaits, Status, ThreadPlacement, ThreadWaits,
 };
 
 use super::Controller;
@@ -135,6 +135,27 @@ pub(super) fn build(
                     .collect()
             })
             .unwrap_or_default(),
+        placement: placement(&cfg.placement),
+    }
+}
+
+/// The stream threads' placement as the configuration gives it (each thread applied it at start,
+/// or the engine did not start).
+fn placement(p: &crate::config::StreamPlacement) -> Placement {
+    Placement {
+        threads: p
+            .threads()
+            .into_iter()
+            .map(|(name, pl)| {
+                let t = ThreadPlacement {
+                    cores: pl.cores.map(|c| c.to_string()),
+                    policy: pl.policy.to_string(),
+                };
+                (name, t)
+            })
+            .collect(),
+        rest_cores: p.rest.as_ref().map(|c| c.to_string()),
+        memory_locked: p.lock_memory,
     }
 }
 
@@ -260,9 +281,15 @@ mod tests {
             "frames",
             "control",
             "delays",
+            "placement",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }
+        assert_eq!(
+            v["placement"]["threads"]["fengine-recv0.0"]["policy"],
+            "other"
+        );
+        assert_eq!(v["placement"]["memory_locked"], false);
         assert_eq!(v["fft_precision"], "single");
         assert_eq!(v["wideband_kernels"], "two-pass");
         assert_eq!(v["outputs"]["wideband"]["channels"], 16);

@@ -44,4 +44,10 @@ pub enum PipelineError {
     SendThread(io::Error),
     #[error("a send thread stopped.")]
     SendThreadStopped,
+    /// A stream thread could not take the cores or the scheduling its flags asked for.
+    #[error("thread {thread}: {error}.")]
+    Placement {
+        thread: String,
+        error: placement::PlacementError,
+    },
 }

@@ -20,6 +20,7 @@ pub mod compute;
 mod error;
 mod monitor;
 pub mod pair;
+mod placed;
 pub mod recv;
 pub mod send;
 pub mod spec;
@@ -39,6 +40,7 @@ use crate::signal::delay::DelayModel;
 use crate::stats::Stats;
 pub use error::PipelineError;
 use monitor::Watched;
+use placed::spawn_placed;
 pub use spec::StageSpecs;
 
 /// Chunks each receiver fills at once, at least (spead2 uses 2; one more absorbs reordering across
@@ -206,6 +208,7 @@ impl Pipeline {
             pair: pair_spec,
             compute: compute_spec,
             send: send_specs,
+            placement,
         } = specs;
         let receivers = [
             recv::bind(&recv_spec, 0, &stats)?,
@@ -224,10 +227,13 @@ impl Pipeline {
         let mut watched = Vec::new();
         let compute = {
             let frame_spec = frame_spec.clone();
+            let placement = placement.compute.clone();
             let stats = stats.clone();
             let stop = stop.clone();
             let all = Arc::clone(&stats);
-            spawn_watched(&mut watched, &all, "fengine-compute", move || {
+            // Not placed here: the thread places itself once the backend is up (below).
+            let unplaced = placement::Placement::default();
+            spawn_watched(&mut watched, &all, "fengine-compute", unplaced, move || {
                 let mut backend = match make_backend() {
                     Ok(b) => b,
                     Err(e) => {
@@ -235,7 +241,18 @@ impl Pipeline {
                         return Ok(());
                     }
                 };
-                match allocate(&frame_spec, backend.as_mut()) {
+                // Placed once the backend is up, so that threads it starts (a CPU pool, the CUDA
+                // driver's) keep the process's cores and normal scheduling.
+                let placed = allocate(&frame_spec, backend.as_mut()).and_then(|ready| {
+                    placement
+                        .apply()
+                        .map(|()| ready)
+                        .map_err(|error| PipelineError::Placement {
+                            thread: "fengine-compute".into(),
+                            error,
+                        })
+                });
+                match placed {
                     Ok(ready) => {
                         let _ = ready_tx.send(Ok(ready));
                     }
@@ -305,8 +322,9 @@ impl Pipeline {
                 &stats,
                 &stop,
             );
-            for lane in lanes {
-                match spawn(&lane.name(), move || lane.run()) {
+            for (j, lane) in lanes.into_iter().enumerate() {
+                let placed = placement.recv[pol].get(j).cloned().unwrap_or_default();
+                match spawn_placed(&lane.name(), placed, move || lane.run()) {
                     Ok(t) => threads.push((stage, t)),
                     Err(e) => return abort(&stop, threads, e),
                 }
@@ -314,7 +332,8 @@ impl Pipeline {
         }
         drop(to_pair_tx);
         let pair = pair::Pair::new(&pair_spec, stats.clone(), stop.clone());
-        match spawn_watched(&mut watched, &stats, "fengine-pair", move || {
+        let pair_placement = placement.pair.clone();
+        match spawn_watched(&mut watched, &stats, "fengine-pair", pair_placement, move || {
             pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
         }) {
             Ok(t) => threads.push(("pair", t)),
@@ -322,7 +341,8 @@ impl Pipeline {
         }
         let out_stats = stats.clone();
         let out_stop = stop.clone();
-        match spawn_watched(&mut watched, &stats, "fengine-send", move || {
+        let send_placement = placement.pair.clone();
+        match spawn_watched(&mut watched, &stats, "fengine-send", send_placement, move || {
             send::run(
                 transmitters,
                 &send_specs,
@@ -397,11 +417,12 @@ fn spawn_watched(
     watched: &mut Vec<Watched>,
     stats: &Stats,
     name: &str,
+    placement: placement::Placement,
     f: impl FnOnce() -> Result<(), PipelineError> + Send + 'static,
 ) -> Result<Stage, PipelineError> {
     let (w, tid): (Watched, Arc<AtomicI32>) = Watched::new(stats, name);
     watched.push(w);
-    spawn(name, move || {
+    spawn_placed(name, placement, move || {
         tid.store(placement::current_tid(), Ordering::Relaxed);
         f()
     })

@@ -62,6 +62,8 @@ pub struct SendSpec {
     pub fs: f64,
     pub array_size: u64,
     pub feng_id: u64,
+    /// Where each of its send threads runs (missing ones: anywhere).
+    pub placements: Vec<placement::Placement>,
 }
 
 impl SendSpec {
@@ -202,19 +204,50 @@ pub fn run<K: DatagramSink>(
     };
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
+        // Each thread takes its placement itself, and says whether it could before it sends.
+        let (placed_tx, placed_rx) = crossbeam_channel::unbounded();
+        let mut per_output = vec![0usize; specs.len()];
         for (k, out) in transmitters.into_iter().enumerate() {
             let (tx, wrx) = crossbeam_channel::bounded::<Arc<Work>>(2);
             let (stats, stop, release) = (&stats, &stop, &release);
             let spec = &specs[out.output];
-            let spawned = std::thread::Builder::new()
-                .name(format!("fengine-send{k}"))
-                .spawn_scoped(scope, move || out.run(spec, wrx, release, stats, stop));
+            let placement = spec
+                .placements
+                .get(per_output[out.output])
+                .cloned()
+                .unwrap_or_default();
+            per_output[out.output] += 1;
+            let name = format!("fengine-send{k}");
+            let placed_tx = placed_tx.clone();
+            let spawned =
+                std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn_scoped(scope, move || {
+                        let placed = placement.apply().map_err(|error| PipelineError::Placement {
+                            thread: name,
+                            error,
+                        });
+                        let ok = placed.is_ok();
+                        let _ = placed_tx.send(placed);
+                        // Dropped now, not as the thread ends: the starter reads until every sender is gone.
+                        drop(placed_tx);
+                        if ok {
+                            out.run(spec, wrx, release, stats, stop)
+                        }
+                    });
             match spawned {
                 Ok(_) => workers.push(tx),
                 Err(e) => {
                     stop.store(true, Relaxed);
                     return Err(PipelineError::SendThread(e));
                 }
+            }
+        }
+        drop(placed_tx);
+        for placed in placed_rx.iter() {
+            if let Err(e) = placed {
+                stop.store(true, Relaxed);
+                return Err(e);
             }
         }
         while let Some(work) = recv_until_stop(&rx, &stop) {
@@ -446,6 +479,42 @@ impl<K: DatagramSink> Transmitter<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::test_support::config;
+    use crate::pipeline::StageSpecs;
+    use placement::{CoreSet, ThreadView};
+
+    /// A send thread started with `--dst-affinity` at one core runs on that core alone, and the
+    /// stage goes on to send (and stops when asked) once every send thread has been placed.
+    #[test]
+    fn send_threads_run_where_the_flags_say() {
+        let core = *CoreSet::allowed().unwrap().cores().last().unwrap();
+        let cfg = config(&["--dst-affinity", &core.to_string(), "--send-threads", "1"]);
+        let specs = StageSpecs::new(&cfg).send;
+        let (sink, _source) = transport::loopback::pair(64);
+        let tx = Transmitter::new(&specs[0], 0, 0..specs[0].substreams(), sink);
+        let stats = Arc::new(Stats::for_config(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (_frames, frames_rx) = crossbeam_channel::bounded::<Work>(1);
+        let (free, _free_rx) = crossbeam_channel::bounded::<Work>(1);
+        let stage = {
+            let stop = stop.clone();
+            std::thread::spawn(move || run(vec![tx], &specs, frames_rx, free, stats, stop))
+        };
+        let mut seen = None;
+        for _ in 0..400 {
+            seen = ThreadView::named("fengine-send0").filter(|v| v.cores == CoreSet::one(core));
+            if seen.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Relaxed);
+        stage.join().unwrap().unwrap();
+        assert!(
+            seen.is_some(),
+            "fengine-send0 never ran on core {core} alone"
+        );
+    }
 
     #[test]
     fn heap_counters_do_not_collide() {

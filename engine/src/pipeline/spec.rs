@@ -11,7 +11,7 @@ use super::pair::PairSpec;
 use super::recv::RecvSpec;
 use super::send::SendSpec;
 use super::{max_pending, recv_window, FrameSpec};
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, StreamPlacement};
 
 /// Every stage's spec, from one configuration.
 #[derive(Clone, Debug)]
@@ -22,6 +22,8 @@ pub struct StageSpecs {
     pub compute: ComputeSpec,
     /// One per output, in the configuration's order.
     pub send: Vec<SendSpec>,
+    /// Where each stream thread runs (the send threads' are also in `send`).
+    pub placement: StreamPlacement,
 }
 
 impl StageSpecs {
@@ -91,8 +93,10 @@ impl StageSpecs {
                     fs: cfg.fs,
                     array_size: cfg.array_size,
                     feng_id: cfg.feng_id,
+                    placements: cfg.placement.send.get(k).cloned().unwrap_or_default(),
                 })
                 .collect(),
+            placement: cfg.placement.clone(),
         }
     }
 }

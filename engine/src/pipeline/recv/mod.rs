@@ -725,6 +725,7 @@ mod tests {
             whole.push(id);
         }
         assert_eq!(whole, [0, 1]);
+    }
 
     /// Lanes of polarisation 1 over `sources`, with buffers enough for every chunk of the tests
     /// and a window of `window` chunks.
