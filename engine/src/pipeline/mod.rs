@@ -333,25 +333,35 @@ impl Pipeline {
         drop(to_pair_tx);
         let pair = pair::Pair::new(&pair_spec, stats.clone(), stop.clone());
         let pair_placement = placement.pair.clone();
-        match spawn_watched(&mut watched, &stats, "fengine-pair", pair_placement, move || {
-            pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx])
-        }) {
+        match spawn_watched(
+            &mut watched,
+            &stats,
+            "fengine-pair",
+            pair_placement,
+            move || pair.run(to_pair_rx, free_rx, to_compute_tx, [ret0_tx, ret1_tx]),
+        ) {
             Ok(t) => threads.push(("pair", t)),
             Err(e) => return abort(&stop, threads, e),
         }
         let out_stats = stats.clone();
         let out_stop = stop.clone();
         let send_placement = placement.pair.clone();
-        match spawn_watched(&mut watched, &stats, "fengine-send", send_placement, move || {
-            send::run(
-                transmitters,
-                &send_specs,
-                to_send_rx,
-                free_tx,
-                out_stats,
-                out_stop,
-            )
-        }) {
+        match spawn_watched(
+            &mut watched,
+            &stats,
+            "fengine-send",
+            send_placement,
+            move || {
+                send::run(
+                    transmitters,
+                    &send_specs,
+                    to_send_rx,
+                    free_tx,
+                    out_stats,
+                    out_stop,
+                )
+            },
+        ) {
             Ok(t) => threads.push(("send", t)),
             Err(e) => return abort(&stop, threads, e),
         }
