@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use katcp_server::sensor::{float, now};
+pub use katcp_server::StartError;
 use katcp_server::{
     Answer, Config, Description, Handler, Reply, RequestHelp, SensorType, Sensors, Server, Status,
     Value,
@@ -30,22 +31,6 @@ pub const DEVICE_API: &str = "katgpucbf-dsim-1.0";
 
 /// How often the sensors are read from the status.
 const REFRESH: Duration = Duration::from_millis(500);
-
-/// Why the katcp front could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The address could not be bound.
-    #[error("cannot listen for katcp on {addr}: {source}.")]
-    Listen {
-        /// The address asked for (`--katcp`).
-        addr: SocketAddr,
-        /// Why not.
-        source: std::io::Error,
-    },
-    /// Its socket, runtime or thread could not be set up.
-    #[error("cannot start the katcp front: {0}.")]
-    Setup(std::io::Error),
-}
 
 /// dsim's own requests.
 struct Requests;
@@ -182,25 +167,5 @@ pub async fn serve(listener: tokio::net::TcpListener, c: Controller) {
 /// Binds `addr`, logs `katcp listening on ADDR:PORT`, and serves on a thread of its own until
 /// dsim finishes.
 pub fn start(addr: SocketAddr, c: Controller) -> Result<(SocketAddr, JoinHandle<()>), StartError> {
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
-    let local = listener.local_addr().map_err(StartError::Setup)?;
-    listener.set_nonblocking(true).map_err(StartError::Setup)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(StartError::Setup)?;
-    tracing::info!("katcp listening on {local}");
-    let handle = std::thread::Builder::new()
-        .name("dsim-katcp".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => serve(l, c).await,
-                    Err(e) => tracing::error!("katcp socket unusable: {e}"),
-                }
-            })
-        })
-        .map_err(StartError::Setup)?;
-    Ok((local, handle))
+    katcp_server::start_thread(addr, "dsim-katcp", move |l| serve(l, c))
 }

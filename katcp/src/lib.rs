@@ -13,8 +13,10 @@ pub mod message;
 pub mod sampling;
 pub mod sensor;
 pub mod server;
+mod thread;
 
 pub use message::{Kind, Message, ParseError};
 pub use sampling::{Strategy, StrategyError};
 pub use sensor::{Description, Reading, SensorError, SensorType, Sensors, Status, Value};
 pub use server::{Answer, Config, Handler, Reply, RequestHelp, Server};
+pub use thread::{start_thread, StartError};

@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use fgpu_api::engine::{DelayRequest, Gain, GainsRequest, PolDelaySpec};
+pub use katcp_server::StartError;
 use katcp_server::{Answer, Config, Handler, Reply, RequestHelp, Server};
 
 use super::Controller;
@@ -31,22 +32,6 @@ use text::{gain_values, parse_complex, ArgError};
 
 /// The katcp-device API this front follows: katgpucbf's fgpu requests and sensors, in part.
 pub const DEVICE_API: &str = "katgpucbf-fgpu-1.0";
-
-/// Why the katcp front could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The address could not be bound.
-    #[error("cannot listen for katcp on {addr}: {source}.")]
-    Listen {
-        /// The address asked for (`--katcp`).
-        addr: SocketAddr,
-        /// Why not.
-        source: std::io::Error,
-    },
-    /// Its socket, runtime or thread could not be set up.
-    #[error("cannot start the katcp front: {0}.")]
-    Setup(std::io::Error),
-}
 
 /// The engine's requests, answered through the controller.
 pub struct EngineRequests {
@@ -284,27 +269,7 @@ pub fn start(c: Arc<Controller>) -> Result<Option<(SocketAddr, JoinHandle<()>)>,
     let Some(addr) = c.config().katcp else {
         return Ok(None);
     };
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
-    let local = listener.local_addr().map_err(StartError::Setup)?;
-    listener.set_nonblocking(true).map_err(StartError::Setup)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(StartError::Setup)?;
-    tracing::info!("katcp listening on {local}");
-    let handle = std::thread::Builder::new()
-        .name("fengine-katcp".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => serve(l, c).await,
-                    Err(e) => tracing::error!("katcp socket unusable: {e}"),
-                }
-            })
-        })
-        .map_err(StartError::Setup)?;
-    Ok(Some((local, handle)))
+    katcp_server::start_thread(addr, "fengine-katcp", move |l| serve(l, c)).map(Some)
 }
 
 #[cfg(test)]
