@@ -2,7 +2,7 @@
 # Builds fgpu/dsim, fgpu/fengine and fgpu/harness (all :latest) with no registry:
 #   1. base images if missing (docker/make-base.sh)
 #   2. release binaries on the host (Rust is not available inside the images)
-#   3. a staging context with only those binaries and the probe (not the repo and its target/)
+#   3. a staging context with only those binaries and two scripts (not the repo and its target/)
 #   4. one `docker build --target` per image
 # Usage: docker/build.sh [--no-cuda]
 #   --no-cuda  engine image on fgpu-base: CPU backends only, skips the ~400 MB CUDA layer
@@ -47,7 +47,7 @@ ctx=$target_dir/docker-context
 rm -rf "$ctx"
 mkdir -p "$ctx/bin"
 install -m 0755 "$target_dir"/release/{dsim,fengine,harness} "$ctx/bin/"
-install -m 0755 docker/fgpu-probe "$ctx/"
+install -m 0755 docker/fgpu-probe docker/fgpu-antenna "$ctx/"
 echo "== staged $(du -sh "$ctx" | cut -f1) in $ctx"
 
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
