@@ -9,8 +9,8 @@ use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 use crate::spec::Signal;
 
 pub use crate::spec::{
-    ApplyUpdate, PolSignal, PolsRequest, SignalRules, SignalSpec, SignalUpdate, SignalsRequest, Tone,
-    MAX_DELAY_SAMPLES, MAX_TONES,
+    ApplyUpdate, PolSignal, PolsRequest, SignalRules, SignalSpec, SignalUpdate, SignalsRequest,
+    Tone, MAX_DELAY_SAMPLES, MAX_TONES,
 };
 
 /// A request or configuration that cannot be honoured; the text is one sentence for the user.

@@ -208,7 +208,7 @@ fn multicw_lines(e: &Expr, n: u64, rate: f64) -> Vec<(u64, f64)> {
         .into_iter()
         .filter(|&(_, a)| a != 0.0)
         .map(|(bin, a)| {
-            let edge = bin == 0 || (n % 2 == 0 && bin == half);
+            let edge = bin == 0 || (n.is_multiple_of(2) && bin == half);
             (bin, f64::from(a) * if edge { 1.0 } else { 2.0 })
         })
         .collect()
@@ -228,7 +228,7 @@ fn lines_chunk(lines: &[(u64, f64)], n: u64, offset: u64, out: &mut [f32]) {
         Complex64::new(c, s)
     };
     let mut acc = vec![0.0f64; len];
-    if n % len as u64 == 0 {
+    if n.is_multiple_of(len as u64) {
         let g = n / len as u64;
         let mut groups: BTreeMap<u64, Vec<(usize, f64)>> = BTreeMap::new();
         for &(j, a) in lines {
@@ -289,7 +289,7 @@ pub fn too_costly(e: &Expr, n: u64, rate: f64) -> Option<String> {
         Expr::MultiCw { m, .. } => {
             let chunk = n.min(CHUNK_SIZE);
             let lines = multicw_lines(e, n, rate).len() as u64;
-            (n % chunk != 0 && lines * chunk > DIRECT_WORK).then(|| {
+            (!n.is_multiple_of(chunk) && lines * chunk > DIRECT_WORK).then(|| {
                 format!(
                     "multicw({m}, ...) over a period of {n} samples is too much work; use a period that is a multiple of {CHUNK_SIZE} samples or a power of two."
                 )
@@ -344,7 +344,10 @@ pub fn sample_pol(e: &Expr, s: Sampling, q: Quantise, workers: usize) -> Vec<i16
                     .zip(&d)
                     .map(|(&v, &d)| (v * scale + d).clamp(-scale, scale).round_ties_even() as i16)
                     .collect();
-                parts.lock().unwrap_or_else(|e| e.into_inner()).push((c, out));
+                parts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((c, out));
             });
         }
     });

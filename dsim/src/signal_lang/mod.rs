@@ -8,7 +8,7 @@
 //! samples it: in float32 over one period (frequencies rounded to whole cycles per period,
 //! katgpucbf's chunks of 2^20 samples), quantised with katgpucbf's dither, drawn with numpy's
 //! generators from the dither seed. The result is sample for sample what katgpucbf's dsim sends,
-//! except `wgn`'s values ([`eval`] says why) and rare one-LSB differences in `multicw`.
+//! except `wgn`'s values ([`eval`] says why) and rare one-LSB differences in `cw` and `multicw`.
 //!
 //! [`parse`](parse::parse) reads the text into a [`Program`]; [`eval::sample_pol`] samples one
 //! polarisation into quantised samples.

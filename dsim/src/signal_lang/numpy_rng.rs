@@ -42,7 +42,9 @@ fn hashmix(value: u32, hash_const: &mut u32) -> u32 {
 }
 
 fn mix(x: u32, y: u32) -> u32 {
-    let r = MIX_MULT_L.wrapping_mul(x).wrapping_sub(MIX_MULT_R.wrapping_mul(y));
+    let r = MIX_MULT_L
+        .wrapping_mul(x)
+        .wrapping_sub(MIX_MULT_R.wrapping_mul(y));
     r ^ (r >> XSHIFT)
 }
 
@@ -196,13 +198,9 @@ mod tests {
         let u: Vec<f32> = (0..3).map(|_| c.next_f32()).collect();
         assert_eq!(u, NUMPY_UNIFORM_7_1);
     }
-}
 
-#[cfg(test)]
-const NUMPY_STATE_12345: [u32; 4] = [2688385916, 3048105090, 4196366895, 3152189807];
-#[cfg(test)]
-const NUMPY_PCG_12345: [u64; 2] = [4193609425186963869, 5843160025838961886];
-#[cfg(test)]
-const NUMPY_STATE_BIG: [u32; 4] = [1157132992, 2604139035, 89489123, 3811839316];
-#[cfg(test)]
-const NUMPY_UNIFORM_7_1: [f32; 3] = [0.681_396_1, 0.480_582, 0.399_028_42];
+    const NUMPY_STATE_12345: [u32; 4] = [2688385916, 3048105090, 4196366895, 3152189807];
+    const NUMPY_PCG_12345: [u64; 2] = [4193609425186963869, 5843160025838961886];
+    const NUMPY_STATE_BIG: [u32; 4] = [1157132992, 2604139035, 89489123, 3811839316];
+    const NUMPY_UNIFORM_7_1: [f32; 3] = [0.681_396_1, 0.480_582, 0.399_028_42];
+}

@@ -39,7 +39,12 @@ pub fn parse(text: &str, fresh_entropy: &mut dyn FnMut() -> u128) -> Result<Prog
             let e = p.expr()?;
             p.expect(b';', "';' after the expression")?;
             if p.vars.insert(name.clone(), e).is_some() {
-                return Err(p.fail_at(at, &format!("variable '{name}' is defined twice; a variable can be defined only once")));
+                return Err(p.fail_at(
+                    at,
+                    &format!(
+                        "variable '{name}' is defined twice; a variable can be defined only once"
+                    ),
+                ));
             }
         } else {
             let e = p.expr()?;
@@ -194,7 +199,31 @@ impl Parser<'_> {
         }
     }
 
-    /// A whole number: unsigned unless `signed`.
+    /// A whole number of 0 or more, up to 2^128 - 1 (numpy's entropy is 128 bits).
+    fn unsigned(&mut self, what: &str) -> Result<u128, LangError> {
+        self.skip_ws();
+        let at = self.pos;
+        let s = self.s;
+        let mut end = at;
+        while end < s.len() && s[end].is_ascii_digit() {
+            end += 1;
+        }
+        let fraction = matches!(s.get(end), Some(b'.' | b'e' | b'E'));
+        match std::str::from_utf8(&s[at..end])
+            .ok()
+            .and_then(|t| t.parse::<u128>().ok())
+        {
+            Some(v) if !fraction => {
+                self.pos = end;
+                Ok(v)
+            }
+            _ => Err(self.expected(&format!(
+                "a whole number of 0 or more (below 2^128) for {what}"
+            ))),
+        }
+    }
+
+    /// A whole number, signed.
     fn integer(&mut self, what: &str, signed: bool) -> Result<i128, LangError> {
         self.skip_ws();
         let at = self.pos;
@@ -203,7 +232,11 @@ impl Parser<'_> {
             Some(Num::Int(v)) if signed || !sign => Ok(v),
             _ => {
                 self.pos = at;
-                let kind = if signed { "a whole number" } else { "a whole number of 0 or more" };
+                let kind = if signed {
+                    "a whole number"
+                } else {
+                    "a whole number of 0 or more"
+                };
                 Err(self.expected(&format!("{kind} for {what}")))
             }
         }
@@ -235,7 +268,13 @@ impl Parser<'_> {
         Ok(left)
     }
 
-    fn combine(&self, op: Op, a: Arc<Expr>, b: Arc<Expr>, at: usize) -> Result<Arc<Expr>, LangError> {
+    fn combine(
+        &self,
+        op: Op,
+        a: Arc<Expr>,
+        b: Arc<Expr>,
+        at: usize,
+    ) -> Result<Arc<Expr>, LangError> {
         self.not_terminal(&a, at)?;
         self.not_terminal(&b, at)?;
         Ok(Arc::new(Expr::Binary(op, a, b)))
@@ -244,7 +283,10 @@ impl Parser<'_> {
     /// katgpucbf's rule: a `nodither` signal is whole; nothing may be built on it.
     fn not_terminal(&self, e: &Expr, at: usize) -> Result<(), LangError> {
         if let Expr::Nodither(_) = e {
-            Err(self.fail_at(at, &format!("signal '{e}' cannot be used in a larger expression")))
+            Err(self.fail_at(
+                at,
+                &format!("signal '{e}' cannot be used in a larger expression"),
+            ))
         } else {
             Ok(())
         }
@@ -266,7 +308,9 @@ impl Parser<'_> {
         }
         let start = self.pos;
         let Some(name) = self.ident() else {
-            return Err(self.expected("a signal (a number, a function such as cw(...), a variable or '(')"));
+            return Err(
+                self.expected("a signal (a number, a function such as cw(...), a variable or '(')")
+            );
         };
         if FUNCTIONS.contains(&name.as_str()) && self.peek() == Some(b'(') {
             self.pos += 1;
@@ -276,8 +320,15 @@ impl Parser<'_> {
         }
         match self.vars.get(&name) {
             Some(e) => Ok(e.clone()),
-            None if FUNCTIONS.contains(&name.as_str()) => Err(self.expected(&format!("'(' after {name}"))),
-            None => Err(self.fail_at(start, &format!("unknown variable '{name}' (a variable must be defined before it is used)"))),
+            None if FUNCTIONS.contains(&name.as_str()) => {
+                Err(self.expected(&format!("'(' after {name}")))
+            }
+            None => Err(self.fail_at(
+                start,
+                &format!(
+                    "unknown variable '{name}' (a variable must be defined before it is used)"
+                ),
+            )),
         }
     }
 
@@ -292,28 +343,46 @@ impl Parser<'_> {
                 self.comma(name)?;
                 let frequency = self.real("the frequency")?;
                 if name == "cw" {
-                    Expr::Cw { amplitude, frequency }
+                    Expr::Cw {
+                        amplitude,
+                        frequency,
+                    }
                 } else {
-                    Expr::Comb { amplitude, frequency }
+                    Expr::Comb {
+                        amplitude,
+                        frequency,
+                    }
                 }
             }
             "multicw" => {
-                let m = self.integer("the number of waves", false)?;
+                let m = self.unsigned("the number of waves")?;
                 let mut args = [0.0; 4];
-                for (a, what) in args.iter_mut().zip(["the first amplitude", "the amplitude step", "the first frequency", "the frequency step"]) {
+                for (a, what) in args.iter_mut().zip([
+                    "the first amplitude",
+                    "the amplitude step",
+                    "the first frequency",
+                    "the frequency step",
+                ]) {
                     self.comma(name)?;
                     *a = self.real(what)?;
                 }
                 let [amplitude0, amplitude_step, frequency0, frequency_step] = args;
-                let m = u32::try_from(m).map_err(|_| self.fail_at(start, &format!("multicw of {m} waves is too many")))?;
-                Expr::MultiCw { m, amplitude0, amplitude_step, frequency0, frequency_step }
+                let m = u32::try_from(m).map_err(|_| {
+                    self.fail_at(start, &format!("multicw of {m} waves is too many"))
+                })?;
+                Expr::MultiCw {
+                    m,
+                    amplitude0,
+                    amplitude_step,
+                    frequency0,
+                    frequency_step,
+                }
             }
             "wgn" => {
                 let std = self.real("the standard deviation")?;
                 let entropy = if self.peek() == Some(b',') {
                     self.pos += 1;
-                    let e = self.integer("the entropy", false)?;
-                    u128::try_from(e).map_err(|_| self.fail_at(start, "the entropy of wgn must be below 2^127"))?
+                    self.unsigned("the entropy")?
                 } else {
                     (self.fresh_entropy)()
                 };
@@ -325,7 +394,9 @@ impl Parser<'_> {
                 self.comma(name)?;
                 let at = self.pos;
                 let d = self.integer("the delay in samples", true)?;
-                let d = i64::try_from(d).map_err(|_| self.fail_at(at, &format!("a delay of {d} samples is too large")))?;
+                let d = i64::try_from(d).map_err(|_| {
+                    self.fail_at(at, &format!("a delay of {d} samples is too large"))
+                })?;
                 Expr::Delay(inner, d)
             }
             _ => {

@@ -38,11 +38,27 @@ fn every_term_reads_and_prints_as_katgpucbf_prints_it() {
 #[test]
 fn a_variable_shares_its_noise_and_a_wgn_without_entropy_gets_its_own() {
     let p = parse("n = wgn(0.1); n + cw(0.2, 5e7); n - wgn(0.1);").unwrap();
-    let Expr::Binary(_, a, _) = &*p.outputs[0] else { panic!() };
-    let Expr::Binary(_, b, c) = &*p.outputs[1] else { panic!() };
+    let Expr::Binary(_, a, _) = &*p.outputs[0] else {
+        panic!()
+    };
+    let Expr::Binary(_, b, c) = &*p.outputs[1] else {
+        panic!()
+    };
     assert!(Arc::ptr_eq(a, b));
-    assert_eq!(**a, Expr::Wgn { std: 0.1, entropy: 101 });
-    assert_eq!(**c, Expr::Wgn { std: 0.1, entropy: 102 });
+    assert_eq!(
+        **a,
+        Expr::Wgn {
+            std: 0.1,
+            entropy: 101
+        }
+    );
+    assert_eq!(
+        **c,
+        Expr::Wgn {
+            std: 0.1,
+            entropy: 102
+        }
+    );
 }
 
 #[test]
@@ -66,8 +82,8 @@ fn bad_specs_get_one_sentence_each() {
         ("a = nodither(1); delay(a, 2);", "signal 'nodither(1.0)' cannot be used in a larger expression."),
         ("nodither(nodither(1));", "cannot be used in a larger expression."),
         ("delay(cw(1, 2), 1.5);", "expected a whole number for the delay in samples, found '1.5);'."),
-        ("wgn(0.1, -3);", "expected a whole number of 0 or more for the entropy, found '-3);'."),
-        ("multicw(2.5, 1, 1, 1, 1);", "expected a whole number of 0 or more for the number of waves"),
+        ("wgn(0.1, -3);", "expected a whole number of 0 or more (below 2^128) for the entropy, found '-3);'."),
+        ("multicw(2.5, 1, 1, 1, 1);", "expected a whole number of 0 or more (below 2^128) for the number of waves"),
         ("multicw(99999999999, 1, 1, 1, 1);", "multicw of 99999999999 waves is too many."),
         ("cw(1, 1e999);", "the frequency is not a finite number."),
         ("1e999;", "a constant must be a finite number."),
@@ -77,7 +93,7 @@ fn bad_specs_get_one_sentence_each() {
         ("+;", "expected a signal (a number, a function such as cw(...), a variable or '('), found '+;'."),
         ("1 + ;", "at character 5: expected a signal"),
         ("1 ; ; ", "at character 5: expected a signal"),
-        ("wgn(0.1, 999999999999999999999999999999999999999999);", "expected a whole number of 0 or more for the entropy"),
+        ("wgn(0.1, 999999999999999999999999999999999999999999);", "expected a whole number of 0 or more (below 2^128) for the entropy"),
     ] {
         let e = parse(text).expect_err(text).0;
         assert!(e.contains(expect), "{text}: {e:?} should contain {expect:?}");
@@ -90,7 +106,10 @@ fn one_expression_stands_for_every_polarisation_and_other_counts_are_refused() {
     let p = Program::parse_for("cw(0.1, 1e8);", 2).unwrap();
     assert_eq!(p.outputs.len(), 2);
     let e = Program::parse_for("1; 2; 3;", 2).unwrap_err().0;
-    assert_eq!(e, "the spec gives 3 signals; it must give 1 or 2 (one per polarisation, each ended by ';').");
+    assert_eq!(
+        e,
+        "the spec gives 3 signals; it must give 1 or 2 (one per polarisation, each ended by ';')."
+    );
     assert!(Program::parse_for("", 2).is_err());
 }
 

@@ -16,9 +16,9 @@ async def main(port: int) -> None:
         spec = "n = wgn(0.05, 3); n + cw(0.1, 1e6); n;"
         (timestamp,), _ = await client.request("signals", spec, max_period // 2)
         timestamp = int(timestamp)
-        assert await client.sensor_value("signals-orig") == spec
+        assert await client.sensor_value("signals-orig", str) == spec
         canonical = "(wgn(0.05, 3) + cw(0.1, 1000000.0)); wgn(0.05, 3);"
-        assert await client.sensor_value("signals") == canonical, await client.sensor_value("signals")
+        assert await client.sensor_value("signals", str) == canonical, await client.sensor_value("signals", str)
         assert int(await client.sensor_value("period")) == max_period // 2
         assert int(await client.sensor_value("steady-state-timestamp")) == timestamp
         for bad, sentence in [
@@ -31,7 +31,7 @@ async def main(port: int) -> None:
                 assert str(e) == sentence, str(e)
             else:
                 raise AssertionError(f"{bad!r} was accepted")
-        assert await client.sensor_value("signals") == canonical
+        assert await client.sensor_value("signals", str) == canonical
         print("ok", timestamp)
     finally:
         client.close()
