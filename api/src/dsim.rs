@@ -131,13 +131,43 @@ pub struct PolsRequest {
     pub seed: Option<u64>,
 }
 
-/// What PUT /signal takes: the per-polarisation form when the body names `pol0` or `pol1`, else
-/// the older common form ([`SignalUpdate`]: tones common to both polarisations, independent noise).
+/// katgpucbf's signal language (PUT /signal naming `signals`, dsim's `--signals`, katcp
+/// `?signals`): one expression per polarisation, each ended by ';' (docs/signals.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalsRequest {
+    /// The spec, e.g. `"cw(0.5, 1e8); wgn(0.05);"`; a single expression serves both
+    /// polarisations.
+    pub signals: String,
+    /// Samples after which the signal repeats; it must divide the buffer (`max_period`). Left
+    /// out: the whole buffer.
+    #[serde(default)]
+    pub period: Option<u64>,
+}
+
+/// A signal in katgpucbf's language in force, as katgpucbf's dsim sensors show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalsStatus {
+    /// The spec as given (katgpucbf's `signals-orig`).
+    pub signals_orig: String,
+    /// The spec reproducibly written out, every `wgn` with its entropy (katgpucbf's `signals`).
+    pub signals: String,
+    /// Samples after which the signal repeats (katgpucbf's `period`).
+    pub period: u64,
+    /// The largest period allowed: the buffer (katgpucbf's `max-period`).
+    pub max_period: u64,
+}
+
+/// What PUT /signal takes: katgpucbf's language when the body names `signals`, the
+/// per-polarisation form when it names `pol0` or `pol1`, else the older common form
+/// ([`SignalUpdate`]: tones common to both polarisations, independent noise).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SignalRequest {
     /// A body naming `pol0` or `pol1`: each polarisation's signal given in full.
     Pols(PolsRequest),
+    /// A body naming `signals`: a spec in katgpucbf's language for both polarisations.
+    Signals(SignalsRequest),
     /// Any other body: applied to the latest common-form signal, which then rebuilds both
     /// polarisations.
     Common(SignalUpdate),
@@ -335,6 +365,10 @@ pub struct SignalStatus {
     pub seed: u64,
     /// Heap from which this signal is (or will be) sent.
     pub from_heap: u64,
+    /// The spec in katgpucbf's language, when the signal was given in it (then `pols` hold no
+    /// components and the spec is what is sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signals: Option<SignalsStatus>,
 }
 
 impl SignalStatus {

@@ -10,7 +10,7 @@ use crate::bench::BenchArgs;
 use crate::config::{self, BadRequest, Config, PolsRequest, SignalSpec, Tone};
 use crate::faults::{FaultRules, FaultsRequest};
 use crate::placement::{Affinity, PlacementRequest};
-use crate::spec::PolsError;
+use crate::spec::{PolsError, SignalsRequest};
 
 const ABOUT: &str = "Digitiser simulator: both polarisations of one digitiser as SPEAD streams \
 in the MeerKAT digitiser format, paced to the wall clock, controlled over HTTP while running.";
@@ -111,6 +111,9 @@ pub enum ValueError {
     /// A `--signal` that is not the per-polarisation form.
     #[error("not a per-polarisation signal ({{\"pol0\": {{\"components\": [...], \"delay\": ..., \"dither\": ...}}, \"pol1\": ..., \"seed\": ...}}): {0}")]
     Signal(PolsError),
+    /// A `--signals` spec that does not read (the parser's sentence).
+    #[error("{0}")]
+    Signals(crate::signal_lang::LangError),
     /// A `--faults` that is not a faults object.
     #[error("not a faults object: {0}")]
     FaultsJson(serde_json::Error),
@@ -151,6 +154,15 @@ fn parse_signal(s: &str) -> Result<PolsRequest, ValueError> {
         None => s.to_string(),
     };
     crate::spec::parse_pols(&text).map_err(ValueError::Signal)
+}
+
+/// A spec in katgpucbf's signal language, read now so that a bad one is refused at start.
+fn parse_signals(s: &str) -> Result<SignalsRequest, ValueError> {
+    crate::signal_lang::Program::parse_for(s, 2).map_err(ValueError::Signals)?;
+    Ok(SignalsRequest {
+        signals: s.into(),
+        period: None,
+    })
 }
 
 fn parse_faults(s: &str) -> Result<FaultsRequest, ValueError> {
@@ -210,6 +222,18 @@ pub struct RunArgs {
         conflicts_with_all = ["tones", "noise", "dither", "no_dither", "delay0", "delay1"]
     )]
     pub signal: Option<PolsRequest>,
+
+    /// The signal in katgpucbf's signal language (docs/signals.md), as katgpucbf's dsim takes
+    /// it: e.g. "cw(0.5, 1e8); wgn(0.05);", one expression per polarisation each ended by ';' (a
+    /// single one serves both). It repeats over the buffer; --seed is its dither seed. Instead
+    /// of the other signal flags.
+    #[arg(
+        long,
+        value_name = "SPEC",
+        value_parser = parse_signals,
+        conflicts_with_all = ["signal", "tones", "noise", "dither", "no_dither", "delay0", "delay1"]
+    )]
+    pub signals: Option<SignalsRequest>,
 
     /// A tone common to both polarisations: frequency in Hz (0 to rate/2; rounded to whole
     /// cycles per buffer) and amplitude as a fraction of full scale (1.0 = 2^(bits-1) counts).
@@ -403,6 +427,7 @@ impl RunArgs {
         c.max_late = self.max_late;
         c.catch_up_rate = self.catch_up_rate;
         c.signal_pols = self.signal.clone();
+        c.signals = self.signals.clone();
         c.placement = PlacementRequest {
             send: self.affinity.clone(),
             main: self.main_affinity.clone(),

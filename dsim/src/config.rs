@@ -9,8 +9,8 @@ use spead::transport::{Endpoint, MAX_UDP_PAYLOAD};
 use crate::spec::Signal;
 
 pub use crate::spec::{
-    ApplyUpdate, PolSignal, PolsRequest, SignalRules, SignalSpec, SignalUpdate, Tone,
-    MAX_DELAY_SAMPLES, MAX_TONES,
+    ApplyUpdate, PolSignal, PolsRequest, SignalRules, SignalSpec, SignalUpdate, SignalsRequest,
+    Tone, MAX_DELAY_SAMPLES, MAX_TONES,
 };
 
 /// A request or configuration that cannot be honoured; the text is one sentence for the user.
@@ -66,6 +66,9 @@ pub struct Config {
     /// The per-polarisation form (`--signal`), applied over `signal` at start: each polarisation
     /// it gives replaces what `signal` describes for it.
     pub signal_pols: Option<PolsRequest>,
+    /// A spec in katgpucbf's signal language (`--signals`) to start with, in place of the other
+    /// forms.
+    pub signals: Option<SignalsRequest>,
     /// Heaps in the repeating signal buffer (rounded up to whole send batches per thread).
     pub buffer_heaps: usize,
     /// Sender threads per polarisation; 0 picks from the rate.
@@ -110,6 +113,7 @@ impl Config {
             sample_bits: DEFAULT_SAMPLE_BITS,
             signal: SignalSpec::default(),
             signal_pols: None,
+            signals: None,
             buffer_heaps: DEFAULT_BUFFER_HEAPS,
             threads: 0,
             interface: None,

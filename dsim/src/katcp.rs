@@ -2,15 +2,19 @@
 //! aiokatcp clients, beside the HTTP front and over the same [`Controller`].
 //!
 //! - `?time`: the Unix time now on this host, seconds.
+//! - `?signals SPEC [PERIOD]`: puts a spec in katgpucbf's signal language in force (period in
+//!   samples, dividing `max-period`; left out, `max-period`) and replies with the first timestamp
+//!   that carries it; a bad spec or period fails with one sentence and changes nothing. The
+//!   signal is built before the reply, on this front's thread: other katcp clients wait that
+//!   long (HTTP does not).
 //! - the standard requests (`katcp-server`); `?halt` stops sending, as SIGTERM does.
 //! - sensors, named, typed and described as katgpucbf's dsim has them: `adc-sample-rate` (Hz, the
 //!   rate in force), `sample-bits`, `sync-time` (s, Unix time of timestamp 0),
 //!   `steady-state-timestamp` (the first timestamp of the signal in force: from there on heaps
-//!   reflect every change answered so far), `dither-seed`; read from the status every half
-//!   second.
-//!
-//! Not yet: `?signals SPEC [PERIOD]` and the `signals`, `signals-orig`, `period` and `max-period`
-//! sensors, which need katgpucbf's signal language; change the signal over HTTP (`PUT /signal`).
+//!   reflect every change answered so far), `dither-seed`, `signals` (the spec in force written
+//!   out reproducibly), `signals-orig` (as given), `period`, `max-period` (the buffer); read from
+//!   the status every half second, and at once after `?signals`. While the signal in force was
+//!   given in another form, `signals` and `signals-orig` are empty and `period` is the buffer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,34 +28,86 @@ use katcp_server::{
     Value,
 };
 
-use crate::Controller;
+use crate::spec::SignalsRequest;
+use crate::{Controller, SignalRequest};
 
-/// The katcp-device API this front follows: katgpucbf's dsim requests and sensors, in part.
+/// The katcp-device API this front follows: katgpucbf's dsim requests and sensors.
 pub const DEVICE_API: &str = "katgpucbf-dsim-1.0";
 
 /// How often the sensors are read from the status.
 const REFRESH: Duration = Duration::from_millis(500);
 
 /// dsim's own requests.
-struct Requests;
+struct Requests {
+    controller: Controller,
+    sensors: Sensors,
+}
 
 impl Handler for Requests {
     fn requests(&self) -> Vec<RequestHelp> {
-        vec![RequestHelp {
-            name: "time".into(),
-            help: "Return the current UNIX timestamp.\n?time: seconds, on this host's clock."
-                .into(),
-        }]
+        vec![
+            RequestHelp {
+                name: "time".into(),
+                help: "Return the current UNIX timestamp.\n?time: seconds, on this host's clock."
+                    .into(),
+            },
+            RequestHelp {
+                name: "signals".into(),
+                help: "Update the signals that are generated.\n?signals SPEC [PERIOD]: SPEC in katgpucbf's signal language, one expression per polarisation; PERIOD in samples, dividing max-period. Replies with the first timestamp that carries the new signals.".into(),
+            },
+        ]
     }
 
-    fn handle(&self, _name: &str, args: &[Vec<u8>]) -> Answer {
-        if !args.is_empty() {
-            return Err(format!(
-                "?time takes no arguments, not {} argument(s).",
-                args.len()
-            ));
+    fn handle(&self, name: &str, args: &[Vec<u8>]) -> Answer {
+        match name {
+            "signals" => self.signals(args),
+            _ => {
+                if !args.is_empty() {
+                    return Err(format!(
+                        "?time takes no arguments, not {} argument(s).",
+                        args.len()
+                    ));
+                }
+                Ok(Reply::with([float(now())]))
+            }
         }
-        Ok(Reply::with([float(now())]))
+    }
+}
+
+impl Requests {
+    fn signals(&self, args: &[Vec<u8>]) -> Answer {
+        let (spec, period) = match args {
+            [spec] => (spec, None),
+            [spec, period] => (spec, Some(period)),
+            _ => {
+                return Err(format!(
+                    "?signals takes a spec and optionally a period, not {} argument(s).",
+                    args.len()
+                ))
+            }
+        };
+        let signals = String::from_utf8(spec.clone())
+            .map_err(|_| "the spec is not UTF-8 text.".to_string())?;
+        let period = period
+            .map(|p| {
+                std::str::from_utf8(p)
+                    .ok()
+                    .and_then(|p| p.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "period '{}' is not a whole number of samples.",
+                            String::from_utf8_lossy(p)
+                        )
+                    })
+            })
+            .transpose()?;
+        let request = SignalRequest::Signals(SignalsRequest { signals, period });
+        let change = self
+            .controller
+            .set_signal(&request)
+            .map_err(|e| e.to_string())?;
+        refresh(&self.sensors, &self.controller);
+        Ok(Reply::with([change.from_timestamp.to_string()]))
     }
 }
 
@@ -107,7 +163,59 @@ fn sensors(c: &Controller) -> Sensors {
         ),
         Value::Text(st.signal.seed.to_string()),
     );
+    let [signals_orig, signals, period, max_period] = signal_readings(&st);
+    add(
+        Description::new(
+            "signals-orig",
+            SensorType::String,
+            "User-provided string used to define the signals",
+        ),
+        signals_orig,
+    );
+    add(
+        Description::new(
+            "signals",
+            SensorType::String,
+            "String reproducibly describing how the signals are generated",
+        ),
+        signals,
+    );
+    add(
+        Description::new(
+            "period",
+            SensorType::Integer,
+            "Number of samples after which the signals will be repeated",
+        ),
+        period,
+    );
+    add(
+        Description::new(
+            "max-period",
+            SensorType::Integer,
+            "Maximum period that may be passed to ?signals",
+        ),
+        max_period,
+    );
     s
+}
+
+/// `signals-orig`, `signals`, `period` and `max-period` from the status.
+fn signal_readings(st: &crate::Status) -> [Value; 4] {
+    let buffer = (st.buffer_heaps * st.heap_samples) as i64;
+    match &st.signal.signals {
+        Some(l) => [
+            Value::Text(l.signals_orig.clone()),
+            Value::Text(l.signals.clone()),
+            Value::Integer(l.period as i64),
+            Value::Integer(l.max_period as i64),
+        ],
+        None => [
+            Value::Text(String::new()),
+            Value::Text(String::new()),
+            Value::Integer(buffer),
+            Value::Integer(buffer),
+        ],
+    }
 }
 
 /// The first timestamp of the signal in force.
@@ -118,7 +226,12 @@ fn steady_state(st: &crate::Status) -> i64 {
 /// Sets each sensor whose value changed.
 fn refresh(s: &Sensors, c: &Controller) {
     let st = c.status();
+    let [signals_orig, signals, period, max_period] = signal_readings(&st);
     for (name, v) in [
+        ("signals-orig", signals_orig),
+        ("signals", signals),
+        ("period", period),
+        ("max-period", max_period),
         ("adc-sample-rate", Value::Float(st.rate)),
         ("sample-bits", Value::Integer(i64::from(st.sample_bits))),
         ("sync-time", Value::Float(st.sync_time)),
@@ -139,7 +252,11 @@ pub async fn serve(listener: tokio::net::TcpListener, c: Controller) {
     let halt = c.clone();
     let mut cfg = Config::new(DEVICE_API, concat!("dsim-", env!("CARGO_PKG_VERSION")));
     cfg.max_line = 1 << 16;
-    let server = Server::new(cfg, s.clone(), Arc::new(Requests), move || {
+    let requests = Requests {
+        controller: c.clone(),
+        sensors: s.clone(),
+    };
+    let server = Server::new(cfg, s.clone(), Arc::new(requests), move || {
         tracing::info!("katcp ?halt: stopping");
         halt.request_stop();
     });

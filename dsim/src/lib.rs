@@ -31,6 +31,7 @@ pub mod placement;
 pub mod schedule;
 pub mod sender;
 pub mod signal;
+pub mod signal_lang;
 pub mod spec;
 pub mod state;
 pub mod status;
@@ -91,7 +92,12 @@ impl Dsim {
         }
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let built = Instant::now();
-        let signal = config.start_signal();
+        let mut signal = config.start_signal();
+        if let Some(req) = &config.signals {
+            let lang = spec::read_signals(req, layouts[0].period(), config.rate)
+                .map_err(|e| anyhow::anyhow!("--signals: {e}"))?;
+            signal = signal.with_lang(lang);
+        }
         let generators: Vec<Generator> = (0..2)
             .map(|p| {
                 Generator::new(
@@ -201,6 +207,7 @@ impl Dsim {
                 signal,
                 rate: config.rate,
                 from_heap: first_heap,
+                max_period: layouts[0].period(),
             }),
             signal_busy: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -479,7 +486,9 @@ impl Controller {
         let _one_at_a_time = s.signal_busy.lock().unwrap_or_else(|e| e.into_inner());
         let current = s.signal.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let rate = s.schedule.load().latest_rate();
-        let (signal, common) = spec::resolve(request, &current.signal, &current.common, rate)?;
+        let max_period = s.pols[0].layout.period();
+        let (signal, common) =
+            spec::resolve(request, &current.signal, &current.common, rate, max_period)?;
         self.ensure_running()?;
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let mut freqs: [Vec<f64>; 2] = Default::default();
@@ -519,6 +528,7 @@ impl Controller {
             tone_frequencies: freqs,
             rate,
             from_heap: k,
+            max_period,
         };
         *s.signal.lock().unwrap_or_else(|e| e.into_inner()) = state.clone();
         tracing::info!(from_heap = k, signal = ?state.signal, "signal changed");

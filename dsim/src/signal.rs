@@ -22,12 +22,14 @@
 //! Delay: pol p emits x(t + delay) (docs/signal-path.md), for every component.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use rustfft::num_complex::Complex64;
 
+use crate::signal_lang::{eval, LangSignal};
 use crate::spec::{Component, PolSignal, Signal};
 
 /// Half the taps of the fractional-delay interpolator: it reads 2 x this + 1 samples.
@@ -82,6 +84,9 @@ pub struct Generator {
     dither: bool,
     seed: u64,
     pol: usize,
+    /// A spec in katgpucbf's language, sampled over its period (which divides the buffer):
+    /// buffer sample t is `table[t mod len]`.
+    table: Option<Arc<Vec<i16>>>,
 }
 
 /// Whole cycles per `period` samples nearest to `frequency` Hz at `rate` samples/s.
@@ -136,6 +141,10 @@ impl Generator {
             "the period is whole heaps"
         );
         let scale = full_scale(bits);
+        let table = signal
+            .lang
+            .as_ref()
+            .map(|lang| Arc::new(lang_table(lang, rate, pol, bits, signal.seed, period)));
         let own = &signal.pols[pol];
         let lines: Vec<Line> = tones_of(own)
             .into_iter()
@@ -171,6 +180,7 @@ impl Generator {
             dither: own.dither,
             seed: signal.seed,
             pol,
+            table,
         }
     }
 
@@ -245,6 +255,9 @@ impl Generator {
         let out = &mut out[..n];
         let heaps = self.period / self.heap_samples as u64;
         let h = h % heaps;
+        if let Some(table) = &self.table {
+            return copy_table(table, h * self.heap_samples as u64, self.bits, out);
+        }
         let mut acc = std::mem::take(&mut scratch.acc);
         acc.resize(self.heap_samples, 0.0);
         self.analog_with(h * self.heap_samples as u64, &mut acc, scratch);
@@ -266,6 +279,60 @@ impl Generator {
         scratch.acc = acc;
         saturated
     }
+}
+
+/// Samples pol `pol` of a spec in katgpucbf's language over its period, as katgpucbf does; its
+/// rule that all-zero constants send zeros (its reserved heap set, no dither) included.
+fn lang_table(
+    lang: &LangSignal,
+    rate: f64,
+    pol: usize,
+    bits: u32,
+    seed: u64,
+    buffer: u64,
+) -> Vec<i16> {
+    let silent = lang
+        .program
+        .outputs
+        .iter()
+        .all(|e| matches!(**e, crate::signal_lang::Expr::Constant(v) if v == 0.0));
+    if silent {
+        return vec![0; lang.period as usize];
+    }
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    eval::sample_pol(
+        &lang.program.outputs[pol],
+        eval::Sampling {
+            n: lang.period,
+            rate,
+        },
+        eval::Quantise {
+            bits,
+            dither_seed: seed,
+            pol,
+            buffer,
+        },
+        workers,
+    )
+}
+
+/// Samples [t0, t0 + out.len()) of a repeating table into `out`; returns how many are at full
+/// scale.
+fn copy_table(table: &[i16], t0: u64, bits: u32, out: &mut [i16]) -> u32 {
+    let hi = spead::samples::range(bits).1;
+    let mut i = (t0 % table.len() as u64) as usize;
+    let mut saturated = 0;
+    for o in out.iter_mut() {
+        *o = table[i];
+        if i64::from(*o).abs() >= i64::from(hi) {
+            saturated += 1;
+        }
+        i += 1;
+        if i == table.len() {
+            i = 0;
+        }
+    }
+    saturated
 }
 
 /// Splits the tones into groups that share a residue (cycles mod heaps per period) and are worth
@@ -506,6 +573,7 @@ mod tests {
         Signal {
             pols: [pol(delays[0]), pol(delays[1])],
             seed: 5,
+            lang: None,
         }
     }
 
@@ -802,6 +870,7 @@ mod tests {
                 },
             ],
             seed: 1,
+            lang: None,
         };
         let (hs, period) = (1024, 16 * 1024);
         let a = samples(&Generator::new(&s, 1e8, 0, hs, 12, period), 16, hs);

@@ -11,15 +11,23 @@
 //!   both polarisations, the noise a noise component per polarisation with a seed derived from the
 //!   signal's seed and the polarisation (so the two are independent), `delays[p]` pol p's delay.
 //!
-//! A PUT body is told apart by its keys ([`parse_request`]), so that a mistake in either form is
+//! A third form is katgpucbf's signal language ([`SignalsRequest`], `--signals`, PUT /signal
+//! naming `signals`, katcp `?signals`): its spec is evaluated on its own
+//! ([`crate::signal_lang`]), and while it is in force the polarisations hold no components.
+//!
+//! A PUT body is told apart by its keys ([`parse_request`]), so that a mistake in any form is
 //! reported as a mistake in that form.
+
+use std::sync::Arc;
 
 use fgpu_api::dsim::SignalRequest;
 pub use fgpu_api::dsim::{
     Component, PolSignal, PolSignalStatus, PolsRequest, SignalSpec, SignalStatus, SignalUpdate,
-    Tone,
+    SignalsRequest, SignalsStatus, Tone,
 };
 use serde::de::DeserializeOwned;
+
+use crate::signal_lang::{eval, LangError, LangSignal, Program};
 
 use crate::config::{ensure, BadRequest};
 use crate::signal::mix;
@@ -35,11 +43,13 @@ pub const MAX_COMPONENTS: usize = 64;
 pub const MAX_COMB: usize = 4096;
 
 /// The signal in force: one [`PolSignal`] per polarisation, and the seed of the dither (and of
-/// the random faults).
+/// the random faults); or a spec in katgpucbf's language, which then replaces the polarisations'
+/// components.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Signal {
     pub pols: [PolSignal; 2],
     pub seed: u64,
+    pub lang: Option<Arc<LangSignal>>,
 }
 
 /// The seed of polarisation `pol`'s noise when the signal is given in the common form: derived
@@ -80,12 +90,29 @@ impl Signal {
         Self {
             pols: [pol(0), pol(1)],
             seed: spec.seed,
+            lang: None,
         }
     }
 
-    /// This signal with the polarisations (and seed) a per-polarisation request gives replaced.
+    /// A spec in katgpucbf's language in force with this signal's seed (its dither seed).
+    pub fn with_lang(&self, lang: LangSignal) -> Self {
+        let silent = PolSignal {
+            components: Vec::new(),
+            delay: 0.0,
+            dither: true,
+        };
+        Self {
+            pols: [silent.clone(), silent],
+            seed: self.seed,
+            lang: Some(Arc::new(lang)),
+        }
+    }
+
+    /// This signal with the polarisations (and seed) a per-polarisation request gives replaced
+    /// (a spec in katgpucbf's language in force is dropped: the other polarisation is silent).
     pub fn with(&self, req: &PolsRequest) -> Self {
         let mut s = self.clone();
+        s.lang = None;
         for (p, given) in [&req.pol0, &req.pol1].into_iter().enumerate() {
             if let Some(given) = given {
                 s.pols[p] = given.clone();
@@ -112,8 +139,51 @@ impl Signal {
                 .collect(),
             seed: self.seed,
             from_heap,
+            signals: None,
         }
     }
+
+    /// The status of this signal with `max_period`, the buffer, for a spec in katgpucbf's
+    /// language.
+    pub fn status_with(
+        &self,
+        tone_frequencies: [Vec<f64>; 2],
+        from_heap: u64,
+        max_period: u64,
+    ) -> SignalStatus {
+        let mut st = self.status(tone_frequencies, from_heap);
+        st.signals = self.lang.as_ref().map(|l| SignalsStatus {
+            signals_orig: l.program.source.clone(),
+            signals: l.program.canonical(),
+            period: l.period,
+            max_period,
+        });
+        st
+    }
+}
+
+/// Reads a spec in katgpucbf's language for both polarisations, with its period checked against
+/// the buffer (`max_period` samples) and its cost against `rate`. The error is one sentence.
+pub fn read_signals(
+    req: &SignalsRequest,
+    max_period: u64,
+    rate: f64,
+) -> Result<LangSignal, LangError> {
+    let program = Program::parse_for(&req.signals, 2)?;
+    let period = req.period.unwrap_or(max_period);
+    if period == 0 || !max_period.is_multiple_of(period) {
+        return Err(LangError(format!(
+            "period {period} does not divide the buffer of {max_period} samples (max-period)."
+        )));
+    }
+    if let Some(e) = program
+        .outputs
+        .iter()
+        .find_map(|e| eval::too_costly(e, period, rate))
+    {
+        return Err(LangError(e));
+    }
+    Ok(LangSignal { program, period })
 }
 
 /// dsim's rules for the signal types it shares through [`fgpu_api::dsim`].
@@ -292,8 +362,13 @@ pub fn resolve(
     current: &Signal,
     common: &SignalSpec,
     rate: f64,
+    max_period: u64,
 ) -> Result<(Signal, SignalSpec), BadRequest> {
     match request {
+        SignalRequest::Signals(req) => {
+            let lang = read_signals(req, max_period, rate).map_err(|e| BadRequest(e.0))?;
+            Ok((current.with_lang(lang), common.clone()))
+        }
         SignalRequest::Common(update) => {
             let common = update.apply_to(common);
             common.validate(rate)?;
@@ -324,7 +399,7 @@ pub enum SignalBodyError {
     #[error("the body is not JSON: {0}.")]
     NotJson(serde_json::Error),
     /// JSON, but not an object.
-    #[error("the body is not a JSON object: give the per-polarisation form {{\"pol0\": ..., \"pol1\": ...}} or the common form {{\"tones\": ..., \"noise\": ...}}.")]
+    #[error("the body is not a JSON object: give the per-polarisation form {{\"pol0\": ..., \"pol1\": ...}}, the common form {{\"tones\": ..., \"noise\": ...}} or katgpucbf's language {{\"signals\": \"...\"}}.")]
     NotObject,
     /// An object naming `pol0` or `pol1` with a field that does not read.
     #[error("the body names pol0 or pol1, so it was read as the per-polarisation form, and {0}.")]
@@ -332,6 +407,12 @@ pub enum SignalBodyError {
     /// An object naming neither with a field that does not read.
     #[error("the body names neither pol0 nor pol1, so it was read as the common form, and {0}.")]
     Common(FieldError),
+    /// An object naming `signals` with a field that does not read.
+    #[error("the body names signals, so it was read as katgpucbf's signal language, and {0}.")]
+    Signals(FieldError),
+    /// A spec in katgpucbf's language that does not read (the parser's sentence).
+    #[error("{0}")]
+    Spec(LangError),
 }
 
 /// Why a per-polarisation signal (`--signal`) cannot be read.
@@ -369,8 +450,9 @@ fn read<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, FieldError> 
     })
 }
 
-/// Reads a PUT /signal body: the per-polarisation form when the object names `pol0` or `pol1`,
-/// else the common form. The error, one sentence, says which form the body was read as and
+/// Reads a PUT /signal body: katgpucbf's language when the object names `signals` (its spec read
+/// here, so that a bad spec is refused as a bad body), the per-polarisation form when it names
+/// `pol0` or `pol1`, else the common form. The error, one sentence, says which form the body was read as and
 /// which field is wrong (rather than serde's "did not match any variant").
 pub fn parse_request(body: &[u8]) -> Result<SignalRequest, SignalBodyError> {
     let value: serde_json::Value =
@@ -378,7 +460,11 @@ pub fn parse_request(body: &[u8]) -> Result<SignalRequest, SignalBodyError> {
     let serde_json::Value::Object(map) = &value else {
         return Err(SignalBodyError::NotObject);
     };
-    if map.contains_key("pol0") || map.contains_key("pol1") {
+    if map.contains_key("signals") {
+        let req: SignalsRequest = read(value).map_err(SignalBodyError::Signals)?;
+        Program::parse_for(&req.signals, 2).map_err(SignalBodyError::Spec)?;
+        Ok(SignalRequest::Signals(req))
+    } else if map.contains_key("pol0") || map.contains_key("pol1") {
         read(value)
             .map(SignalRequest::Pols)
             .map_err(SignalBodyError::Pols)

@@ -152,12 +152,17 @@ pub struct SignalState {
     /// The sample rate the frequencies were converted with.
     pub rate: f64,
     pub from_heap: u64,
+    /// The buffer in samples: the longest period a spec in katgpucbf's language may have.
+    pub max_period: u64,
 }
 
 impl SignalState {
     pub fn status(&self) -> SignalStatus {
-        self.signal
-            .status(self.tone_frequencies.clone(), self.from_heap)
+        self.signal.status_with(
+            self.tone_frequencies.clone(),
+            self.from_heap,
+            self.max_period,
+        )
     }
 }
 

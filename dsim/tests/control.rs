@@ -604,3 +604,86 @@ fn the_token_guards_changes_and_leaves_reads_open() {
     d.stop();
     drop(cap.finish(Duration::from_millis(50)));
 }
+
+#[test]
+fn put_signal_takes_katgpucbfs_language_and_refuses_a_bad_spec_with_400() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let cap = Capture::start([1, 1]);
+    let d = start(&cap, 2e7, None);
+    std::thread::sleep(Duration::from_millis(150));
+    let before = call(&d, "GET", "/signal", None).body;
+    for (body, status, sentence) in [
+        (
+            r#"{"signals": "nodither(0.2)"}"#,
+            400,
+            "at character 14: expected ';' after the expression, found the end of the spec.",
+        ),
+        (
+            r#"{"signals": "cw(0.1, 1e6); cw(0.1, 1e6); 1;"}"#,
+            400,
+            "the spec gives 3 signals; it must give 1 or 2 (one per polarisation, each ended by ';').",
+        ),
+        (
+            r#"{"signals": "nodither(1) * 2;"}"#,
+            400,
+            "at character 13: signal 'nodither(1.0)' cannot be used in a larger expression.",
+        ),
+        (
+            r#"{"signals": "0.1;", "perod": 3}"#,
+            400,
+            "the body names signals, so it was read as katgpucbf's signal language, and unknown field `perod`",
+        ),
+        (
+            r#"{"signals": "0.1;", "period": 5}"#,
+            422,
+            "period 5 does not divide the buffer of",
+        ),
+    ] {
+        let r = call(&d, "PUT", "/signal", Some(body));
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        let e = r.json()["error"].as_str().unwrap().to_string();
+        assert!(e.contains(sentence), "{body}: {e:?}");
+        assert!(e.ends_with('.'), "{e:?}");
+    }
+    assert_eq!(call(&d, "GET", "/signal", None).body, before);
+
+    let spec = "nodither(0.2); nodither(-0.4);";
+    let r = call(
+        &d,
+        "PUT",
+        "/signal",
+        Some(&json!({ "signals": spec }).to_string()),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    let k = reply["from_heap"].as_u64().unwrap();
+    let lang = &reply["signal"]["signals"];
+    assert_eq!(lang["signals_orig"], spec);
+    assert_eq!(lang["signals"], spec);
+    let buffer = lang["max_period"].as_u64().unwrap();
+    assert_eq!(lang["period"].as_u64().unwrap(), buffer);
+    assert_eq!(call(&d, "GET", "/signal", None).json()["signals"], *lang);
+    while d
+        .status()
+        .pols
+        .iter()
+        .any(|p| p.timestamp.unwrap_or(0) < (k + 20) * HS)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d.stop();
+    let got = cap.finish(Duration::from_millis(200));
+    // 0.2 and -0.4 of 511 counts, rounded half to even without dither.
+    for (arrivals, want) in got.iter().zip([102, -204]) {
+        let (heaps, _) = decode(arrivals, 10);
+        let after: Vec<_> = heaps.iter().filter(|h| h.heap_cnt >= k).collect();
+        assert!(after.len() >= 10);
+        for h in after {
+            assert!(
+                h.samples().iter().all(|&s| s == want),
+                "heap {} is not {want}",
+                h.heap_cnt
+            );
+        }
+    }
+}
