@@ -178,6 +178,11 @@ pub struct LaneStalls {
     /// The newest digitiser timestamp the lane had placed when the gap began (null before the
     /// first gap).
     pub longest_gap_timestamp: Option<u64>,
+    /// How far behind the lane's newest heap its latest heap arrived, in seconds of stream time:
+    /// heaps it kept and heaps too old for its window (up to 2 s behind). A receive window
+    /// (`recv_window`) shorter than this lost heaps. Never reset.
+    #[serde(default)]
+    pub latest_heap_s: f64,
     /// What the scheduler took from the lane; null where the kernel keeps no statistics.
     pub sched: Option<SchedWaits>,
 }

@@ -373,6 +373,14 @@ fn stalls(enc: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
             .iter()
             .map(|(l, s)| (l.clone(), seconds(&s.longest_gap_ns))),
     )?;
+    gauges(
+        enc,
+        "fengine_input_latest_heap_seconds",
+        "How far behind its receive thread's newest heap the latest heap arrived (stream time; a receive window shorter than this lost heaps).",
+        lanes
+            .iter()
+            .map(|(l, s)| (l.clone(), seconds(&s.latest_heap_ns))),
+    )?;
     // Only threads the kernel keeps scheduler statistics for.
     let known = |w: &ThreadWaits| w.known.load(Relaxed);
     counters(

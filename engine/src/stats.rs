@@ -197,6 +197,8 @@ pub struct LaneStalls {
     pub longest_gap_ns: AtomicU64,
     pub longest_gap_unix_ns: AtomicU64,
     pub longest_gap_timestamp: AtomicU64,
+    /// How far behind its lane's newest heap the latest heap arrived, in ns of stream time.
+    pub latest_heap_ns: AtomicU64,
     pub waits: ThreadWaits,
 }
 
@@ -211,6 +213,16 @@ impl LaneStalls {
             self.longest_gap_unix_ns.store(unix_ns(), Relaxed);
             self.longest_gap_timestamp
                 .store(timestamp.unwrap_or(0), Relaxed);
+        }
+    }
+
+    /// The lane's latest heap so far arrived `late` behind the lane's newest: kept if later than
+    /// any before. Called by the lane once per round that received.
+    #[inline]
+    pub fn lateness(&self, late: std::time::Duration) {
+        let ns = late.as_nanos() as u64;
+        if ns > self.latest_heap_ns.load(Relaxed) {
+            self.latest_heap_ns.store(ns, Relaxed);
         }
     }
 }

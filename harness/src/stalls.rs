@@ -36,6 +36,10 @@ pub struct StallReport {
     /// The receive window (s): a receive thread away from its sockets longer than the socket
     /// buffers hold loses data whatever the window.
     pub recv_window_s: Option<f64>,
+    /// The latest heap of any receive thread: how far behind its thread's newest heap it
+    /// arrived (stream time). A window shorter than this lost heaps as too old.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub latest_heap: Option<Stall>,
 }
 
 impl StallReport {
@@ -83,6 +87,20 @@ impl StallReport {
         let around = largest(&mut waits.iter().filter(near));
         let wait_near_gap = around.is_some();
         let largest_wait = around.or_else(|| largest(&mut waits.iter()));
+        let latest_heap = s
+            .input
+            .pols
+            .iter()
+            .flat_map(|p| {
+                p.lanes.iter().map(move |l| Stall {
+                    thread: lane(p.pol, l.lane),
+                    seconds: l.latest_heap_s,
+                    unix_time: None,
+                    interval_s: None,
+                })
+            })
+            .filter(|l| l.seconds > 0.0)
+            .max_by(|a, b| a.seconds.total_cmp(&b.seconds));
         if longest_gap.is_none() && largest_wait.is_none() && s.input.recv_window.is_none() {
             return None;
         }
@@ -91,6 +109,7 @@ impl StallReport {
             largest_wait,
             wait_near_gap,
             recv_window_s: s.input.recv_window.as_ref().map(|w| w.seconds),
+            latest_heap,
         })
     }
 
@@ -117,6 +136,13 @@ impl StallReport {
                 w.thread,
                 w.interval_s.map_or("-".into(), ms),
                 at(w.unix_time)
+            ));
+        }
+        if let Some(l) = &self.latest_heap {
+            parts.push(format!(
+                "latest heap {} behind on {}",
+                ms(l.seconds),
+                l.thread
             ));
         }
         if let Some(r) = self.recv_window_s {
@@ -172,6 +198,7 @@ mod tests {
             longest_gap_s: gap,
             longest_gap_unix_time: Some(at),
             longest_gap_timestamp: Some(1 << 30),
+            latest_heap_s: gap / 4.0,
             sched: sched(w, w_at),
         };
         let json = serde_json::json!({
@@ -227,7 +254,7 @@ mod tests {
             r.line(),
             "longest receive gap 231 ms on fengine-recv1.0 at 13:55:03.2 UTC; around it, the \
              largest scheduler wait 190 ms on fengine-recv1.0 (in 100 ms) at 13:55:03.2 UTC; \
-             receive window 100 ms"
+             latest heap 58 ms behind on fengine-recv1.0; receive window 100 ms"
         );
         // Without a gap near it, the largest wait anywhere.
         let mut s = status();

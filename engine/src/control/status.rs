@@ -185,6 +185,7 @@ fn lane(i: usize, l: &st::LaneStalls) -> LaneStalls {
         longest_gap_s: seconds(&l.longest_gap_ns),
         longest_gap_unix_time: when,
         longest_gap_timestamp: when.map(|_| l.longest_gap_timestamp.load(Relaxed)),
+        latest_heap_s: seconds(&l.latest_heap_ns),
         sched: sched(&l.waits),
     }
 }

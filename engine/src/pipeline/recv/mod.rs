@@ -356,6 +356,7 @@ impl<S: DatagramSource> Lane<S> {
                 self.take_batch(source);
             }
         }
+        self.stalls.lateness(self.placer.latest_late());
     }
 
     /// Places every datagram of a source's last batch.
@@ -846,19 +847,28 @@ mod tests {
 
     /// After a stall, each of a lane's sockets holds a backlog of interleaved heaps. Drained one
     /// socket at a time, the first socket's batches carry the smallest window past the second's
-    /// older heaps; a window longer than the skew keeps them all.
+    /// older heaps; a window longer than the skew keeps them all. Either way the lane's latest
+    /// heap measures the skew: 8 batches of 8 heaps of one socket, 125 heaps of the stream, 7.8
+    /// chunks of 16.
     #[test]
     fn a_backlog_on_several_sockets_needs_a_window_longer_than_the_skew() {
+        let cfg = config();
+        let chunk_s = cfg.chunk_seconds();
         for (window, lost) in [(RECV_WINDOW_MIN, true), (10, false)] {
-            let (too_old, received) = backlog(window);
+            let (too_old, received, latest) = backlog(window);
             assert_eq!(too_old > 0, lost, "window {window}: {too_old} too old");
             assert_eq!(too_old + received, 20 * 16);
+            let chunks = latest.as_secs_f64() / chunk_s;
+            assert!(
+                (7.7..7.9).contains(&chunks),
+                "latest heap {chunks} chunks behind"
+            );
         }
     }
 
     /// Drains a backlog of 20 chunks of 16 heaps spread over two sockets (8 heaps a batch) with
-    /// a window of `window` chunks: (heaps too old, heaps received).
-    fn backlog(window: usize) -> (u64, u64) {
+    /// a window of `window` chunks: (heaps too old, heaps received, the latest heap's lateness).
+    fn backlog(window: usize) -> (u64, u64, Duration) {
         let cfg = config();
         let stats = Arc::new(Stats::for_config(&cfg));
         let stop = Arc::new(AtomicBool::new(false));
@@ -887,6 +897,8 @@ mod tests {
             lane.report();
         }
         let ps = &stats.pols[1];
-        (ps.rejects.get(Reject::TooOld), ps.heaps_received())
+        let l = &ps.lanes.get().expect("lanes registered")[0];
+        let latest = Duration::from_nanos(l.latest_heap_ns.load(Ordering::Relaxed));
+        (ps.rejects.get(Reject::TooOld), ps.heaps_received(), latest)
     }
 }

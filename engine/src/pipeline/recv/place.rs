@@ -54,7 +54,14 @@ pub(super) struct Placer {
     candidate: Option<(u64, u32)>,
     /// Time of the current receive batch.
     pub now: Instant,
+    /// The furthest behind the newest timestamp any heap arrived, in samples: accepted heaps, and
+    /// heaps too old for the window by less than [`LATE_TRACKED`] (further behind is another
+    /// stream, not a late heap of this one).
+    pub latest: u64,
 }
+
+/// Lateness beyond which a too-old heap does not count towards [`Placer::latest`], in seconds.
+const LATE_TRACKED: f64 = 2.0;
 
 impl Placer {
     /// `window`: chunks the receive window holds; a heap further behind the newest is too old.
@@ -69,7 +76,13 @@ impl Placer {
             last_fit: Instant::now(),
             candidate: None,
             now: Instant::now(),
+            latest: 0,
         }
+    }
+
+    /// [`Placer::latest`] as stream time.
+    pub(super) fn latest_late(&self) -> Duration {
+        Duration::from_secs_f64(self.latest as f64 / self.fs.max(1.0))
     }
 
     /// Newest timestamp accepted.
@@ -94,6 +107,10 @@ impl Placer {
         let expected = n.ts as f64 + elapsed * self.fs;
         let ahead = ts as f64 > expected + self.tolerance;
         let behind = at.chunk.saturating_add(self.window) < n.ts / self.chunk_samples;
+        let late = n.ts.saturating_sub(ts);
+        if late > self.latest && (!behind || (late as f64) < LATE_TRACKED * self.fs) {
+            self.latest = late;
+        }
         if !(ahead || behind) {
             self.candidate = None;
             self.last_fit = self.now;
