@@ -252,6 +252,9 @@ pub enum OutputKind {
     /// A band fs/(2D) wide around a centre: mixed down, filtered and subsampled by D (the DDC),
     /// then channelised by a complex PFB ([`Narrowband`] says how).
     Narrowband,
+    /// katgpucbf's no-discard (VLBI) narrowband: the same band and channels, subsampled by 2D
+    /// through a remez filter flat over `pass_bandwidth_hz`, every bin of an n-point PFB kept.
+    NarrowbandNoDiscard,
 }
 
 /// A narrowband output's band: what a wideband output does not have.
@@ -269,6 +272,9 @@ pub struct Narrowband {
     /// The band's width, fs / (2D) Hz; channel c is centred on centre_hz + (c - n/2)
     /// bandwidth_hz / n.
     pub bandwidth_hz: f64,
+    /// The no-discard output's flat pass band, Hz, centred on centre_hz (absent with discard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_bandwidth_hz: Option<f64>,
 }
 
 fn hann() -> String {
@@ -537,6 +543,7 @@ mod tests {
                 decimation: 8,
                 ddc_taps: 96,
                 bandwidth_hz: 107e6,
+                pass_bandwidth_hz: None,
             }),
             ..out
         };

@@ -35,11 +35,16 @@ impl Band {
     pub fn of(output: &Output) -> Result<Self> {
         Ok(match (output.kind, &output.narrowband) {
             (OutputKind::Wideband, _) => Band::Wideband,
-            (OutputKind::Narrowband, Some(nb)) if nb.decimation > 0 => Band::Narrowband {
-                mixer_word: nb.mixer_word,
-                decimation: nb.decimation,
-            },
-            (OutputKind::Narrowband, _) => {
+            // No discard changes how the engine gets there, not which frequency a channel holds.
+            (OutputKind::Narrowband | OutputKind::NarrowbandNoDiscard, Some(nb))
+                if nb.decimation > 0 =>
+            {
+                Band::Narrowband {
+                    mixer_word: nb.mixer_word,
+                    decimation: nb.decimation,
+                }
+            }
+            (OutputKind::Narrowband | OutputKind::NarrowbandNoDiscard, _) => {
                 bail!("a narrowband output that does not report its band (centre, decimation)")
             }
         })
@@ -209,6 +214,7 @@ mod tests {
             decimation: 16,
             ddc_taps: 192,
             bandwidth_hz: 53.5e6,
+            pass_bandwidth_hz: None,
         });
         assert_eq!(
             Band::of(&out).unwrap(),

@@ -66,6 +66,43 @@ pub(crate) fn narrowband_output(
     }
 }
 
+/// [`narrowband_output`] without discard (katgpucbf's VLBI mode): subsampled by 2D through the
+/// remez filter of its default length, flat over 0.6 of the band, all n bins of an n-point PFB.
+pub(crate) fn no_discard_output(
+    channels: usize,
+    taps: usize,
+    decimation: usize,
+    s: usize,
+) -> OutputGeometry {
+    let pass = crate::signal::no_discard::PassBand {
+        fraction: 0.6,
+        weight: crate::signal::no_discard::DEFAULT_WEIGHT_PASS,
+    };
+    OutputGeometry {
+        kind: OutputKind::Narrowband(Ddc::with_bins(decimation, crate::backend::Bins::All(pass))),
+        ..narrowband_output(channels, taps, decimation, s)
+    }
+}
+
+/// A wideband output (64 channels, 4 taps, dithered), a narrowband one with discard (64 channels,
+/// 4 taps, D 8) and two without (64 channels 4 taps D 8, 8-bit dithered; 128 channels 2 taps
+/// D 8, 4-bit), for chunks of 16384 samples: the no-discard kind beside the others.
+pub(crate) fn no_discard_outputs() -> Vec<OutputGeometry> {
+    let (_, three) = three_outputs(0);
+    vec![
+        three[0],
+        narrowband_output(64, 4, 8, 4),
+        OutputGeometry {
+            dither: Some(11),
+            ..no_discard_output(64, 4, 8, 4)
+        },
+        OutputGeometry {
+            bits: 4,
+            ..no_discard_output(128, 2, 8, 4)
+        },
+    ]
+}
+
 /// A random mixer word for decimation `decimation`: a centre anywhere its band fits.
 pub(crate) fn random_mixer_word(rng: &mut StdRng, decimation: usize) -> u32 {
     let half = (1u32 << 30) / decimation as u32;
@@ -174,10 +211,10 @@ pub(crate) fn narrowband_delays(
     word: u32,
     out: &mut OutputFrame,
 ) -> [Vec<DelayAt>; POLS] {
-    let d = g.output.decimation();
+    let (dec, d) = (g.output.decimation(), g.output.subsampling());
     assert!(
         margin.is_multiple_of(d) && margin >= d,
-        "margin {margin}, D {d}"
+        "margin {margin}, S {d}"
     );
     out.mixer = word;
     out.timestamp = rng.random();
@@ -191,7 +228,7 @@ pub(crate) fn narrowband_delays(
                 fine: delay - delay.round(),
                 phase: rng.random_range(-std::f64::consts::PI..std::f64::consts::PI),
             };
-            let nb = narrowband_delay(&at, d, word);
+            let nb = narrowband_delay(&at, dec, d, word);
             let offset = (margin + m * g.step()) as i64 - nb.coarse * d as i64;
             assert!((0..=g.max_offset() as i64).contains(&offset));
             *s = SpectrumDelay {
@@ -209,7 +246,7 @@ pub(crate) fn narrowband_delays(
 /// scaled to the range of 4-bit output; sqrt(D) higher for a narrowband output, whose channels
 /// hold 1/D of the noise); about 1% of channels ten times higher so that some values saturate.
 pub(crate) fn random_gains(rng: &mut StdRng, g: &Channelisation) -> [Vec<Complex32>; POLS] {
-    let level = 30.0 * g.limit() as f32 / 127.0 * (g.output.decimation() as f32).sqrt();
+    let level = 30.0 * g.limit() as f32 / 127.0 * (g.output.subsampling() as f32).sqrt();
     let sigma = 0.1 * (1 << (g.input.sample_bits - 1)) as f32;
     std::array::from_fn(|_| {
         (0..g.output.channels)
@@ -650,7 +687,7 @@ pub(crate) fn input_for(
     margin: usize,
 ) -> InputGeometry {
     let taps = outputs.iter().map(|o| o.window() - o.step()).max();
-    let grid = outputs.iter().map(|o| o.decimation()).fold(8, usize::max);
+    let grid = outputs.iter().map(|o| o.subsampling()).fold(8, usize::max);
     InputGeometry {
         sample_bits: bits,
         chunk_samples,
@@ -1180,8 +1217,8 @@ pub(crate) fn check_narrowband_refusals(make: TryMake) {
     for decimation in [1, 4, 12, 64] {
         let bad = OutputGeometry {
             kind: OutputKind::Narrowband(Ddc {
-                decimation,
                 taps: 96,
+                ..Ddc::new(decimation)
             }),
             ..out
         };
@@ -1192,11 +1229,14 @@ pub(crate) fn check_narrowband_refusals(make: TryMake) {
     let mut off_grid = input_for(&[d32], 10, 4 * d32.heap_samples(), margin);
     off_grid.overlap_samples += 16;
     let e = refused(off_grid, &[d32]);
-    assert!(e.contains("must be a multiple of the decimation 32"), "{e}");
+    assert!(
+        e.contains("must be a multiple of the subsampling 32"),
+        "{e}"
+    );
     let no_taps = OutputGeometry {
         kind: OutputKind::Narrowband(Ddc {
-            decimation: 16,
             taps: 0,
+            ..Ddc::new(16)
         }),
         ..out
     };
@@ -1227,7 +1267,7 @@ pub(crate) fn check_narrowband_refusals(make: TryMake) {
     }
     frame.outputs[0].delays[1][3].offset += 8;
     let e = backend.submit(frame).unwrap_err().to_string();
-    assert!(e.contains("not a multiple of the decimation 16"), "{e}");
+    assert!(e.contains("not a multiple of the subsampling 16"), "{e}");
     println!("refused: {e}");
     let mut frame = backend.alloc_frame().unwrap();
     narrowband_delays(&mut rng, &g, margin, 1 << 29, &mut frame.outputs[0]);

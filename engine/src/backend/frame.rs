@@ -13,10 +13,10 @@ use crate::signal::power::InputPower;
 pub struct SpectrumDelay {
     /// Offset into the span (in samples) of the window's first sample: the spectrum's nominal
     /// position minus its coarse delay. At most [`Channelisation::max_offset`]; for a narrowband
-    /// output a multiple of the decimation D (the DDC's grid).
+    /// output a multiple of the DDC's subsampling S (its grid: D, or 2D without discard).
     pub offset: u32,
     /// Residual delay after the coarse delay, in samples (|fine| <= 0.5 normally); for a
-    /// narrowband output in subsampled samples (r' of `crate::signal::narrowband::narrowband_delay`).
+    /// narrowband output in units of D samples (r' of `crate::signal::narrowband::narrowband_delay`).
     pub fine: f32,
     /// Fringe phase in radians, added to every channel (for a narrowband output with the mixer's
     /// phase over the delay folded in).
@@ -203,13 +203,13 @@ impl OutputFrame {
                 BackendError::Misuse(format!("narrowband output's mixer word: {e}"))
             })?;
             for pol in 0..POLS {
-                let d = ddc.decimation;
+                let d = ddc.subsampling();
                 if let Some(m) = self.delays[pol]
                     .iter()
                     .position(|s| !(s.offset as usize).is_multiple_of(d))
                 {
                     return Err(BackendError::Misuse(format!(
-                        "pol {pol} spectrum {m}: offset {} is not a multiple of the decimation {d} \
+                        "pol {pol} spectrum {m}: offset {} is not a multiple of the subsampling {d} \
                          (a narrowband window starts on the DDC's grid)",
                         self.delays[pol][m].offset
                     )));

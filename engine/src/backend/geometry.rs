@@ -9,6 +9,7 @@
 use spead::samples::SAMPLE_BITS;
 
 use super::POLS;
+pub use crate::signal::narrowband::Bins;
 pub(super) use crate::signal::weights::FilterDesign;
 
 /// The input: both polarisations of one digitiser, processed a chunk at a time.
@@ -76,35 +77,60 @@ impl InputGeometry {
 
 /// A narrowband output's down-conversion (docs/signal-path.md §Narrowband): the input mixed to
 /// baseband by the frame's mixer word ([`super::OutputFrame::mixer`], which may change from frame
-/// to frame), low-pass filtered by `taps` taps and subsampled by `decimation`, before a complex
-/// PFB that keeps the centre half of its 2n bins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// to frame), low-pass filtered by `taps` taps and subsampled by S, before a complex PFB of P
+/// points: S = D and the centre half of P = 2n bins kept, or (no discard, katgpucbf's VLBI mode)
+/// S = 2D and all of P = n kept, as `bins` says.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Ddc {
     /// D: 8, 16 or 32 ([`crate::signal::ddc::DECIMATIONS`]). The band is fs/(2D) wide.
     pub decimation: usize,
-    /// L: the DDC filter's length ([`crate::signal::ddc::default_ddc_taps`] by default).
+    /// L: the DDC filter's length ([`Bins::default_ddc_taps`] by default).
     pub taps: usize,
+    /// Which PFB bins are kept, and so the DDC's subsampling and filter design.
+    pub bins: Bins,
 }
 
 impl Ddc {
-    /// The DDC of decimation `decimation` with its default filter length.
+    /// The DDC of decimation `decimation` with its default filter length, discarding the outer
+    /// half of the PFB's bins.
     pub fn new(decimation: usize) -> Self {
+        Self::with_bins(decimation, Bins::CentreHalf)
+    }
+
+    /// The DDC of decimation `decimation` keeping `bins`, with its default filter length.
+    pub fn with_bins(decimation: usize, bins: Bins) -> Self {
         Self {
             decimation,
-            taps: crate::signal::ddc::default_ddc_taps(decimation),
+            taps: bins.default_ddc_taps(decimation),
+            bins,
         }
+    }
+
+    /// S, the subsampling factor: D, or 2D without discard.
+    pub fn subsampling(&self) -> usize {
+        self.bins.subsampling(self.decimation)
+    }
+
+    /// P, the PFB's points for n channels: 2n, or n without discard.
+    pub fn points(&self, channels: usize) -> usize {
+        self.bins.points(channels)
+    }
+
+    /// The DDC filter h (float64; backends round it as they need).
+    pub fn filter(&self) -> crate::signal::Result<Vec<f64>> {
+        self.bins.ddc_filter(self.decimation, self.taps)
     }
 }
 
 /// What an output computes from the input, with what only that kind needs. Each backend builds one
 /// per-kind piece of work from it when the output is made (its only `match` on the kind), so a
 /// new kind is a new variant here plus one module per backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum OutputKind {
     /// The whole band 0 .. fs/2: a real PFB of 2n points keeping n channels.
     Wideband,
     /// A band of fs/(2D) around the frame's mixer word: down-converted, then a complex PFB that
-    /// keeps the centre half of its 2n bins.
+    /// keeps the centre half of its 2n bins, or all n bins of an n-point one (`Ddc::bins`).
     Narrowband(Ddc),
 }
 
@@ -113,7 +139,10 @@ impl OutputKind {
     pub fn label(&self) -> fgpu_api::engine::OutputKind {
         match self {
             Self::Wideband => fgpu_api::engine::OutputKind::Wideband,
-            Self::Narrowband(_) => fgpu_api::engine::OutputKind::Narrowband,
+            Self::Narrowband(d) => match d.bins {
+                Bins::CentreHalf => fgpu_api::engine::OutputKind::Narrowband,
+                Bins::All(_) => fgpu_api::engine::OutputKind::NarrowbandNoDiscard,
+            },
         }
     }
 }
@@ -146,17 +175,24 @@ impl OutputGeometry {
             OutputKind::Narrowband(d) => d.decimation,
         }
     }
+    /// S, the grid a window may start on: 1 (wideband), the DDC's subsampling (narrowband).
+    pub fn subsampling(&self) -> usize {
+        match self.kind {
+            OutputKind::Wideband => 1,
+            OutputKind::Narrowband(d) => d.subsampling(),
+        }
+    }
     /// Input samples per spectrum: 2n (wideband), 2nD (narrowband).
     pub fn step(&self) -> usize {
         2 * self.channels * self.decimation()
     }
-    /// Input samples one spectrum reads: 2nT (wideband); (2nT - 1) D + L (narrowband: the DDC's
-    /// L taps behind each of the window's 2nT subsampled samples).
+    /// Input samples one spectrum reads: 2nT (wideband); (PT - 1) S + L (narrowband: the DDC's
+    /// L taps behind each of the window's PT subsampled samples).
     pub fn window(&self) -> usize {
         match self.kind {
             OutputKind::Wideband => self.step() * self.taps,
             OutputKind::Narrowband(d) => {
-                (2 * self.channels * self.taps - 1) * d.decimation + d.taps
+                (d.points(self.channels) * self.taps - 1) * d.subsampling() + d.taps
             }
         }
     }
@@ -169,9 +205,14 @@ impl OutputGeometry {
         self.channels * self.spectra_per_heap * POLS * 2 * self.bits as usize / 8
     }
     /// The PFB weights of this output's filter design (float64; backends round them as they
-    /// need).
+    /// need): 2nT of them, PT for a narrowband output.
     pub fn weights(&self) -> crate::signal::Result<Vec<f64>> {
-        crate::signal::weights::pfb_weights(self.channels, self.taps, self.filter)
+        match self.kind {
+            OutputKind::Wideband => {
+                crate::signal::weights::pfb_weights(self.channels, self.taps, self.filter)
+            }
+            OutputKind::Narrowband(d) => d.bins.pfb_weights(self.channels, self.taps, self.filter),
+        }
     }
     /// Checks the output's own invariants, with a sentence saying what is wrong.
     pub fn validate(&self) -> Result<(), GeometryError> {
@@ -201,6 +242,11 @@ impl OutputGeometry {
                     crate::signal::ddc::MAX_DDC_TAPS,
                     d.taps
                 ));
+            }
+            if let Bins::All(pass) = d.bins {
+                crate::signal::no_discard::check_decimation(d.decimation)
+                    .map_err(|e| e.to_string())?;
+                pass.validate().map_err(|e| e.to_string())?;
             }
         }
         self.filter.validate().map_err(|e| e.to_string())
@@ -246,9 +292,9 @@ impl Channelisation {
         self.input.chunk_samples / self.output.heap_samples()
     }
     /// Highest valid window offset into the span; for a narrowband output the highest multiple
-    /// of the decimation (the DDC's grid), which is all of it when L is a multiple of D.
+    /// of the subsampling (the DDC's grid), which is all of it when L is a multiple of S.
     pub fn max_offset(&self) -> usize {
-        let d = self.output.decimation();
+        let d = self.output.subsampling();
         (self.span_samples() - self.window()) / d * d
     }
     /// Bytes of one output heap for all channels.
@@ -307,10 +353,10 @@ impl Channelisation {
                 output.window() - output.step()
             ));
         }
-        let d = output.decimation();
+        let d = output.subsampling();
         if !input.overlap_samples.is_multiple_of(d) {
             return Err(format!(
-                "overlap ({} samples) must be a multiple of the decimation {d}, so that the DDC's \
+                "overlap ({} samples) must be a multiple of the subsampling {d}, so that the DDC's \
                  grid starts every span",
                 input.overlap_samples
             ));

@@ -40,7 +40,7 @@ pub mod reference;
 mod synchronous;
 
 pub use frame::{Frame, HostBuffer, InputFrame, OutputFrame, SpectrumDelay};
-pub use geometry::{Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
+pub use geometry::{Bins, Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
 pub use synchronous::{Process, Synchronous};
 
 /// Errors a backend reports. Never a panic: an engine must be able to fall back or say why.

@@ -179,6 +179,7 @@ impl ReferenceOutput {
                     // A valid word for every decimation until a frame brings its own.
                     mixer: 1 << 30,
                     filter: o.filter,
+                    bins: ddc.bins,
                 })
                 .map_err(unsupported)?,
             ),
@@ -709,7 +710,7 @@ mod tests {
                     for (m, at) in at[pol].iter().enumerate() {
                         let t0 = a - lag as u64 + (m * step) as u64;
                         let handed = frame.outputs[0].delays[pol][m];
-                        let nb = narrowband_delay(at, d, word);
+                        let nb = narrowband_delay(at, d, d, word);
                         let exact = oracle.spectrum_of(
                             x,
                             t0,

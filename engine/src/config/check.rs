@@ -18,9 +18,10 @@ use super::{MAX_OUTPUTS, WIDEBAND};
 
 /// The longest `--recv-window`: every chunk waits this long before it is processed.
 const MAX_RECV_WINDOW_S: f64 = 10.0;
-use crate::backend::{Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
+use crate::backend::{Bins, Channelisation, Ddc, InputGeometry, OutputGeometry, OutputKind};
 use crate::signal::ddc;
 use crate::signal::delay::FramePlan;
+use crate::signal::no_discard::PassBand;
 use crate::signal::weights::FilterDesign;
 
 /// One output as the command line asks for it, every key filled in, before the engine-wide
@@ -131,17 +132,31 @@ impl EngineConfig {
         for w in narrowband {
             // The parser demands channels, decimation and centre; the defaults only guard.
             let decimation = w.decimation.unwrap_or(ddc::DECIMATIONS[0]);
+            let bins = match w.pass_bandwidth {
+                None => Bins::CentreHalf,
+                Some(hz) => Bins::All(
+                    PassBand::new(hz, a.adc_sample_rate / (2 * decimation) as f64)
+                        .map_err(|e| ConfigError(format!("output {:?}: {e}.", w.name)))?,
+                ),
+            };
+            let ddc = Ddc {
+                decimation,
+                taps: w
+                    .ddc_taps
+                    .unwrap_or_else(|| bins.default_ddc_taps(decimation)),
+                bins,
+            };
+            if let Bins::All(_) = bins {
+                // A remez design may fail: say so now rather than when the backend starts.
+                ddc.filter()
+                    .map_err(|e| ConfigError(format!("output {:?}: {e}.", w.name)))?;
+            }
             wanted.push(Requested {
                 name: w.name.clone(),
                 named: true,
                 dst: w.dst.clone(),
                 geometry: OutputGeometry {
-                    kind: OutputKind::Narrowband(Ddc {
-                        decimation,
-                        taps: w
-                            .ddc_taps
-                            .unwrap_or_else(|| ddc::default_ddc_taps(decimation)),
-                    }),
+                    kind: OutputKind::Narrowband(ddc),
                     ..w.geometry_over(flags)
                 },
                 // --gain is a wideband gain: see `narrowband_gain`.
@@ -435,7 +450,7 @@ impl EngineConfig {
                         a.gain.unwrap_or_else(|| {
                             crate::signal::gain::default_gain(a.sample_bits, w.geometry.bits)
                         }),
-                        ddc.decimation,
+                        ddc.subsampling(),
                     ),
                 },
                 geometry: w.geometry,
@@ -815,8 +830,8 @@ mod tests {
         assert_eq!(
             g.kind,
             OutputKind::Narrowband(Ddc {
-                decimation: 32,
-                taps: 320
+                taps: 320,
+                ..Ddc::new(32)
             })
         );
         assert_eq!(nb2.gain, 3.0);
@@ -1012,5 +1027,48 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("--dst"), "{e}");
+    }
+
+    #[test]
+    fn pass_bandwidth_makes_a_no_discard_output() {
+        let c = config(&[
+            "--narrowband",
+            "vlbi:dst=127.0.0.1+1:7151,channels=1024,decimation=8,centre=400e6,pass_bandwidth=64e6",
+        ]);
+        let g = c.outputs[0].geometry;
+        let OutputKind::Narrowband(ddc) = g.kind else {
+            panic!("{:?}", g.kind)
+        };
+        let Bins::All(pass) = ddc.bins else {
+            panic!("{:?}", ddc.bins)
+        };
+        assert!((pass.fraction - 64.0 / 107.0).abs() < 1e-12);
+        assert_eq!(
+            (ddc.taps, ddc.subsampling(), g.step()),
+            (256, 16, 2 * 1024 * 8)
+        );
+        assert_eq!(
+            g.kind.label(),
+            fgpu_api::engine::OutputKind::NarrowbandNoDiscard
+        );
+        // Four times the wideband gain for D 8 and S 16.
+        let wide = crate::signal::gain::default_gain(10, 8);
+        assert_eq!(c.outputs[0].gain, 4.0 * wide);
+        for (bad, why) in [
+            ("pass_bandwidth=107e6", "less than the band"),
+            ("pass_bandwidth=-1", "not a positive bandwidth"),
+            ("pass_bandwidth=x", "not a positive bandwidth"),
+        ] {
+            let e = refusal(&[
+                "--narrowband",
+                &format!("vlbi:dst=127.0.0.1:7151,channels=1024,decimation=8,centre=400e6,{bad}"),
+            ]);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let e = refusal(&[
+            "--narrowband",
+            "vlbi:dst=127.0.0.1:7151,channels=1024,decimation=16,centre=400e6,pass_bandwidth=30e6",
+        ]);
+        assert!(e.contains("decimation 8, not 16"), "{e}");
     }
 }

@@ -15,11 +15,11 @@ fn round_up(x: usize, m: usize) -> usize {
 }
 
 /// How far (input samples) a coarse delay of up to `max_delay_samples` either way moves an
-/// output's windows: the delay itself for a wideband output; rounded up to a multiple of D for a
-/// narrowband one, whose window moves by k = round(d / D) subsampled samples (|k| <=
-/// ceil(max / D)), D input samples each.
+/// output's windows: the delay itself for a wideband output; rounded up to a multiple of S (the
+/// DDC's subsampling) for a narrowband one, whose window moves by k = round(d / S) subsampled
+/// samples (|k| <= ceil(max / S)), S input samples each.
 pub fn delay_room(g: &OutputGeometry, max_delay_samples: usize) -> usize {
-    round_up(max_delay_samples, g.decimation())
+    round_up(max_delay_samples, g.subsampling())
 }
 
 /// An output's lag (docs/signal-path.md, Timestamps): spectrum m of the frame whose chunk starts
@@ -52,7 +52,7 @@ pub fn overlap_samples(
         .max()
         .unwrap_or(0);
     // Decimations are powers of two: the largest is a multiple of the others.
-    let unit = outputs.iter().map(|g| g.decimation()).fold(8, usize::max);
+    let unit = outputs.iter().map(|g| g.subsampling()).fold(8, usize::max);
     round_up(need, unit)
 }
 

@@ -37,8 +37,12 @@ pub struct OutputArg {
     /// Narrowband: the centre frequency in Hz, as given (quantised and checked against the
     /// sample rate by [`EngineConfig::from_args`](super::EngineConfig::from_args)).
     pub centre: Option<f64>,
-    /// Narrowband: L, the DDC filter's taps (default 12 D).
+    /// Narrowband: L, the DDC filter's taps (default 12 D, 32 D without discard).
     pub ddc_taps: Option<usize>,
+    /// Narrowband: the flat pass band in Hz, katgpucbf's `pass_bandwidth`; given, the output is
+    /// a no-discard (VLBI) one (checked against the band by
+    /// [`EngineConfig::from_args`](super::EngineConfig::from_args)).
+    pub pass_bandwidth: Option<f64>,
 }
 
 /// Checks an output's name: 1 to 32 of a-z, 0-9, `_` and `-`, and no word of the control API's
@@ -116,6 +120,7 @@ impl OutputArg {
             decimation: None,
             centre: None,
             ddc_taps: None,
+            pass_bandwidth: None,
         };
         let mut seen: Vec<&str> = Vec::new();
         for part in keys.split(',').filter(|_| !keys.is_empty()) {
@@ -198,6 +203,18 @@ impl OutputArg {
                     spec.centre = Some(hz);
                 }
                 "ddc_taps" if narrowband => spec.ddc_taps = Some(whole("a whole number of taps")?),
+                "pass_bandwidth" if narrowband => {
+                    let hz: f64 = value
+                        .parse()
+                        .ok()
+                        .filter(|f: &f64| f.is_finite() && *f > 0.0)
+                        .ok_or_else(|| {
+                            refuse(format!(
+                                "pass_bandwidth={value} is not a positive bandwidth in Hz."
+                            ))
+                        })?;
+                    spec.pass_bandwidth = Some(hz);
+                }
                 _ if narrowband => {
                     return Err(refuse(format!(
                         "unknown key {key:?}; the keys are dst, channels, decimation, centre, \

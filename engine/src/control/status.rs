@@ -10,7 +10,7 @@ use fgpu_api::engine::{
 };
 
 use super::Controller;
-use crate::backend::{OutputKind, POLS};
+use crate::backend::{Bins, OutputKind, POLS};
 use crate::config::EngineConfig;
 use crate::stats::{self as st, Stats};
 
@@ -239,6 +239,12 @@ pub(super) fn output(cfg: &EngineConfig, stats: &Stats, k: usize) -> Output {
                     decimation: ddc.decimation,
                     ddc_taps: ddc.taps,
                     bandwidth_hz: cfg.fs / (2 * ddc.decimation) as f64,
+                    pass_bandwidth_hz: match ddc.bins {
+                        Bins::CentreHalf => None,
+                        Bins::All(pass) => {
+                            Some(pass.fraction * cfg.fs / (2 * ddc.decimation) as f64)
+                        }
+                    },
                 })
             }
         },

@@ -589,7 +589,7 @@ mod tests {
                             assert_eq!((d.fine, d.phase), (at.fine as f32, at.phase as f32));
                             continue;
                         }
-                        let want = narrowband_delay(&at, 16, word);
+                        let want = narrowband_delay(&at, 16, 16, word);
                         assert_eq!(d.offset % 16, 0, "{delay} {m}");
                         assert_eq!(d.offset as i64, nominal - want.coarse * 16);
                         assert_eq!((d.fine, d.phase), (want.fine as f32, want.phase as f32));
@@ -655,9 +655,9 @@ mod tests {
             .plan(nb)
             .spectrum_timestamp(&g, w.frame.input.timestamp, 0);
         let at = DelayModel::fixed(2.5e-6, 0.0).at(t0, cfg.fs).unwrap();
-        let want = narrowband_delay(&at, 16, new);
+        let want = narrowband_delay(&at, 16, 16, new);
         assert_eq!(w.frame.outputs[nb].delays[0][0].phase, want.phase as f32);
-        assert_ne!(want.phase, narrowband_delay(&at, 16, old).phase);
+        assert_ne!(want.phase, narrowband_delay(&at, 16, 16, old).phase);
     }
 
     /// A lost input heap invalidates exactly the narrowband spectra whose windows ((2nT - 1) D + L
@@ -681,7 +681,7 @@ mod tests {
                 .map(|m| {
                     let t0 = plan.spectrum_timestamp(&g, w.frame.input.timestamp, m);
                     let at = DelayModel::fixed(delay, 0.0).at(t0, cfg.fs).unwrap();
-                    let k = narrowband_delay(&at, 16, cfg.outputs[nb].mixer().unwrap()).coarse;
+                    let k = narrowband_delay(&at, 16, 16, cfg.outputs[nb].mixer().unwrap()).coarse;
                     let start = t0 - k as i128 * 16;
                     let end = start + g.window() as i128;
                     end <= lost.start || start >= lost.end

@@ -178,8 +178,8 @@ pub fn fill_output_delays(
         check_mixer_word(mixer, d.decimation)?;
     }
     let max_offset = g.max_offset() as i128;
-    let decimation = g.output.decimation() as i128;
-    let highest = max_offset - max_offset.rem_euclid(decimation);
+    let grid = g.output.subsampling() as i128;
+    let highest = max_offset - max_offset.rem_euclid(grid);
     let mut outside = 0;
     for pol in 0..POLS {
         for m in 0..spectra {
@@ -188,8 +188,8 @@ pub fn fill_output_delays(
             let (shift, fine, phase) = match kind {
                 OutputKind::Wideband => (at.coarse as i128, at.fine, at.phase),
                 OutputKind::Narrowband(d) => {
-                    let nb = narrowband_delay(&at, d.decimation, mixer);
-                    (nb.coarse as i128 * decimation, nb.fine, nb.phase)
+                    let nb = narrowband_delay(&at, d.decimation, d.subsampling(), mixer);
+                    (nb.coarse as i128 * grid, nb.fine, nb.phase)
                 }
             };
             let offset = nominal - shift;

@@ -12,11 +12,14 @@ pub fn default_gain(sample_bits: u32, output_bits: u32) -> f32 {
     2f32.powi(10 - sample_bits as i32 + output)
 }
 
-/// A narrowband output's gain for a wideband gain `wideband`: sqrt(D) times it. A narrowband
-/// channel is D times narrower than a wideband one and holds 1/D of its noise power
-/// (docs/signal-path.md, Narrowband levels), so this leaves noise at the wideband output's level.
-pub fn narrowband_gain(wideband: f32, decimation: usize) -> f32 {
-    wideband * (decimation as f32).sqrt()
+/// A narrowband output's gain for a wideband gain `wideband`: sqrt(S) times it, S its DDC's
+/// subsampling. A narrowband channel is D times narrower than a wideband one and holds 1/D of its
+/// noise power (docs/signal-path.md, Narrowband levels), so sqrt(D) (S = D) leaves noise at the
+/// wideband output's level; without discard (S = 2D) the PFB's window is half as long, its
+/// channels take half the power again, and sqrt(2D) makes that up (katgpucbf scales its DDC taps
+/// by sqrt(S) for the same reason).
+pub fn narrowband_gain(wideband: f32, subsampling: usize) -> f32 {
+    wideband * (subsampling as f32).sqrt()
 }
 
 /// The default gain for every one of `channels` channels.

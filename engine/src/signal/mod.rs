@@ -9,7 +9,8 @@
 //! - [`gain`]: the default per-channel gain.
 //! - [`power`]: the input sensors (sum of squares, full-scale samples, rms in dBFS).
 //! - [`ddc`]: the narrowband output's mixer and decimating low-pass filter.
-//! - [`narrowband`]: the narrowband output's geometry, delay mapping and float64 channeliser.
+//! - [`narrowband`]: the narrowband outputs' geometry, delay mapping and float64 channeliser.
+//! - [`no_discard`]: the no-discard (VLBI) narrowband output's remez DDC filter and its figures.
 //! - [`half_rows`]: the two-pass CUDA kernels with float16 rows, modelled in float64.
 
 pub mod ddc;
@@ -18,6 +19,7 @@ pub mod dither;
 pub mod gain;
 pub mod half_rows;
 pub mod narrowband;
+pub mod no_discard;
 pub mod power;
 pub mod quantise;
 pub mod unpack;

@@ -27,11 +27,75 @@ use rustfft::{Fft, FftPlanner};
 
 use super::ddc::{self, check_decimation, check_mixer_word};
 use super::delay::{wrap_phase, DelayAt};
+use super::no_discard::{self, PassBand};
 use super::weights::{pfb_weights, FilterDesign};
 use super::{bail, Result};
 
 /// The most PFB taps (as wideband).
 pub const MAX_TAPS: usize = 64;
+
+/// Which of its PFB's bins a narrowband output keeps, which fixes how its DDC subsamples and
+/// filters. Both give n channels of fs/(2Dn) over the band fs/(2D), spectra 2nD ADC samples apart.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bins {
+    /// katgpucbf's narrowband: subsample by D, a 2n-point PFB, keep its centre n bins (the DDC
+    /// filter's roll-off falls into the others); the Kaiser filter of [`ddc::ddc_filter`].
+    CentreHalf,
+    /// katgpucbf's no-discard (VLBI) narrowband: subsample by 2D, an n-point PFB, keep every bin;
+    /// the remez filter of [`no_discard::ddc_filter`], flat over this pass band.
+    All(PassBand),
+}
+
+impl Bins {
+    /// S, the DDC's subsampling factor: D or 2D.
+    pub fn subsampling(&self, decimation: usize) -> usize {
+        match self {
+            Self::CentreHalf => decimation,
+            Self::All(_) => 2 * decimation,
+        }
+    }
+
+    /// P, the PFB's points (its bins) for n output channels: 2n or n.
+    pub fn points(&self, channels: usize) -> usize {
+        match self {
+            Self::CentreHalf => 2 * channels,
+            Self::All(_) => channels,
+        }
+    }
+
+    /// The default DDC length for decimation D: 12 D or 32 D.
+    pub fn default_ddc_taps(&self, decimation: usize) -> usize {
+        match self {
+            Self::CentreHalf => ddc::default_ddc_taps(decimation),
+            Self::All(_) => no_discard::default_taps(decimation),
+        }
+    }
+
+    /// The DDC filter h of `taps` taps for decimation D (float64; backends round it as they need).
+    pub fn ddc_filter(&self, decimation: usize, taps: usize) -> Result<Vec<f64>> {
+        match self {
+            Self::CentreHalf => ddc::ddc_filter(decimation, taps),
+            Self::All(pass) => no_discard::ddc_filter(decimation, taps, *pass),
+        }
+    }
+
+    /// The PFB weights for n channels and T taps: the wideband design's for P/2 channels (P T
+    /// of them, as katgpucbf's for a spectrum of P subsampled samples).
+    pub fn pfb_weights(
+        &self,
+        channels: usize,
+        taps: usize,
+        design: FilterDesign,
+    ) -> Result<Vec<f64>> {
+        pfb_weights(self.points(channels) / 2, taps, design)
+    }
+
+    /// The FFT bin (of P) that channel c of n is: (c - n/2) mod P.
+    pub fn bin(&self, channel: usize, channels: usize) -> usize {
+        let p = self.points(channels);
+        (channel + p - channels / 2) % p
+    }
+}
 
 /// A narrowband output's shape: what the DDC and the PFB need, and nothing of the engine's frames.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,6 +112,8 @@ pub struct Narrowband {
     pub mixer: u32,
     /// The PFB weights' design (as wideband's).
     pub filter: FilterDesign,
+    /// The centre half of a 2n-point PFB (with discard) or all of an n-point one (no discard).
+    pub bins: Bins,
 }
 
 impl Narrowband {
@@ -61,6 +127,27 @@ impl Narrowband {
             ddc_taps: ddc::default_ddc_taps(decimation),
             mixer,
             filter: FilterDesign::default(),
+            bins: Bins::CentreHalf,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// A no-discard narrowband output of `channels` channels, `taps` taps and decimation
+    /// `decimation` around mixer word `mixer`, flat over `pass`, with the default DDC length and
+    /// PFB design; checked.
+    pub fn no_discard(
+        channels: usize,
+        taps: usize,
+        decimation: usize,
+        mixer: u32,
+        pass: PassBand,
+    ) -> Result<Self> {
+        let bins = Bins::All(pass);
+        let g = Self {
+            ddc_taps: bins.default_ddc_taps(decimation),
+            bins,
+            ..Self::new(channels, taps, decimation, mixer)?
         };
         g.validate()?;
         Ok(g)
@@ -89,22 +176,36 @@ impl Narrowband {
         if let Err(e) = self.filter.validate() {
             bail!("{e}");
         }
+        if let Bins::All(pass) = self.bins {
+            no_discard::check_decimation(self.decimation)?;
+            pass.validate()?;
+        }
         Ok(())
     }
 
-    /// The step between spectra in ADC samples, 2nD (2n subsampled samples).
+    /// S, the DDC's subsampling factor: D, or 2D without discard.
+    pub fn subsampling(&self) -> usize {
+        self.bins.subsampling(self.decimation)
+    }
+
+    /// P, the PFB's points: 2n, or n without discard.
+    pub fn points(&self) -> usize {
+        self.bins.points(self.channels)
+    }
+
+    /// The step between spectra in ADC samples, 2nD (P subsampled samples).
     pub fn step(&self) -> usize {
-        2 * self.channels * self.decimation
+        self.points() * self.subsampling()
     }
 
-    /// A window in subsampled samples, 2nT.
+    /// A window in subsampled samples, PT.
     pub fn subsampled_window(&self) -> usize {
-        2 * self.channels * self.taps
+        self.points() * self.taps
     }
 
-    /// The ADC samples one window reads: its 2nT subsampled samples, D apart, each filtering L.
+    /// The ADC samples one window reads: its PT subsampled samples, S apart, each filtering L.
     pub fn window(&self) -> usize {
-        (self.subsampled_window() - 1) * self.decimation + self.ddc_taps
+        (self.subsampled_window() - 1) * self.subsampling() + self.ddc_taps
     }
 
     /// The signed offset k' = c - n/2 of channel c from the centre, in channels.
@@ -112,9 +213,9 @@ impl Narrowband {
         channel as i64 - (self.channels / 2) as i64
     }
 
-    /// The FFT bin (of 2n) that output channel c is: (c - n/2) mod 2n.
+    /// The FFT bin (of P) that output channel c is: (c - n/2) mod P.
     pub fn bin(&self, channel: usize) -> usize {
-        (channel + 2 * self.channels - self.channels / 2) % (2 * self.channels)
+        self.bins.bin(channel, self.channels)
     }
 
     /// The centre actually used, F fs / 2^32 Hz: the centre of channel n/2.
@@ -142,10 +243,11 @@ impl Narrowband {
 /// narrowband counterpart of wideband's (coarse, fine, phase).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NarrowbandDelay {
-    /// k, the coarse delay in whole subsampled samples: round(d / D), ties away from zero. The
-    /// window of the spectrum with timestamp t0 starts at subsampled sample t0/D - k.
+    /// k, the coarse delay in whole subsampled samples: round(d / S), ties away from zero. The
+    /// window of the spectrum with timestamp t0 starts at subsampled sample t0/S - k.
     pub coarse: i64,
-    /// r' = (d - kD) / D, the residual in subsampled samples, within [-1/2, 1/2].
+    /// r' = (d - kS) / D, the residual in units of D ADC samples (a subsampled sample with
+    /// discard, half of one without), within [-S/(2D), S/(2D)]: the rotation is the same for both.
     pub fine: f64,
     /// The fringe phase p minus the mixer's phase over the whole delay, 2 pi F d / 2^32, wrapped
     /// to [-pi, pi).
@@ -165,19 +267,26 @@ impl NarrowbandDelay {
 }
 
 /// Maps a delay model evaluated at a spectrum's timestamp (d = `at.coarse + at.fine` ADC samples,
-/// fringe phase `at.phase`) to what a narrowband output of decimation D and mixer word F needs.
+/// fringe phase `at.phase`) to what a narrowband output of decimation D, DDC subsampling S (D, or
+/// 2D without discard) and mixer word F needs.
 ///
-/// The output for input x[t - d] is: the undelayed stream's window moved back by k = round(d/D)
+/// The output for input x[t - d] is: the undelayed stream's window moved back by k = round(d/S)
 /// subsampled samples, each channel turned by exp(-i pi k' r' / n) for the residual r' = (d -
-/// kD)/D, and every channel turned by exp(-2 pi i F d / 2^32) (the mixer's phase over d), besides
+/// kS)/D (channel c's offset k' fs/(2Dn) from the centre, turned over rho = d - kS ADC samples),
+/// and every channel turned by exp(-2 pi i F d / 2^32) (the mixer's phase over d), besides
 /// the fringe phase. The mixer term is computed as exactly as the mixer itself: the coarse part's
 /// phase `(at.coarse F) mod 2^32` in integers, only `F at.fine / 2^32` (at most a quarter turn) in
 /// floating point. The mapping does not depend on n.
-pub fn narrowband_delay(at: &DelayAt, decimation: usize, word: u32) -> NarrowbandDelay {
-    let d = decimation as i64;
+pub fn narrowband_delay(
+    at: &DelayAt,
+    decimation: usize,
+    subsampling: usize,
+    word: u32,
+) -> NarrowbandDelay {
+    let (d, s) = (decimation as i64, subsampling as i64);
     let total = at.coarse as f64 + at.fine;
-    let coarse = (total / d as f64).round() as i64; // ties away from zero
-    let rho = (at.coarse - coarse * d) as f64 + at.fine;
+    let coarse = (total / s as f64).round() as i64; // ties away from zero
+    let rho = (at.coarse - coarse * s) as f64 + at.fine;
     let mixer_turns = ddc::mixer_phase(at.coarse as u64, word) as f64 / 4_294_967_296.0
         + word as f64 * at.fine / 4_294_967_296.0;
     NarrowbandDelay {
@@ -200,9 +309,10 @@ pub struct NarrowbandReference {
 impl NarrowbandReference {
     pub fn new(geometry: Narrowband) -> Result<Self> {
         geometry.validate()?;
-        let weights = pfb_weights(geometry.channels, geometry.taps, geometry.filter)?;
-        let ddc_filter = ddc::ddc_filter(geometry.decimation, geometry.ddc_taps)?;
-        let fft = FftPlanner::new().plan_fft_forward(2 * geometry.channels);
+        let bins = geometry.bins;
+        let weights = bins.pfb_weights(geometry.channels, geometry.taps, geometry.filter)?;
+        let ddc_filter = bins.ddc_filter(geometry.decimation, geometry.ddc_taps)?;
+        let fft = FftPlanner::new().plan_fft_forward(geometry.points());
         Ok(Self {
             geometry,
             weights,
@@ -223,20 +333,20 @@ impl NarrowbandReference {
         Ok(())
     }
 
-    /// The PFB weights (2nT, as wideband's for n channels and T taps).
+    /// The PFB weights (PT, as wideband's for P/2 channels and T taps).
     pub fn weights(&self) -> &[f64] {
         &self.weights
     }
 
-    /// The DDC filter h (L taps, unit DC gain).
+    /// The DDC filter h (L taps, unit gain at DC or, no-discard, over the pass band).
     pub fn ddc_filter(&self) -> &[f64] {
         &self.ddc_filter
     }
 
     /// The first ADC sample the window of the spectrum with timestamp `t0` reads under `delay`:
-    /// (t0/D - k) D, as a signed number (negative only before the stream's start).
+    /// (t0/S - k) S, as a signed number (negative only before the stream's start).
     pub fn window_start(&self, t0: u64, delay: &NarrowbandDelay) -> i128 {
-        let d = self.geometry.decimation as i128;
+        let d = self.geometry.subsampling() as i128;
         (t0 as i128 / d - delay.coarse as i128) * d
     }
 
@@ -258,7 +368,7 @@ impl NarrowbandReference {
                 g.step()
             );
         }
-        let nb = narrowband_delay(delay, g.decimation, g.mixer);
+        let nb = narrowband_delay(delay, g.decimation, g.subsampling(), g.mixer);
         let start = self.window_start(t0, &nb);
         let end = start + g.window() as i128;
         let have = first as i128..first as i128 + samples.len() as i128 + 1;
@@ -281,7 +391,7 @@ impl NarrowbandReference {
         t0: u64,
         nb: &NarrowbandDelay,
     ) -> Vec<Complex64> {
-        let dec = self.geometry.decimation as u64;
+        let dec = self.geometry.subsampling() as u64;
         let j0 = (t0 / dec).wrapping_sub(nb.coarse as u64);
         self.window_spectrum(x, j0.wrapping_mul(dec), nb)
     }
@@ -296,7 +406,7 @@ impl NarrowbandReference {
         nb: &NarrowbandDelay,
     ) -> Vec<Complex64> {
         let g = &self.geometry;
-        let (n, step, dec) = (g.channels, 2 * g.channels, g.decimation);
+        let (n, step, dec) = (g.channels, g.points(), g.subsampling());
         // Mix each input sample of the window once (the filters of neighbouring subsampled
         // samples overlap by L - D), then filter and subsample: the same sums as ddc::ddc_sample.
         let mixed: Vec<Complex64> = (0..g.window() as u64)
@@ -309,14 +419,14 @@ impl NarrowbandReference {
             let m = &mixed[i * dec..i * dec + g.ddc_taps];
             m.iter().zip(&self.ddc_filter).map(|(v, h)| v * h).sum()
         };
-        // g_t = sum over taps j of y[j0 + t + 2n j] w[t + 2n j]
+        // g_t = sum over taps j of y[j0 + t + P j] w[t + P j]
         let mut buf = vec![Complex64::new(0.0, 0.0); step];
         for j in 0..g.taps {
             for (t, b) in buf.iter_mut().enumerate() {
                 *b += y(t + step * j) * self.weights[t + step * j];
             }
         }
-        self.fft.process(&mut buf); // X_b = sum_t g_t exp(-2 pi i b t / 2n)
+        self.fft.process(&mut buf); // X_b = sum_t g_t exp(-2 pi i b t / P)
         (0..n).map(|c| buf[g.bin(c)] * nb.rotation(c, n)).collect()
     }
 }
@@ -358,6 +468,48 @@ mod tests {
 
     fn real(f: impl Fn(u64) -> f64) -> impl Fn(u64) -> Complex64 {
         move |t| Complex64::new(f(t), 0.0)
+    }
+
+    /// The no-discard chain's response to tones swept over twice its band, read as katgpucbf's
+    /// qualification reads it (`no_discard::sweep_figures`): complex tones at the centres of
+    /// channels -n/2 .. 3n/2, through the whole float64 chain (mixer, remez DDC, n-point PFB),
+    /// each read in the channel it lands in. Pass band 64 of 107 MHz (the qualification's case
+    /// at 1712 Msample/s and D 8), n 64, T 4.
+    #[test]
+    fn no_discard_swept_tones_meet_katgpucbfs_requirements() {
+        for (d, fraction) in [(8usize, 64.0 / 107.0)] {
+            let n = 64;
+            let pass = PassBand {
+                fraction,
+                weight: no_discard::DEFAULT_WEIGHT_PASS,
+            };
+            let r = NarrowbandReference::new(Narrowband::no_discard(n, 4, d, WORD, pass).unwrap())
+                .unwrap();
+            let g = *r.geometry();
+            let t0 = 1000 * g.step() as u64;
+            let width = (TWO_POW_32 / g.step() as f64) as i64; // one channel, in word units
+            let power: Vec<f64> = (0..2 * n)
+                .map(|i| {
+                    let word = offset_word((i as i64 - n as i64) * width);
+                    let x = |t: u64| {
+                        Complex64::from_polar(1.0, phase_radians(ddc::mixer_phase(t, word)))
+                    };
+                    let y = r.spectrum_of(x, t0, &NO_DELAY);
+                    y[(i + n / 2) % n].norm_sqr()
+                })
+                .collect();
+            let f = no_discard::sweep_figures(&power, n, pass);
+            eprintln!(
+                "no-discard D {d} (L {}), pass {fraction:.3} of the band, float64 chain, {} tones: \
+                 ripple {:.4} dB, worst alias into the pass band {:.1} dB",
+                g.ddc_taps,
+                power.len(),
+                f.ripple_db,
+                f.alias_db
+            );
+            assert!(f.ripple_db < 0.1, "D {d}: ripple {} dB", f.ripple_db);
+            assert!(f.alias_db < -80.0, "D {d}: alias {} dB", f.alias_db);
+        }
     }
 
     const NO_DELAY: NarrowbandDelay = NarrowbandDelay {
@@ -438,7 +590,7 @@ mod tests {
             phase,
         };
         let check = |a: DelayAt, k: i64, fine: f64, phase: f64| {
-            let nb = narrowband_delay(&a, 8, word);
+            let nb = narrowband_delay(&a, 8, 8, word);
             assert_eq!(nb.coarse, k, "{a:?}");
             assert!((nb.fine - fine).abs() < 1e-15, "{a:?}: {nb:?}");
             assert!(
@@ -682,7 +834,7 @@ mod tests {
                     fine: 0.0,
                     phase,
                 };
-                let mapped = r.spectrum_of(real(noise), t0, &narrowband_delay(&at, d, WORD));
+                let mapped = r.spectrum_of(real(noise), t0, &narrowband_delay(&at, d, d, WORD));
                 let want: Vec<_> = direct
                     .iter()
                     .map(|v| v * Complex64::from_polar(1.0, phase))
@@ -764,7 +916,7 @@ mod tests {
                     .iter()
                     .map(|v| v * Complex64::from_polar(1.0, 0.3))
                     .collect();
-                let nb = narrowband_delay(&at, d, WORD);
+                let nb = narrowband_delay(&at, d, d, WORD);
                 assert!(nb.fine.abs() <= 0.5);
                 let mapped = r.spectrum_of(signal(0.0), t0, &nb);
                 worst = worst.max(rel_error(&want, &mapped));
@@ -828,7 +980,11 @@ mod tests {
                         fine: 0.0,
                         phase: 0.0,
                     };
-                    mapped.extend(r.spectrum_of(real(noise), ts, &narrowband_delay(&at, d, WORD)));
+                    mapped.extend(r.spectrum_of(
+                        real(noise),
+                        ts,
+                        &narrowband_delay(&at, d, d, WORD),
+                    ));
                 }
                 let nb = narrowband_delay(
                     &DelayAt {
@@ -836,6 +992,7 @@ mod tests {
                         fine: 0.0,
                         phase: 0.0,
                     },
+                    d,
                     d,
                     WORD,
                 );
@@ -884,7 +1041,7 @@ mod tests {
             fine: 0.4,
             phase: 0.0,
         };
-        let nb = narrowband_delay(&at, 8, WORD);
+        let nb = narrowband_delay(&at, 8, 8, WORD);
         assert_eq!(r.window_start(t0, &nb), t0 as i128 - 16);
         let first = t0 - 16;
         let shifted: Vec<f64> = (0..g.window() as u64).map(|i| noise(first + i)).collect();

@@ -3,9 +3,10 @@
 //! window of the frame reads (from the lowest window offset to the highest plus 2nT), each the
 //! L-tap dot product of the filter with the mixed input, the input being mixed once per piece (see
 //! [`MixerTable`]) and the dropped samples never computed. Its (spectrum, pol) tasks then filter
-//! 2nT subsampled samples into 2n complex ones, take a 2n-point complex FFT, keep channel
-//! c = bin (c - n/2) mod 2n, and apply gain and the rotation exp(i (p' - pi (c - n/2) r' / n))
-//! before the same dither, quantisation and transpose as wideband.
+//! PT subsampled samples into P complex ones, take a P-point complex FFT, keep channel
+//! c = bin (c - n/2) mod P, and apply gain and the rotation exp(i (p' - pi (c - n/2) r' / n))
+//! before the same dither, quantisation and transpose as wideband. P is 2n and the DDC subsamples
+//! by S = D, or without discard P = n and S = 2D ([`crate::backend::Bins`]).
 
 use std::sync::Arc;
 
@@ -65,9 +66,10 @@ pub(super) struct Narrowband {
     /// The PFB weights, each twice in a row (they filter the subsampled stream's real and
     /// imaginary parts alike).
     weights: Vec<f32>,
-    /// The 2n-point complex FFT.
+    /// The P-point complex FFT.
     fft: Arc<dyn Fft<f32>>,
-    decimation: usize,
+    /// S, the DDC's subsampling.
+    subsampling: usize,
     /// The DDC filter h in f32, each tap twice (for the real and imaginary parts of the mixed
     /// input), zero-padded to a multiple of [`LANES`].
     ddc: Vec<f32>,
@@ -100,7 +102,7 @@ struct DdcShared<'a> {
     /// ADC sample index of the span's first sample (the mixer runs on absolute time).
     span_start: u64,
     word: u32,
-    decimation: usize,
+    subsampling: usize,
     /// The filter, each tap twice, zero-padded to a multiple of [`LANES`].
     h: &'a [f32],
     mixer: &'a MixerTable,
@@ -113,21 +115,21 @@ impl Narrowband {
         planner: &mut FftPlanner<f32>,
         threads: usize,
     ) -> Result<Self> {
-        let n = g.output.channels;
+        let (n, s) = (g.output.channels, d.subsampling());
         let unsupported = |e: crate::signal::SignalError| BackendError::Unsupported(e.to_string());
         let weights = g.output.weights().map_err(unsupported)?;
-        let h = ddc::ddc_filter(d.decimation, d.taps).map_err(unsupported)?;
+        let h = d.filter().map_err(unsupported)?;
         let mut h: Vec<f32> = h.iter().flat_map(|&v| [v as f32, v as f32]).collect();
         h.resize(h.len().next_multiple_of(LANES), 0.0);
         // Subsampled samples up to the last one the highest window reads.
-        let len = g.max_offset() / d.decimation + 2 * n * g.output.taps;
-        let pieces = (DDC_PIECE / d.decimation).max(1);
-        let mixed = 2 * (pieces - 1) * d.decimation + h.len();
+        let len = g.max_offset() / s + d.points(n) * g.output.taps;
+        let pieces = (DDC_PIECE / s).max(1);
+        let mixed = 2 * (pieces - 1) * s + h.len();
         let g0 = Complex32::new(gain::default_gain(g.input.sample_bits, g.output.bits), 0.0);
         Ok(Self {
             weights: weights.iter().flat_map(|&w| [w as f32, w as f32]).collect(),
-            fft: planner.plan_fft_forward(2 * n),
-            decimation: d.decimation,
+            fft: planner.plan_fft_forward(d.points(n)),
+            subsampling: s,
             ddc: h,
             gains: [vec![g0; n], vec![g0; n]],
             subsampled: std::array::from_fn(|_| vec![Complex32::default(); len]),
@@ -146,8 +148,8 @@ impl Narrowband {
         out: &OutputFrame,
     ) {
         self.mixer.set(out.mixer);
-        let d = self.decimation;
-        let window = 2 * g.output.channels * g.output.taps;
+        let d = self.subsampling;
+        let window = self.fft.len() * g.output.taps;
         let pols = span.iter().zip(&out.delays).zip(&mut self.subsampled);
         for ((x, delays), subsampled) in pols {
             let offsets = delays.iter().map(|s| s.offset as usize / d);
@@ -158,7 +160,7 @@ impl Narrowband {
                 x,
                 span_start,
                 word: out.mixer,
-                decimation: d,
+                subsampling: d,
                 h: &self.ddc,
                 mixer: &self.mixer,
             };
@@ -218,15 +220,15 @@ fn run_tasks(
     mut unq: Option<&mut [Complex32]>,
 ) {
     let n = s.g.output.channels;
-    let (step, taps) = (2 * n, s.g.output.taps);
-    let d = s.g.output.decimation();
+    let (step, taps) = (s.fft.len(), s.g.output.taps);
+    let d = s.g.output.subsampling();
     for (i, out) in out.chunks_exact_mut(n).enumerate() {
         let task = first + i;
         let (m, pol) = (task / POLS, task % POLS);
         let delay = s.delays[pol][m];
         let j0 = delay.offset as usize / d;
         let window = &s.subsampled[pol][j0..j0 + step * taps];
-        // SAFETY: as in `fir`: 2nT complex values are 4nT contiguous f32.
+        // SAFETY: as in `fir`: PT complex values are 2PT contiguous f32.
         let window: &[f32] =
             unsafe { std::slice::from_raw_parts(window.as_ptr().cast::<f32>(), 2 * window.len()) };
         fir(window, s.weights, 2 * step, taps, &mut worker.z);
@@ -234,7 +236,7 @@ fn run_tasks(
             .process_with_scratch(&mut worker.z, &mut worker.scratch);
         let rot = &mut worker.rotation;
         rot.set(n, delay.fine, delay.phase, -((n / 2) as i64));
-        // Channel c = h * low + l is bin (c - n/2) mod 2n; gain and rotation as wideband's.
+        // Channel c = h * low + l is bin (c - n/2) mod P; gain and rotation as wideband's.
         let (z, y, gains) = (&worker.z[..step], &mut worker.y[..n], &s.gains[pol][..n]);
         let low = rot.low.len();
         for (h, &high) in rot.high.iter().enumerate() {
@@ -254,7 +256,7 @@ fn run_tasks(
 /// (with AVX2 four at a time; the sums are the same either way).
 #[inline(always)]
 fn run_ddc(cpu: Option<Avx2>, s: &DdcShared, first: usize, y: &mut [Complex32], mixed: &mut [f32]) {
-    let d = s.decimation;
+    let d = s.subsampling;
     let per = (DDC_PIECE / d).max(1);
     let taps = s.h.len() / 2;
     for (p, y) in y.chunks_mut(per).enumerate() {

@@ -242,6 +242,65 @@ fn narrowband_matches_reference() {
     eprintln!("narrowband, all cases: {ones} of {total} values off by one");
 }
 
+/// No-discard (VLBI) narrowband outputs against the reference: D 8, 32 to 256 channels, 2 to 8
+/// taps, 8- to 12-bit input, 8- and 4-bit output, the remez DDC of 32 D taps, random mixer words,
+/// delays (windows moving by whole samples of the 2D grid, r' up to 1) and gains.
+#[test]
+fn no_discard_matches_reference() {
+    let cases = [
+        (64usize, 4usize, 8usize, 10u32, 8u32, None),
+        (256, 4, 8, 10, 8, Some(31u32)),
+        (128, 8, 8, 8, 4, Some(32)),
+        (32, 2, 8, 12, 8, None),
+    ];
+    let (mut ones, mut total) = (0, 0);
+    for (seed, (channels, taps, d, bits, out_bits, dither)) in cases.into_iter().enumerate() {
+        let margin = 8 * d;
+        let mut output = no_discard_output(channels, taps, d, 8);
+        output.bits = out_bits;
+        output.dither = dither;
+        let input = input_for(&[output], bits, 2 * output.heap_samples(), margin);
+        let g = Channelisation::new(input, output);
+        let frames = 2 + input.overlap_samples.div_ceil(input.chunk_samples);
+        let (worst, rel, (o, v)) = compare_with(g, margin, frames, 950 + seed as u64);
+        let case = format!(
+            "no-discard {channels} ch {taps} taps D {d}, {bits}-bit input, {out_bits}-bit \
+             output, dither {dither:?}, {frames} frames"
+        );
+        eprintln!(
+            "{case}: {o} of {v} values off by one (worst frame {worst:.2e}), relative error \
+             {rel:.2e}"
+        );
+        assert!(worst < 1e-3, "{case}: {worst} of values off by one");
+        assert!(rel < 1e-5, "{case}: relative error {rel}");
+        ones += o;
+        total += v;
+    }
+    eprintln!("no-discard, all cases: {ones} of {total} values off by one");
+}
+
+/// Beside a wideband output and a narrowband one with discard, two no-discard outputs come out
+/// exactly as from a CPU backend of their own and within 1 LSB of the reference.
+#[test]
+fn no_discard_beside_other_kinds() {
+    let multi = |input: InputGeometry, outputs: &[OutputGeometry]| -> Box<dyn Backend> {
+        Box::new(Synchronous::new(
+            CpuBackend::with_threads(input, outputs, 3).unwrap(),
+        ))
+    };
+    check_set_as_if_alone(
+        &multi,
+        &[
+            (&cpu_backend, Agreement::Exact),
+            (&reference_backend, Agreement::OneLsb),
+        ],
+        true,
+        "wideband, narrowband and no-discard",
+        no_discard_outputs(),
+        16384,
+    );
+}
+
 fn cpu_outputs(input: InputGeometry, outputs: &[OutputGeometry]) -> OutputsProcessor {
     let mut cb = Synchronous::new(CpuBackend::new(input, outputs).unwrap());
     Box::new(move |frame| {

@@ -20,7 +20,9 @@ use super::fused::{FusedArgs, FusedRun};
 use super::layout::{self, twiddle_table, ParamLayout, Shapes};
 use super::narrowband::NarrowbandStage;
 use super::pipeline::SpanView;
-use crate::backend::{BackendError, Channelisation, OutputFrame, OutputKind, Result, POLS};
+use crate::backend::{
+    BackendError, Bins, Channelisation, Ddc, OutputFrame, OutputKind, Result, POLS,
+};
 use crate::signal::{gain, half_rows};
 
 /// Bytes of saturation counters after each slot's heaps: u64 per polarisation.
@@ -100,6 +102,17 @@ impl OutputStage {
         slots: usize,
     ) -> Result<Self> {
         let g = geometry;
+        if let OutputKind::Narrowband(Ddc {
+            bins: Bins::All(_), ..
+        }) = g.output.kind
+        {
+            // Its n-point PFB keeping every bin needs its own FIR and post-processing launches.
+            return Err(BackendError::Unsupported(
+                "the CUDA backend does not make no-discard narrowband outputs yet: use the cpu \
+                 or reference backend"
+                    .into(),
+            ));
+        }
         // The DDC on the tensor cores (mma.sync, float16) needs sm_80 or later, the bulk
         // prefetch of fused_post's rows sm_90.
         let (major, _) = ctx
