@@ -171,7 +171,10 @@ impl Translation {
         if max_period < 2 * a.heap_samples {
             return Err("--max-period must be at least 2 heaps.".into());
         }
-        flag("buffer-heaps", a.period.div_ceil(a.heap_samples).to_string());
+        flag(
+            "buffer-heaps",
+            a.period.div_ceil(a.heap_samples).to_string(),
+        );
         flag("interface", interface_address(&a.interface)?.to_string());
         flag("ttl", a.ttl.to_string());
         flag("socket-buffer", a.send_buffer.to_string());
@@ -237,7 +240,9 @@ fn interface_address(name: &str) -> Result<Ipv4Addr, String> {
             std::net::IpAddr::V4(v4) => Some(v4),
             std::net::IpAddr::V6(_) => None,
         })
-        .ok_or_else(|| format!("--interface {name}: no network device of that name has an IPv4 address."))
+        .ok_or_else(|| {
+            format!("--interface {name}: no network device of that name has an IPv4 address.")
+        })
 }
 
 /// katcp's address: an empty host is every interface, as in katgpucbf.
@@ -309,11 +314,23 @@ mod tests {
             translate(&argv).unwrap_err()
         };
         for (extra, drop_dest, want) in [
-            (vec!["--signals=cw(0.5, 1e8);"], false, "does not read katgpucbf's signal language"),
+            (
+                vec!["--signals=cw(0.5, 1e8);"],
+                false,
+                "does not read katgpucbf's signal language",
+            ),
             (vec![], true, "the line gives 1 destination;"),
             (vec!["--first-id=3"], false, "--first-id 3 is odd"),
-            (vec!["--max-period=100"], false, "--max-period must be a multiple of --period."),
-            (vec!["--interface=nosuchdev0"], false, "no network device of that name"),
+            (
+                vec!["--max-period=100"],
+                false,
+                "--max-period must be a multiple of --period.",
+            ),
+            (
+                vec!["--interface=nosuchdev0"],
+                false,
+                "no network device of that name",
+            ),
         ] {
             let e = with(&extra, drop_dest);
             assert!(e.contains(want), "{extra:?}: {e:?} should say {want:?}");

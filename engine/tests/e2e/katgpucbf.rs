@@ -39,7 +39,10 @@ fn free_tcp_port() -> u16 {
 
 /// The fixture's arguments, one a line, from `taskset` on (schedrr left out).
 fn fixture() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fgpu-wideband-narrowband.args");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fgpu-wideband-narrowband.args"
+    );
     std::fs::read_to_string(path)
         .expect("the fixture")
         .lines()
@@ -60,7 +63,9 @@ fn cores() -> (usize, usize) {
 fn the_generators_fgpu_line_streams_on_both_outputs() {
     let _turn = serial();
     if cfg!(debug_assertions) {
-        eprintln!("skipped: the fixture's 4096 channels need a release build (cargo test --release)");
+        eprintln!(
+            "skipped: the fixture's 4096 channels need a release build (cargo test --release)"
+        );
         return;
     }
     let wide = Output::start();
@@ -92,7 +97,10 @@ fn the_generators_fgpu_line_streams_on_both_outputs() {
         }
     };
     let argv: Vec<String> = fixture().iter().map(|a| rewrite(a)).collect();
-    assert_eq!(argv[..4], ["taskset", "-c", first.to_string().as_str(), "fgpu"]);
+    assert_eq!(
+        argv[..4],
+        ["taskset", "-c", first.to_string().as_str(), "fgpu"]
+    );
     // `fgpu` is the engine's binary under that name, as the engine image links it.
     let dir = std::env::temp_dir().join(format!("fgpu-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -104,7 +112,10 @@ fn the_generators_fgpu_line_streams_on_both_outputs() {
     cmd.env("RUST_LOG", "info");
     let mut engine = Proc::spawn("fgpu", cmd);
     let line = engine.wait_for("katgpucbf form: running as ", Duration::from_secs(30));
-    assert!(line.starts_with("fengine run --src-pol0 127.0.0.1:"), "{line}");
+    assert!(
+        line.starts_with("fengine run --src-pol0 127.0.0.1:"),
+        "{line}"
+    );
     let http = engine.control_addr();
     assert_eq!(http.to_string(), format!("0.0.0.0:{prometheus_port}"));
     let control = Control::new(([127, 0, 0, 1], prometheus_port).into());
@@ -144,7 +155,10 @@ fn the_generators_fgpu_line_streams_on_both_outputs() {
         .expect("a reply to ?watchdog");
     assert_eq!(reply, "!watchdog ok");
     let metrics = control.get_text("/metrics");
-    assert!(metrics.contains("# TYPE"), "Prometheus text: {metrics:.200}");
+    assert!(
+        metrics.contains("# TYPE"),
+        "Prometheus text: {metrics:.200}"
+    );
 
     let status = engine.terminate(Duration::from_secs(30));
     assert!(status.success(), "the engine's exit: {status}");

@@ -52,10 +52,20 @@ pub struct FgpuArgs {
     #[arg(long)]
     pub recv_ibv: bool,
     /// Cores for the receive threads (-1: not bound).
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, default_value = "-1")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        default_value = "-1"
+    )]
     pub recv_affinity: Vec<i64>,
     /// ibverbs completion vectors: no meaning without ibverbs.
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     pub recv_comp_vector: Vec<i64>,
     /// Receive buffer in bytes.
     #[arg(long, default_value_t = 1 << 27)]

@@ -11,9 +11,9 @@
 mod flags;
 mod network;
 mod output;
-mod translate;
 #[cfg(test)]
 mod tests;
+mod translate;
 
 pub use flags::FgpuArgs;
 pub use translate::{Translation, PROGRAM};

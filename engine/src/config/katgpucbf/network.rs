@@ -61,7 +61,10 @@ mod tests {
         let e = interface_address("--send-interface", "nosuchdev0")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--send-interface nosuchdev0: no network device"), "{e}");
+        assert!(
+            e.starts_with("--send-interface nosuchdev0: no network device"),
+            "{e}"
+        );
         assert!(e.contains("lo"), "{e}");
     }
 

@@ -62,7 +62,11 @@ impl KatOutput {
     }
 
     fn parse(s: &str, narrowband: bool) -> Result<Self, ConfigError> {
-        let flag = if narrowband { "--narrowband" } else { "--wideband" };
+        let flag = if narrowband {
+            "--narrowband"
+        } else {
+            "--wideband"
+        };
         let refuse = |msg: String| ConfigError(format!("{flag} {s:?}: {msg}"));
         let mut out = KatOutput {
             narrowband,
@@ -163,7 +167,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w.name, "antenna_channelised_voltage");
-        assert_eq!((w.channels, w.taps, w.w_cutoff), (32768, Some(16), Some(1.0)));
+        assert_eq!(
+            (w.channels, w.taps, w.w_cutoff),
+            (32768, Some(16), Some(1.0))
+        );
         assert_eq!(w.jones_per_batch, Some(1 << 20));
         assert_eq!(w.dst, "239.10.11.0+15:7148");
         assert_eq!(w.window_function.as_deref(), Some("hann"));
@@ -188,14 +195,42 @@ mod tests {
             ("name=a,channels=64", false, "dst is missing."),
             ("channels=64,dst=127.0.0.1:9", false, "name is missing."),
             (base, true, "centre_frequency is missing."),
-            ("name=a,name=b,channels=1,dst=x", false, "name already specified."),
+            (
+                "name=a,name=b,channels=1,dst=x",
+                false,
+                "name already specified.",
+            ),
             ("name=a,channels", false, "missing = in \"channels\"."),
-            ("name=a,channels=many,dst=x", false, "channels=many is not a whole number."),
-            (&format!("{base},decimation=8"), false, "unknown key \"decimation\""),
-            (&format!("{base},colour=red"), true, "unknown key \"colour\""),
-            (&format!("{base},window_function=hamming"), false, "valid values are 'hann'"),
-            (&format!("{base},dither=gauss"), false, "valid values are 'none'"),
-            (&format!("{base},w_cutoff=inf"), false, "w_cutoff=inf is not a number."),
+            (
+                "name=a,channels=many,dst=x",
+                false,
+                "channels=many is not a whole number.",
+            ),
+            (
+                &format!("{base},decimation=8"),
+                false,
+                "unknown key \"decimation\"",
+            ),
+            (
+                &format!("{base},colour=red"),
+                true,
+                "unknown key \"colour\"",
+            ),
+            (
+                &format!("{base},window_function=hamming"),
+                false,
+                "valid values are 'hann'",
+            ),
+            (
+                &format!("{base},dither=gauss"),
+                false,
+                "valid values are 'none'",
+            ),
+            (
+                &format!("{base},w_cutoff=inf"),
+                false,
+                "w_cutoff=inf is not a number.",
+            ),
         ] {
             let parsed = if narrow {
                 KatOutput::narrowband(spec)

@@ -60,7 +60,11 @@ impl Translation {
         }
         let framing = Framing::new(a, &outputs)?;
         for o in &outputs {
-            let kind = if o.narrowband { "narrowband" } else { "wideband" };
+            let kind = if o.narrowband {
+                "narrowband"
+            } else {
+                "wideband"
+            };
             flag(kind, output_spec(o)?);
         }
         flag("spectra-per-heap", framing.spectra_per_heap.to_string());
@@ -180,17 +184,20 @@ fn refuse_unhonourable(a: &FgpuArgs) -> Result<(), ConfigError> {
 fn sources(src: &str) -> Result<[String; 2], ConfigError> {
     let mut addrs = Vec::new();
     for part in src.split(',') {
-        let e: Endpoint = with_default_port(part).parse().map_err(|e: spead::transport::EndpointError| {
-            if std::path::Path::new(src).exists() {
-                ConfigError(format!(
+        let e: Endpoint =
+            with_default_port(part)
+                .parse()
+                .map_err(|e: spead::transport::EndpointError| {
+                    if std::path::Path::new(src).exists() {
+                        ConfigError(format!(
                     "{src} is a file: reading a pcap capture is katgpucbf's replay mode; this \
                      engine receives live streams only (replay the capture onto the network, \
                      for example with tcpreplay)."
                 ))
-            } else {
-                ConfigError(format!("the source {src}: {}", sentence(e.to_string())))
-            }
-        })?;
+                    } else {
+                        ConfigError(format!("the source {src}: {}", sentence(e.to_string())))
+                    }
+                })?;
         addrs.extend(e.addrs);
     }
     if addrs.len() % 2 != 0 {
@@ -352,7 +359,11 @@ fn affinity(
     notes: &mut Vec<String>,
 ) -> Result<Option<CoreSet>, ConfigError> {
     let cores = |name: &str, list: &[i64]| -> Result<Option<CoreSet>, ConfigError> {
-        let bound: Vec<usize> = list.iter().filter(|&&c| c >= 0).map(|&c| c as usize).collect();
+        let bound: Vec<usize> = list
+            .iter()
+            .filter(|&&c| c >= 0)
+            .map(|&c| c as usize)
+            .collect();
         if bound.is_empty() {
             return Ok(None);
         }
