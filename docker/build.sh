@@ -47,7 +47,7 @@ ctx=$target_dir/docker-context
 rm -rf "$ctx"
 mkdir -p "$ctx/bin"
 install -m 0755 "$target_dir"/release/{dsim,fengine,harness} "$ctx/bin/"
-install -m 0755 docker/fgpu-probe docker/fgpu-antenna "$ctx/"
+install -m 0755 docker/fgpu-probe docker/fgpu-antenna docker/schedrr "$ctx/"
 echo "== staged $(du -sh "$ctx" | cut -f1) in $ctx"
 
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

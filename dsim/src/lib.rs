@@ -26,6 +26,7 @@ pub mod control;
 pub mod descriptors;
 pub mod faults;
 pub mod katcp;
+pub mod katgpucbf;
 pub mod metrics;
 pub mod placement;
 pub mod schedule;

@@ -6,11 +6,22 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use dsim::cli::{Cli, Command};
-use dsim::Dsim;
+use dsim::{katgpucbf, Dsim};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (cli, katgpucbf_notes) = if katgpucbf::is_katgpucbf_form(&argv) {
+        match katgpucbf_cli(&argv) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        (Cli::parse(), Vec::new())
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -19,6 +30,9 @@ fn main() -> ExitCode {
         // Tests and scripts read the log: colour only for a person at a terminal.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    for note in katgpucbf_notes {
+        tracing::info!("katgpucbf form: {note}");
+    }
     let result = match &cli.command {
         Some(Command::Bench(args)) => dsim::bench::run(args).map(|_| ()),
         None => run(&cli),
@@ -30,6 +44,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// katgpucbf's dsim line (docs/katgpucbf.md) as our own, with the notes for the log (the last
+/// one the equivalent line); clap's usage errors exit as for our own form.
+fn katgpucbf_cli(argv: &[std::ffi::OsString]) -> Result<(Cli, Vec<String>), String> {
+    let args = katgpucbf::KatDsimArgs::parse_from(argv);
+    let t = katgpucbf::Translation::new(&args)?;
+    let cli = t.cli()?;
+    let mut notes = t.notes;
+    notes.push(format!("running as {}", t.argv.join(" ")));
+    Ok((cli, notes))
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {

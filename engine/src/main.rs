@@ -6,9 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use clap::Parser;
-use fengine::config::{Cli, Command, RunArgs};
+use fengine::config::{katgpucbf, Cli, Command, RunArgs};
 
 fn main() -> std::process::ExitCode {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if katgpucbf::invoked_as_fgpu(&argv0) {
+        return fgpu_main();
+    }
     let cli = match Cli::parse().with_env_token() {
         Ok(cli) => cli,
         Err(e) => {
@@ -16,14 +20,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_logging();
     let result: anyhow::Result<()> = match (&cli.command, &cli.run) {
         (Some(Command::Bench(b)), _) => fengine::app::bench(b).map_err(Into::into),
         (Some(Command::Run(r)), _) | (None, Some(r)) => run(r),
@@ -32,6 +29,53 @@ fn main() -> std::process::ExitCode {
         )),
     };
     match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, RUST_LOG's filter (default info), colour only for a person at a terminal.
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
+/// Started as `fgpu`: katgpucbf's command line, translated to ours (docs/katgpucbf.md); the
+/// notes and the equivalent `fengine` line go to the log before the run.
+fn fgpu_main() -> std::process::ExitCode {
+    let args = katgpucbf::FgpuArgs::parse();
+    let translated = placement::CoreSet::allowed()
+        .map_err(|e| fengine::config::ConfigError(format!("{e}.")))
+        .and_then(|cores| katgpucbf::Translation::new(&args, &cores))
+        .and_then(|t| Ok((t.run_args()?, t)));
+    let (run_args, translation) = match translated {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    init_logging();
+    for note in &translation.notes {
+        tracing::info!("katgpucbf form: {note}");
+    }
+    tracing::info!("katgpucbf form: running as {}", translation.argv.join(" "));
+    if let Some(cores) = &translation.widen_to {
+        if let Err(e) = cores.pin_current_thread() {
+            tracing::error!("cannot run on cores {cores}: {e}.");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    match run(&run_args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

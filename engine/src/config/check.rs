@@ -703,7 +703,7 @@ mod tests {
             .map(|k| format!("o{k}:dst=127.0.0.1:{}", 7150 + k))
             .collect();
         let nine: Vec<&str> = nine.iter().flat_map(|s| ["--wideband", s]).collect();
-        let long = format!("{}:dst=127.0.0.1:7150", "x".repeat(33));
+        let long = format!("{}:dst=127.0.0.1:7150", "x".repeat(65));
         let a = "a:dst=127.0.0.1:7150";
         let cases: Vec<(Vec<&str>, &str)> = vec![
             (
@@ -712,14 +712,14 @@ mod tests {
             ),
             (
                 wb(&["Wide:dst=127.0.0.1:7150"]),
-                "output name \"Wide\" must be 1 to 32 characters from a-z, 0-9, _ and -.",
+                "output name \"Wide\" must be 1 to 64 characters from a-z, 0-9, _ and -.",
             ),
             (
                 wb(&["a.b:dst=127.0.0.1:7150"]),
                 "output name \"a.b\" must be",
             ),
             (wb(&[":dst=127.0.0.1:7150"]), "output name \"\" must be"),
-            (vec!["--wideband", &long], "must be 1 to 32 characters"),
+            (vec!["--wideband", &long], "must be 1 to 64 characters"),
             (
                 wb(&["status:dst=127.0.0.1:7150"]),
                 "output name \"status\" would clash with the control API's routes",

@@ -62,7 +62,7 @@ set; complex as 1, 0.5-0.25j), ?gain-all STREAM VALUES...|default, ?delays STREA
 D0 D1 (each delay,delay_rate:phase,phase_rate; START-TIME Unix s, needs --sync-time), ?halt,
 ?sensor-list, ?sensor-value, ?sensor-sampling. A refusal is !NAME fail <the HTTP sentence>.
 
---wideband NAME:key=value,... (repeatable, instead of --dst): NAME is 1 to 32 of a-z 0-9 _ -.
+--wideband NAME:key=value,... (repeatable, instead of --dst): NAME is 1 to 64 of a-z 0-9 _ -.
   dst=ADDR[+N]:PORT (required), channels=N, taps=T, bits=8|4, window=hann|rect, w_cutoff=X,
   dither=SEED|off, gain=G. A key left out takes its flag's value (--channels, --taps,
   --output-bits, --window-function, --w-cutoff, --dither-seed/--no-dither, --gain). Without
@@ -73,6 +73,10 @@ D0 D1 (each delay,delay_rate:phase,phase_rate; START-TIME Unix s, needs --sync-t
   DDC filter, default 12 D). Default gain: sqrt(D) x --gain or its default (a narrowband
   channel holds 1/D of a wideband channel's noise power). The band, fs/(2D) wide, must lie
   inside 0 .. fs/2. Outputs are numbered wideband first, then narrowband, in the order given.
+
+Started as `fgpu` (a link to this binary, as in the engine image), the engine reads katgpucbf's fgpu
+command line instead (fgpu --help; docs/katgpucbf.md): katcp on --katcp-host:--katcp-port (every
+interface, 7147), this HTTP API on --prometheus-port.
 
 Logs go to stderr (RUST_LOG sets the filter, default info).
 

@@ -8,13 +8,14 @@
 //! `output_arg` the `NAME:key=value,...` language of `--wideband` and `--narrowband`, `spec`
 //! the checked types, `derive` what they imply (lags, overlap, thread counts), `check` the
 //! way from the one to the other, `placement` where the stream threads run, `error` the
-//! refusal they all share.
+//! refusal they all share; `katgpucbf` reads katgpucbf's `fgpu` command line into ours.
 
 mod check;
 mod derive;
 mod error;
 mod flags;
 mod help;
+pub mod katgpucbf;
 mod output_arg;
 mod placement;
 mod spec;

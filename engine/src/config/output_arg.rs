@@ -45,13 +45,13 @@ pub struct OutputArg {
     pub pass_bandwidth: Option<f64>,
 }
 
-/// Checks an output's name: 1 to 32 of a-z, 0-9, `_` and `-`, and no word of the control API's
+/// Checks an output's name: 1 to 64 of a-z, 0-9, `_` and `-`, and no word of the control API's
 /// routes. The error is a sentence.
 pub fn check_output_name(name: &str) -> Result<(), ConfigError> {
     let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
-    if name.is_empty() || name.len() > 32 || !name.chars().all(allowed) {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
         return Err(ConfigError(format!(
-            "output name {name:?} must be 1 to 32 characters from a-z, 0-9, _ and -."
+            "output name {name:?} must be 1 to 64 characters from a-z, 0-9, _ and -."
         )));
     }
     if RESERVED_NAMES.contains(&name) {

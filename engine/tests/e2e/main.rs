@@ -21,6 +21,10 @@
 //!   n/4 and n channels to destinations of their own each carry the tone in the channel their
 //!   channel count predicts, in heaps of their own size and step, and `/status` keeps each
 //!   output's counters.
+//! - `the_generators_fgpu_line_streams_on_both_outputs`: the engine started as `fgpu` with the
+//!   command line katsdpcontroller generates (tests/fixtures, rewritten only for loopback, this
+//!   host's cores and a CPU's rate) streams on its wideband and narrowband outputs, katcp and the
+//!   HTTP API where fgpu's katcp and Prometheus ports say.
 //! - `sigterm_at_the_first_log_line_stops_the_engine_cleanly` (and `_once_running`): SIGTERM
 //!   however early gives exit status 0 and the engine's totals.
 //!
@@ -42,7 +46,7 @@
 //! - [`client`]: HTTP to their control APIs (ureq), the engine's status as `fgpu_api` types.
 //! - [`capture`]: the receiver of the engine's output heaps (one per output).
 //! - one module per group of tests: [`tone`], [`dropped_heaps`], [`restart`], [`stream_faults`],
-//!   [`delays`], [`token`], [`digitiser_status`], [`outputs`], [`signals`].
+//!   [`delays`], [`token`], [`digitiser_status`], [`outputs`], [`signals`], [`katgpucbf`].
 
 mod capture;
 mod client;
@@ -52,6 +56,7 @@ mod system;
 mod delays;
 mod digitiser_status;
 mod dropped_heaps;
+mod katgpucbf;
 mod outputs;
 mod restart;
 mod signals;

@@ -72,7 +72,7 @@ impl Proc {
     }
 
     /// `ADDR:PORT` from the `control listening on ADDR:PORT` log line.
-    fn control_addr(&mut self) -> SocketAddr {
+    pub(crate) fn control_addr(&mut self) -> SocketAddr {
         let rest = self.wait_for("control listening on ", Duration::from_secs(60));
         let token = rest.split_whitespace().next().unwrap_or_default();
         token
@@ -147,7 +147,7 @@ fn target_dir_and_profile() -> (PathBuf, String) {
 }
 
 /// The dsim binary of the same profile, built if needed.
-fn dsim_binary() -> PathBuf {
+pub(crate) fn dsim_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
