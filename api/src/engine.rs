@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 mod control;
+pub mod katgpucbf_text;
 
 pub use control::{CentreRequest, DelayRequest, Gain, Gains, GainsRequest, PolDelay, PolDelaySpec};
 

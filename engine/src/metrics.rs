@@ -337,8 +337,54 @@ impl Collector for StatsCollector {
                 stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
             )],
         )?;
-        stalls(enc, stats)
+        stalls(enc, stats)?;
+        katgpucbf(enc, stats)
     }
+}
+
+/// The counters katgpucbf's fgpu exports, under its names and labels (`pol`, and `stream` for
+/// the output's name), so that what reads a katgpucbf engine's Prometheus port reads this engine
+/// alike.
+fn katgpucbf(enc: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
+    let per_pol = |f: &dyn Fn(&PolStats) -> u64| -> Vec<(Labels, u64)> {
+        (0..POLS)
+            .map(|p| (vec![("pol", p.to_string())], f(&stats.pols[p])))
+            .collect()
+    };
+    let per_stream = |f: &dyn Fn(&crate::stats::OutputStats) -> &[AtomicU64]| {
+        stats
+            .outputs
+            .iter()
+            .map(|o| {
+                let total = f(o).iter().map(|c| c.load(Relaxed)).sum::<u64>();
+                (vec![("stream", o.name.clone())], total)
+            })
+            .collect::<Vec<(Labels, u64)>>()
+    };
+    counters(
+        enc,
+        "fgpu_input_heaps",
+        "number of heaps received",
+        per_pol(&|p| p.heaps_received()),
+    )?;
+    counters(
+        enc,
+        "fgpu_input_missing_heaps",
+        "number of heaps dropped on the input",
+        per_pol(&|p| p.heaps_missing.load(Relaxed)),
+    )?;
+    counters(
+        enc,
+        "fgpu_output_heaps",
+        "number of heaps transmitted",
+        per_stream(&|o| &o.heaps_sent),
+    )?;
+    counters(
+        enc,
+        "fgpu_output_skipped_heaps",
+        "heaps not sent because input data was incomplete",
+        per_stream(&|o| &o.heaps_skipped),
+    )
 }
 
 fn seconds(ns: &AtomicU64) -> f64 {
@@ -449,6 +495,9 @@ mod tests {
     fn stats() -> Arc<Stats> {
         let s = Stats::new(&[(fgpu_api::engine::WIDEBAND, 2)]);
         s.outputs[0].heaps_sent[1].fetch_add(3, Relaxed);
+        s.outputs[0].heaps_sent[0].fetch_add(4, Relaxed);
+        s.outputs[0].heaps_skipped[1].fetch_add(2, Relaxed);
+        s.pols[1].heaps_missing.fetch_add(6, Relaxed);
         s.pols[1].digitiser_clip_heaps.fetch_add(2, Relaxed);
         s.pols[1].digitiser_clip_samples.fetch_add(77, Relaxed);
         s.pols[0].record_input(
@@ -546,6 +595,25 @@ mod tests {
                 .filter(|f| declared.contains(*f))
                 .unwrap_or(name);
             assert!(declared.contains(family), "{line} has no TYPE line");
+        }
+    }
+
+    /// katgpucbf's counters, under its names and labels: each output's substreams summed.
+    #[test]
+    fn katgpucbfs_counters_under_its_names() {
+        let labels = EngineLabels {
+            backend: "cpu",
+            feng_id: None,
+        };
+        let text = render(&registry(stats(), &labels));
+        for line in [
+            "fgpu_output_heaps_total{backend=\"cpu\",stream=\"wideband\"} 7\n",
+            "fgpu_output_skipped_heaps_total{backend=\"cpu\",stream=\"wideband\"} 2\n",
+            "fgpu_input_missing_heaps_total{backend=\"cpu\",pol=\"1\"} 6\n",
+            "fgpu_input_missing_heaps_total{backend=\"cpu\",pol=\"0\"} 0\n",
+            "fgpu_input_heaps_total{backend=\"cpu\",pol=\"0\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
         }
     }
 

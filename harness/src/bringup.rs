@@ -40,13 +40,21 @@ pub struct SystemArgs {
     #[arg(long, help_heading = "System")]
     pub local: bool,
     /// dsim's control URL (URL mode), e.g. http://dsim:8080; an array's, one per antenna,
-    /// comma-separated.
+    /// comma-separated. katcp://HOST:PORT reaches its katcp front, which reads its rate and sync
+    /// time but sets no rate, signal or faults (max-rate, qualify and soak's rate steps need HTTP).
     #[arg(long, env = "HARNESS_DSIM_URL", help_heading = "System")]
     pub dsim_url: Option<String>,
     /// The engine's control URL (URL mode), e.g. http://fengine:8080; an array's, one per
     /// antenna, comma-separated, in feng_id order.
+    /// katcp://HOST:PORT reaches an engine's katcp front (katgpucbf's fgpu, or this project's
+    /// with --katcp): its gains, delays and sensors, its counters from --engine-metrics-url.
     #[arg(long, env = "HARNESS_ENGINE_URL", help_heading = "System")]
     pub engine_url: Option<String>,
+    /// Where the engine's Prometheus metrics are, when --engine-url is katcp's: katgpucbf's
+    /// --prometheus-port (http://HOST:PORT), or this project's engine's HTTP front. An array's,
+    /// comma-separated as --engine-url.
+    #[arg(long, env = "HARNESS_ENGINE_METRICS_URL", help_heading = "System")]
+    pub engine_metrics_url: Option<String>,
     /// An array of N antennas (watch, max-rate): N engines (feng_id 0..N-1, array size N) send
     /// to the same output substreams, and their heaps are told apart by feng_id, each engine
     /// checked on its own and its heap counters against katgpucbf's rule. With --local, N dsims
@@ -107,14 +115,16 @@ pub struct SystemArgs {
     )]
     pub realtime: Policy,
     /// Prometheus series of the engine's missing-input counter: words a series name must
-    /// contain (comma-separated alternatives are summed).
-    #[arg(long, default_value = "missing input", help_heading = "System")]
+    /// contain (comma-separated alternatives are summed). Against a katcp engine the default
+    /// is katgpucbf's fgpu_input_missing_heaps.
+    #[arg(long, default_value = "fengine missing input", help_heading = "System")]
     pub missing_metric: String,
     /// Prometheus series of the engine's skipped-output counter (output heaps not sent), as
-    /// --missing-metric.
+    /// --missing-metric. Against a katcp engine the default is katgpucbf's
+    /// fgpu_output_skipped_heaps.
     #[arg(
         long,
-        default_value = "skipped output, send errors",
+        default_value = "fengine skipped output, fengine send errors",
         help_heading = "System"
     )]
     pub skipped_metric: String,
@@ -140,7 +150,8 @@ pub struct SystemArgs {
     /// --local: dsim's tone, HZ:AMPL (amplitude a fraction of full scale). Default: the centre
     /// of channel n/4 (fs/8) at 0.5. With --engines, one for every antenna or a comma-separated
     /// list of one per antenna [default there: antenna i at the centre of channel
-    /// n/4 + i n/(2N), so that each engine's tone has a channel of its own].
+    /// n/4 + i n/(2N), so that each engine's tone has a channel of its own]. In URL mode, the
+    /// tone dsim sends, where its /status cannot say (a dsim reached over katcp).
     #[arg(long, help_heading = "Local processes")]
     pub tone: Option<String>,
     /// dsim's Gaussian noise, fraction of full scale (--local: at start, else dsim's default
@@ -458,13 +469,22 @@ pub fn setup(
         ),
     };
     let mut services = match array {
-        None => Services::connect(dsim_url, engine_url, counter_names(sys)),
+        None => Services::connect(
+            dsim_url,
+            engine_url,
+            sys.engine_metrics_url.as_deref(),
+            counter_names(sys),
+        ),
         Some(_) if urls.is_some() => {
             bail!("an array is reached by --dsim-url and --engine-url lists only")
         }
         Some(_) => Services::connect_array(
             &url_list(dsim_url),
             &url_list(engine_url),
+            &sys.engine_metrics_url
+                .as_deref()
+                .map(url_list)
+                .unwrap_or_default(),
             counter_names(sys),
         )?,
     };
@@ -507,25 +527,36 @@ pub fn setup(
         array,
         sink(&geometry, dst.addrs.len()),
     )?;
-    // Each antenna's tone from its dsim (antenna 0's read above).
-    let tones = services
+    // Each antenna's tone from its dsim (antenna 0's read above); antenna 0's from --tone where
+    // dsim's status cannot be read.
+    let given_tone = match (&status, array, sys.tone.as_deref()) {
+        (None, None, Some(t)) => Some(parse_tone(t)?),
+        _ => None,
+    };
+    let tones: Vec<Option<Tone>> = services
         .antennas
         .iter()
         .enumerate()
         .map(|(i, a)| match i {
-            0 => status.as_ref().and_then(|s| s.strongest_tone()),
+            0 => status
+                .as_ref()
+                .and_then(|s| s.strongest_tone())
+                .or(given_tone),
             _ => a.dsim.status().ok().and_then(|s| s.strongest_tone()),
         })
         .collect();
+    let adc_rate = sys
+        .adc_rate
+        .or(status.as_ref().map(|s| s.rate))
+        .or(eg.map(|g| g.adc_sample_rate))
+        // A dsim over katcp has no status, but a sensor of its rate.
+        .or_else(|| services.dsim.adc_rate().ok());
     Ok(Setup {
         services,
         rx,
         geometry,
-        adc_rate: sys
-            .adc_rate
-            .or(status.as_ref().map(|s| s.rate))
-            .or(eg.map(|g| g.adc_sample_rate)),
-        tone: status.as_ref().and_then(|s| s.strongest_tone()),
+        adc_rate,
+        tone: tones.first().copied().flatten(),
         tones,
         array,
         backend: backend.to_string(),

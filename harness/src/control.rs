@@ -15,6 +15,9 @@
 //! Services started with a control token (`--control-token`) refuse mutating requests without
 //! it: the clients send `DSIM_CONTROL_TOKEN` and `FENGINE_CONTROL_TOKEN` from the environment.
 
+mod katcp;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::net::{SocketAddr, SocketAddrV4};
@@ -219,25 +222,84 @@ pub struct SignalApplied {
     pub frequency: Option<f64>,
 }
 
-#[derive(Clone)]
-pub struct Dsim(Client);
+/// What the harness asks of dsim, whichever front reaches it: HTTP ([`HttpDsim`]) or katcp
+/// ([`katcp::KatcpDsim`]); [`Dsim::new`] picks by the URL's scheme.
+pub trait DsimControl: Send + Sync {
+    fn url(&self) -> &str;
+    /// Everything dsim reports, as JSON (a katcp dsim: its sensors).
+    fn status_json(&self) -> Result<Value>;
+    fn status(&self) -> Result<fgpu_api::dsim::Status>;
+    /// The ADC sample rate in force (sample/s per polarisation).
+    fn adc_rate(&self) -> Result<f64>;
+    fn set_rate(&self, rate: f64) -> Result<()>;
+    fn set_signal(&self, req: &SignalRequest) -> Result<SignalChange>;
+    fn set_faults(&self, faults: &FaultsRequest) -> Result<()>;
+    fn metrics(&self) -> Result<String>;
+}
 
-impl Dsim {
-    pub fn new(url: &str) -> Self {
-        Self(Client::new(url, "DSIM_CONTROL_TOKEN"))
-    }
-    pub fn url(&self) -> &str {
+/// dsim's HTTP front.
+struct HttpDsim(Client);
+
+impl DsimControl for HttpDsim {
+    fn url(&self) -> &str {
         &self.0.base
     }
-    pub fn status_json(&self) -> Result<Value> {
+    fn status_json(&self) -> Result<Value> {
         self.0.get_json("/status")
     }
-    pub fn status(&self) -> Result<fgpu_api::dsim::Status> {
+    fn status(&self) -> Result<fgpu_api::dsim::Status> {
         self.0.get_typed("/status", "dsim's status")
+    }
+    fn adc_rate(&self) -> Result<f64> {
+        Ok(self.status()?.rate)
+    }
+    fn set_rate(&self, rate: f64) -> Result<()> {
+        self.0.put("/rate", &RateRequest { rate }).map(|_| ())
+    }
+    fn set_signal(&self, req: &SignalRequest) -> Result<SignalChange> {
+        self.0.put_typed("/signal", req, "dsim's signal change")
+    }
+    fn set_faults(&self, faults: &FaultsRequest) -> Result<()> {
+        self.0.put("/faults", faults).map(|_| ())
+    }
+    fn metrics(&self) -> Result<String> {
+        self.0.get_text("/metrics")
+    }
+}
+
+/// Whether `url` names a katcp front (`katcp://HOST:PORT`).
+pub fn is_katcp(url: &str) -> bool {
+    url.trim().starts_with(katcp::SCHEME)
+}
+
+#[derive(Clone)]
+pub struct Dsim(Arc<dyn DsimControl>);
+
+impl Dsim {
+    /// A client of the dsim at `url`: `katcp://HOST:PORT` over katcp, else over HTTP.
+    pub fn new(url: &str) -> Self {
+        if is_katcp(url) {
+            Self(Arc::new(katcp::KatcpDsim::new(url)))
+        } else {
+            Self(Arc::new(HttpDsim(Client::new(url, "DSIM_CONTROL_TOKEN"))))
+        }
+    }
+    pub fn url(&self) -> &str {
+        self.0.url()
+    }
+    pub fn status_json(&self) -> Result<Value> {
+        self.0.status_json()
+    }
+    pub fn status(&self) -> Result<fgpu_api::dsim::Status> {
+        self.0.status()
+    }
+    /// The ADC sample rate in force (sample/s per polarisation).
+    pub fn adc_rate(&self) -> Result<f64> {
+        self.0.adc_rate()
     }
     /// Sets the ADC sample rate (sample/s per polarisation).
     pub fn set_rate(&self, rate: f64) -> Result<()> {
-        self.0.put("/rate", &RateRequest { rate }).map(|_| ())
+        self.0.set_rate(rate)
     }
     /// Replaces the tones with one (noise as given, else kept; dither kept).
     pub fn set_tone(&self, tone: Tone, noise: Option<f64>) -> Result<SignalApplied> {
@@ -257,15 +319,15 @@ impl Dsim {
     }
     /// Sets the signal (either of dsim's forms); the reply names the first timestamp carrying it.
     pub fn set_signal(&self, req: &SignalRequest) -> Result<SignalChange> {
-        self.0.put_typed("/signal", req, "dsim's signal change")
+        self.0.set_signal(req)
     }
     /// Replaces the faults of each polarisation the request names (`PolFaults::default()`
     /// clears them).
     pub fn set_faults(&self, faults: &FaultsRequest) -> Result<()> {
-        self.0.put("/faults", faults).map(|_| ())
+        self.0.set_faults(faults)
     }
     pub fn metrics(&self) -> Result<String> {
-        self.0.get_text("/metrics")
+        self.0.metrics()
     }
 }
 
@@ -311,17 +373,109 @@ pub struct CounterNames {
 }
 
 impl Default for CounterNames {
+    /// This project's engine's series (`fengine_` ones: its `/metrics` has katgpucbf's `fgpu_`
+    /// counters beside them, which would count the same heaps twice).
     fn default() -> Self {
         Self {
-            missing_input: "missing input".into(),
-            skipped_output: "skipped output, send errors".into(),
+            missing_input: "fengine missing input".into(),
+            skipped_output: "fengine skipped output, fengine send errors".into(),
         }
+    }
+}
+
+impl CounterNames {
+    /// katgpucbf's fgpu counters (Prometheus port): heaps missing on the input, and heaps not
+    /// sent because input data was incomplete (it counts no send errors).
+    pub fn katgpucbf() -> Self {
+        Self {
+            missing_input: "fgpu_input_missing_heaps".into(),
+            skipped_output: "fgpu_output_skipped_heaps".into(),
+        }
+    }
+}
+
+/// What an engine's front cannot do (katcp, as katgpucbf's fgpu, has no status and loads delay
+/// models at Unix times only): what needs it says so in this sentence and is not run.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// What the harness asks of an engine, whichever front reaches it: HTTP ([`HttpEngine`]) or
+/// katcp ([`katcp::KatcpEngine`], katgpucbf's requests, sensors and Prometheus names);
+/// [`Engine::connect`] picks by the URL's scheme. `output` is the output chosen, if any.
+pub trait EngineControl: Send + Sync {
+    fn url(&self) -> &str;
+    /// The engine's full status (an engine reached over katcp has none: an error that says so).
+    fn status(&self) -> Result<Status>;
+    /// Everything the engine reports, as JSON (a katcp engine: its sensors).
+    fn status_json(&self) -> Result<Value>;
+    /// Prometheus text.
+    fn metrics(&self) -> Result<String>;
+    fn gains(&self, output: Option<&str>) -> Result<Gains>;
+    fn set_gains(&self, output: Option<&str>, req: &GainsRequest) -> Result<Gains>;
+    fn set_delays(&self, output: Option<&str>, req: &DelayRequest) -> Result<Delays>;
+    /// The newest input timestamp received, either polarisation.
+    fn newest_input(&self) -> Result<u64>;
+    /// katgpucbf's `steady-state-timestamp`: heaps from this timestamp on reflect every request
+    /// answered so far, where the front says (None over HTTP).
+    fn steady_state(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    /// The series that hold its counters when the command line names none.
+    fn default_counter_names(&self) -> CounterNames {
+        CounterNames::default()
+    }
+}
+
+/// The engine's HTTP front.
+struct HttpEngine(Client);
+
+/// Where the chosen output's gains live.
+fn gains_path(output: Option<&str>) -> String {
+    match output {
+        Some(name) => format!("/outputs/{name}/gains"),
+        None => "/gains".into(),
+    }
+}
+
+impl EngineControl for HttpEngine {
+    fn url(&self) -> &str {
+        &self.0.base
+    }
+    fn status(&self) -> Result<Status> {
+        self.0.get_typed("/status", "an F-engine's status")
+    }
+    fn status_json(&self) -> Result<Value> {
+        self.0.get_json("/status")
+    }
+    fn metrics(&self) -> Result<String> {
+        self.0.get_text("/metrics")
+    }
+    fn gains(&self, output: Option<&str>) -> Result<Gains> {
+        self.0.get_typed(&gains_path(output), "an F-engine's gains")
+    }
+    fn set_gains(&self, output: Option<&str>, req: &GainsRequest) -> Result<Gains> {
+        self.0
+            .put_typed(&gains_path(output), req, "an F-engine's gains")
+    }
+    fn set_delays(&self, _output: Option<&str>, req: &DelayRequest) -> Result<Delays> {
+        self.0.put_typed("/delays", req, "an F-engine's delays")
+    }
+    fn newest_input(&self) -> Result<u64> {
+        let st = self.status()?;
+        Ok(st
+            .input
+            .pols
+            .iter()
+            .map(|p| p.last_timestamp)
+            .max()
+            .unwrap_or(0))
     }
 }
 
 #[derive(Clone)]
 pub struct Engine {
-    client: Client,
+    link: Arc<dyn EngineControl>,
     names: CounterNames,
     /// The output this client reads and sets gains of; None until chosen (then gains go to
     /// `/gains`, the engine's output named wideband, and counters are not told apart).
@@ -329,15 +483,32 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// A client of the engine at `url` (its metrics from its own front), counting `names`.
     pub fn new(url: &str, names: CounterNames) -> Self {
+        Self::connect(url, None, names)
+    }
+    /// A client of the engine at `url`: `katcp://HOST:PORT` over katcp, its Prometheus metrics
+    /// from `metrics_url` (katgpucbf's `--prometheus-port`); else over HTTP. Counter names left
+    /// at their default become the engine's own ([`EngineControl::default_counter_names`]).
+    pub fn connect(url: &str, metrics_url: Option<&str>, names: CounterNames) -> Self {
+        let link: Arc<dyn EngineControl> = if is_katcp(url) {
+            Arc::new(katcp::KatcpEngine::new(url, metrics_url))
+        } else {
+            Arc::new(HttpEngine(Client::new(url, "FENGINE_CONTROL_TOKEN")))
+        };
+        let names = if names == CounterNames::default() {
+            link.default_counter_names()
+        } else {
+            names
+        };
         Self {
-            client: Client::new(url, "FENGINE_CONTROL_TOKEN"),
+            link,
             names,
             output: None,
         }
     }
     pub fn url(&self) -> &str {
-        &self.client.base
+        self.link.url()
     }
     /// Reads output `name` from now on: its geometry, its gains, its skipped heaps.
     pub fn select_output(&mut self, name: &str) {
@@ -353,35 +524,37 @@ impl Engine {
         choose_output(status, self.output.as_deref())
             .with_context(|| format!("the engine at {}", self.url()))
     }
-    /// Where the chosen output's gains live.
-    fn gains_path(&self) -> String {
-        match &self.output {
-            Some(name) => format!("/outputs/{name}/gains"),
-            None => "/gains".into(),
-        }
-    }
     /// Which series hold the counters.
     pub fn counter_names(&self) -> &CounterNames {
         &self.names
     }
     pub fn status_json(&self) -> Result<Value> {
-        self.client.get_json("/status")
+        self.link.status_json()
     }
     pub fn metrics(&self) -> Result<String> {
-        self.client.get_text("/metrics")
+        self.link.metrics()
     }
-    /// Reads the counters from `/metrics`; an engine without either series is an error (a
+    /// Reads the counters from the metrics; an engine without either series is an error (a
     /// trial that cannot see them must not pass).
     pub fn counters(&self) -> Result<EngineCounters> {
         let text = self.metrics()?;
         let mut samples = parse_prometheus(&text);
-        // Another output's series (labelled with its name) are not this output's loss.
+        // Another output's series (labelled with its name: `output`, katgpucbf's `stream`) are
+        // not this output's loss.
         if let Some(name) = &self.output {
-            samples.retain(|s| label(&s.labels, "output").is_none_or(|o| o == name));
+            samples.retain(|s| {
+                label(&s.labels, "output")
+                    .or_else(|| label(&s.labels, "stream"))
+                    .is_none_or(|o| o == name)
+            });
         }
         let get = |pattern: &str| {
-            sum_matching(&samples, pattern)
-                .ok_or_else(|| anyhow!("engine /metrics has no series matching '{pattern}'"))
+            sum_matching(&samples, pattern).ok_or_else(|| {
+                anyhow!(
+                    "the engine's metrics at {} have no series matching '{pattern}'",
+                    self.url()
+                )
+            })
         };
         Ok(EngineCounters {
             missing_input: get(&self.names.missing_input)?,
@@ -394,23 +567,29 @@ impl Engine {
             .map(|_| ())
     }
     pub fn status(&self) -> Result<fgpu_api::engine::Status> {
-        self.client.get_typed("/status", "an F-engine's status")
+        self.link.status()
     }
     /// Sets the chosen output's gains: per polarisation a number, `[re, im]`, or one
     /// `[re, im]` per channel; the gains now loaded.
     pub fn set_gains(&self, req: &GainsRequest) -> Result<Gains> {
-        self.client
-            .put_typed(&self.gains_path(), req, "an F-engine's gains")
+        self.link.set_gains(self.output.as_deref(), req)
     }
     /// The chosen output's gains (`GainsRequest::from` loads them again).
     pub fn gains(&self) -> Result<Gains> {
-        self.client
-            .get_typed(&self.gains_path(), "an F-engine's gains")
+        self.link.gains(self.output.as_deref())
     }
     /// Loads delay models (katgpucbf's units); both polarisations' models now loaded.
     pub fn set_delays(&self, req: &DelayRequest) -> Result<Delays> {
-        self.client
-            .put_typed("/delays", req, "an F-engine's delays")
+        self.link.set_delays(self.output.as_deref(), req)
+    }
+    /// The newest input timestamp the engine has received.
+    pub fn newest_input(&self) -> Result<u64> {
+        self.link.newest_input()
+    }
+    /// The timestamp from which heaps reflect every request answered so far, where the engine
+    /// says (katcp's `steady-state-timestamp`).
+    pub fn steady_state(&self) -> Result<Option<u64>> {
+        self.link.steady_state()
     }
     /// The chosen output's shape and the ADC rate, from `/status`.
     pub fn geometry(&self) -> Result<EngineGeometry> {

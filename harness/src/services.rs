@@ -88,22 +88,30 @@ struct Proc {
 }
 
 impl Services {
-    /// Services already running, by URL.
-    pub fn connect(dsim_url: &str, engine_url: &str, names: CounterNames) -> Self {
+    /// Services already running, by URL (the engine's metrics at `metrics_url` where its
+    /// control URL is katcp's).
+    pub fn connect(
+        dsim_url: &str,
+        engine_url: &str,
+        metrics_url: Option<&str>,
+        names: CounterNames,
+    ) -> Self {
         Self::of(
             vec![Antenna {
                 dsim: Dsim::new(dsim_url),
-                engine: Engine::new(engine_url, names),
+                engine: Engine::connect(engine_url, metrics_url, names),
             }],
             Vec::new(),
         )
     }
 
     /// An array's services already running, by URL: antenna i is `dsim_urls[i]` and
-    /// `engine_urls[i]` (the same number of each, at least one).
+    /// `engine_urls[i]` (the same number of each, at least one), its metrics at
+    /// `metrics_urls[i]` where given.
     pub fn connect_array(
         dsim_urls: &[String],
         engine_urls: &[String],
+        metrics_urls: &[String],
         names: CounterNames,
     ) -> Result<Self> {
         if dsim_urls.len() != engine_urls.len() || dsim_urls.is_empty() {
@@ -116,9 +124,10 @@ impl Services {
         let antennas = dsim_urls
             .iter()
             .zip(engine_urls)
-            .map(|(d, e)| Antenna {
+            .enumerate()
+            .map(|(i, (d, e))| Antenna {
                 dsim: Dsim::new(d),
-                engine: Engine::new(e, names.clone()),
+                engine: Engine::connect(e, metrics_urls.get(i).map(String::as_str), names.clone()),
             })
             .collect();
         Ok(Self::of(antennas, Vec::new()))

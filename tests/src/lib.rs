@@ -56,6 +56,8 @@ pub const OUTPUT: &str = "239.10.1.0+15:7148";
 pub const SUBSTREAMS: usize = 16;
 /// Control port inside every container.
 pub const CONTROL_PORT: u16 = 8080;
+/// The katcp port of dsim and the engine (compose's, katgpucbf's 7147), on the network only.
+pub const KATCP_PORT: u16 = 7147;
 
 /// Timestamp step between consecutive output heaps of a substream (ADC samples).
 pub const OUTPUT_STEP: u64 = SPECTRA_PER_HEAP * 2 * CHANNELS;

@@ -102,6 +102,8 @@ impl Pipeline {
                 &format!("{TONE_HZ}:0.5"),
                 "--control",
                 "0.0.0.0:8080",
+                "--katcp",
+                "0.0.0.0:7147",
             ]),
         )
         .start()
@@ -147,6 +149,8 @@ impl Pipeline {
             "cpu",
             "--control",
             "0.0.0.0:8080",
+            "--katcp",
+            "0.0.0.0:7147",
         ]);
         if outputs == Outputs::WithNarrowband {
             // compose.cpu.yaml's narrowband output and frame.
@@ -194,6 +198,35 @@ impl Pipeline {
     }
     pub fn engine_url(&self) -> String {
         format!("http://{}-engine:{CONTROL_PORT}", self.prefix)
+    }
+
+    /// dsim's and the engine's katcp fronts, as container DNS names on the network.
+    pub fn dsim_katcp_url(&self) -> String {
+        format!("katcp://{}-dsim:{KATCP_PORT}", self.prefix)
+    }
+    pub fn engine_katcp_url(&self) -> String {
+        format!("katcp://{}-engine:{KATCP_PORT}", self.prefix)
+    }
+
+    /// Starts `harness watch` for `seconds` with `args` as given (the system's URLs among them).
+    pub fn start_watch_args(
+        &self,
+        role: &str,
+        args: &[&str],
+        seconds: u32,
+    ) -> Result<RunningWatch> {
+        let duration = seconds.to_string();
+        let mut all = vec!["watch", "--duration", &duration];
+        all.extend(args);
+        let c = request(
+            "fgpu/harness",
+            &self.net,
+            &format!("{}-{role}", self.prefix),
+            strings(&all),
+        )
+        .start()
+        .with_context(|| format!("starting fgpu/harness ({role})"))?;
+        Ok(RunningWatch::new(c, seconds))
     }
 
     /// Starts `harness watch` for `seconds` in a container on the network.

@@ -12,6 +12,7 @@ use fgpu_api::dsim::{PolSignal, PolsRequest, SignalRequest};
 use super::announce;
 use crate::band::Band;
 use crate::bringup::{self, SystemArgs};
+use crate::control::{Engine, Unavailable};
 use crate::feng_raw::OutputBits;
 use crate::qualify::spectra::Spectra;
 use crate::qualify::{self, Bench, Geometry, Plan};
@@ -62,6 +63,69 @@ pub struct QualifyArgs {
     /// Leave dsim's signal and the engine's gains as the tests left them (default: restore them).
     #[arg(long)]
     pub no_restore: bool,
+    /// An engine over katcp (no status): its input chunk, samples per polarisation (katgpucbf's
+    /// --src-chunk-samples) [default: this project's engine's, 4 heaps of spectra of 2n samples].
+    #[arg(long)]
+    pub chunk_samples: Option<usize>,
+    /// An engine over katcp (no status): the largest delay it loads, s (katgpucbf's
+    /// --max-delay-diff) [default: this project's engine's, 1e-4].
+    #[arg(long, default_value_t = 1e-4)]
+    pub max_delay: f64,
+}
+
+/// What the suite needs to know of the engine: from its status, or, over katcp (no status), from
+/// the command line.
+struct EngineFacts {
+    output: String,
+    backend: String,
+    channels: usize,
+    taps: usize,
+    spectra_per_heap: usize,
+    sample_bits: u32,
+    max_delay_s: f64,
+    chunk_samples: usize,
+}
+
+impl EngineFacts {
+    fn of(st: &fgpu_api::engine::Status, engine: &Engine) -> Result<Self> {
+        let (output, out) = engine.output_in(st)?;
+        Ok(Self {
+            output: output.to_string(),
+            backend: st.backend.clone(),
+            channels: out.channels,
+            taps: out.taps,
+            spectra_per_heap: out.spectra_per_heap,
+            sample_bits: st.input.sample_bits,
+            max_delay_s: st.max_delay_s,
+            chunk_samples: st.input.chunk_samples,
+        })
+    }
+
+    /// The command line's: the geometry bringup took from it, --sample-bits, --max-delay and
+    /// --chunk-samples.
+    fn given(a: &QualifyArgs, s: &bringup::Setup) -> Result<Self> {
+        let g = &s.geometry;
+        let spectra_per_heap = g.spectra_per_heap.context(
+            "an engine over katcp does not say its spectra per heap: give --spectra-per-heap",
+        )?;
+        Ok(Self {
+            output: s
+                .services
+                .engine
+                .output_name()
+                .unwrap_or(fgpu_api::engine::WIDEBAND)
+                .to_string(),
+            backend: "katcp".into(),
+            channels: g.channels,
+            taps: g.taps,
+            spectra_per_heap,
+            sample_bits: a.system.sample_bits,
+            max_delay_s: a.max_delay,
+            chunk_samples: a
+                .chunk_samples
+                .unwrap_or(spectra_per_heap * 4 * 2 * g.channels),
+        })
+    }
 }
 
 /// Runs `harness qualify`; true when every test ran and passed.
@@ -108,12 +172,17 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
     )?;
     announce(&s);
     let (spectra, response) = sinks.context("qualify's sinks")?;
-    let status = s
-        .services
-        .engine
-        .status()
-        .context("reading the engine's status")?;
-    let (output, out) = s.services.engine.output_in(&status)?;
+    // An engine over katcp has no status: the command line gives what it would.
+    let status = match s.services.engine.status() {
+        Ok(st) => Some(st),
+        Err(e) if e.downcast_ref::<Unavailable>().is_some() => None,
+        Err(e) => return Err(e.context("reading the engine's status")),
+    };
+    let facts = match &status {
+        Some(st) => EngineFacts::of(st, &s.services.engine)?,
+        None => EngineFacts::given(&a, &s)?,
+    };
+    let output = facts.output.as_str();
     let band = s.geometry.band;
     if band != Band::Wideband {
         // The checks' expectations (delays across the band, group delay, the oracle of lost
@@ -128,13 +197,13 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         .filter(|r| *r > 0.0)
         .context("the ADC rate is unknown: give --adc-rate")?;
     let geometry = Geometry {
-        channels: out.channels,
-        taps: out.taps,
-        spectra_per_heap: out.spectra_per_heap,
+        channels: facts.channels,
+        taps: facts.taps,
+        spectra_per_heap: facts.spectra_per_heap,
         adc_rate,
-        sample_bits: status.input.sample_bits,
-        max_delay_samples: status.max_delay_s * adc_rate,
-        chunk_samples: status.input.chunk_samples,
+        sample_bits: facts.sample_bits,
+        max_delay_samples: facts.max_delay_s * adc_rate,
+        chunk_samples: facts.chunk_samples,
         filter: s.geometry.filter,
         output_bits: s.geometry.bits,
         band,
@@ -150,7 +219,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         engine_url: s.services.engine.url().into(),
         output: Some(output.to_string()),
         dsim_url: s.services.dsim.url().into(),
-        backend: status.backend.clone(),
+        backend: facts.backend.clone(),
         channels: geometry.channels,
         taps: geometry.taps,
         spectra_per_heap: geometry.spectra_per_heap,
@@ -191,7 +260,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
             check.name,
             check.title
         );
-        let record = if status.backend == "null" {
+        let record = if facts.backend == "null" {
             qualify::not_run(
                 check,
                 "the null backend computes nothing: there is no signal to qualify",

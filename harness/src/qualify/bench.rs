@@ -126,8 +126,11 @@ impl Bench {
     pub fn after_now(&self) -> Result<Timestamp> {
         let newest = self.newest_input()?;
         // Spectra of a frame starting after `newest` have timestamps from newest - lag on; a
-        // frame holding `newest` was not computed yet either, so two chunks on is safe.
-        Ok(self.clear_of(newest + 2 * self.geometry.chunk_samples as u64))
+        // frame holding `newest` was not computed yet either, so two chunks on is safe. An engine
+        // that says where its requests hold (katcp's steady state) is taken at its word too.
+        let safe = newest + 2 * self.geometry.chunk_samples as u64;
+        let steady = self.services.engine.steady_state()?.unwrap_or(0);
+        Ok(self.clear_of(safe.max(steady)))
     }
 
     /// Sets the output's gains and returns the first timestamp they surely hold for.
@@ -138,14 +141,7 @@ impl Bench {
 
     /// The engine's newest input timestamp.
     pub fn newest_input(&self) -> Result<u64> {
-        let st = self.services.engine.status()?;
-        Ok(st
-            .input
-            .pols
-            .iter()
-            .map(|p| p.last_timestamp)
-            .max()
-            .unwrap_or(0))
+        self.services.engine.newest_input()
     }
 
     /// Waits until the engine has received input up to timestamp `t`.

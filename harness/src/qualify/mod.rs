@@ -162,6 +162,14 @@ pub fn run_check(
             };
             (outcome, m.figures, m.plots)
         }
+        // An engine over katcp has no status: a check that needs it is not run, and says why.
+        Err(e) if e.downcast_ref::<crate::control::Unavailable>().is_some() => (
+            Outcome::NotRun {
+                reason: format!("{e:#}"),
+            },
+            Vec::new(),
+            Vec::new(),
+        ),
         Err(e) => (
             Outcome::Fail {
                 reason: format!("could not complete: {e:#}"),
