@@ -96,7 +96,9 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         None,
         Some(&a.out_dir),
         |g, subs| {
-            let spectra = Arc::new(Spectra::new(g.channels, subs, g.bits));
+            let spectra = Arc::new(
+                Spectra::new(g.channels, subs, g.bits).with_decimation(g.band.decimation()),
+            );
             let response = Arc::new(CrossAccumulator::new(
                 g.channels / 4,
                 g.channels,
