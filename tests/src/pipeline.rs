@@ -14,8 +14,8 @@ use crate::http::default_output;
 use crate::watch::RunningWatch;
 use crate::{
     image_tag, log_tail, wait_until, Http, Network, Outputs, Session, CHANNELS, CONTROL_PORT,
-    HEAP_SAMPLES, LABEL, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION, NB_HEAPS_PER_FRAME, NB_NAME,
-    NB_OUTPUT, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
+    HEAP_SAMPLES, KATCP_PORT, LABEL, NB_CENTRE_HZ, NB_CHANNELS, NB_DECIMATION, NB_HEAPS_PER_FRAME,
+    NB_NAME, NB_OUTPUT, OUTPUT, POL0_SRC, POL1_SRC, RATE, SPECTRA_PER_HEAP, TAPS, TONE_HZ,
 };
 
 pub(crate) fn request(

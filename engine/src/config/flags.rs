@@ -362,7 +362,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub recv_threads: usize,
     /// How long each receive thread holds a chunk open for heaps that arrive late or out of
-    /// order, in seconds: rounded up to whole chunks, at least 3 [default: 0.5]. Every
+    /// order, in seconds: rounded up to whole chunks, at least 3 (the default: 3 chunks). Every
     /// chunk reaches processing this much later (a chunk leaves the window when the stream is a
     /// window ahead of it), and the window's chunk buffers are allocated at start: the startup
     /// log and /status give the window's duration and memory.

@@ -46,27 +46,21 @@ pub use spec::StageSpecs;
 /// Chunks each receiver fills at once, at least (spead2 uses 2; one more absorbs reordering across
 /// sender threads). `--recv-window` sets the window in time above this.
 pub const RECV_WINDOW: usize = 3;
-/// The receive window's duration when `--recv-window` is not given, in seconds.
+/// Chunks each receive thread's window holds: `seconds` (`--recv-window`) of chunks lasting
+/// `chunk_seconds`, rounded up, and at least [`RECV_WINDOW`]; without it, [`RECV_WINDOW`].
 ///
-/// Chosen from what the lanes' latest heaps showed on the H100 host (16 cores, 32768 channels) at
-/// 3.8 Gsample/s: after a stall, heaps arrive behind their lane's newest by the skew between the
-/// lane's sockets as it drains their backlogs, more than the 53 ms three chunks lasted there (too
-/// old: lost), well under half a second (kept). Half a second of input per polarisation is the
-/// memory it costs (the startup log and /status give it); the input reaches processing that much
-/// later.
-pub const RECV_WINDOW_S: f64 = 0.5;
-/// Chunks each receive thread's window holds: `seconds` (`--recv-window`, else
-/// [`RECV_WINDOW_S`]) of chunks lasting `chunk_seconds`, rounded up, and at least
-/// [`RECV_WINDOW`].
-///
-/// A larger window is not free: a chunk leaves the window only when a heap of a chunk `window -
-/// 1` later arrives (spead's `Window`), so every chunk reaches the pairing stage (window - 1)
-/// chunk durations after it ends, in the steady state too, and the window's buffers are
-/// allocated at start. A stall itself does not move a lane's window (see `recv`); what the window
-/// must cover is the skew between a lane's sockets as it catches up.
+/// The default stays the minimum because a larger window is not free: a chunk leaves the window
+/// only when a heap of a chunk `window - 1` later arrives (spead's `Window`), so every chunk
+/// reaches the pairing stage (window - 1) chunk durations after it ends, in the steady state
+/// too, and the window's buffers are allocated at start. A stall itself does not move a lane's
+/// window (see `recv`); what the window must cover is the skew between a lane's sockets as it
+/// catches up, which each lane measures as its latest heap (`LaneStalls::latest_heap_ns`). At
+/// GPU rates three chunks are tens of ms, shorter than that skew: docs/performance.md gives the
+/// window that held there.
 pub fn recv_window(seconds: Option<f64>, chunk_seconds: f64) -> usize {
-    let s = seconds.unwrap_or(RECV_WINDOW_S);
-    let n = (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil();
+    let n = seconds.map_or(0.0, |s| {
+        (s / chunk_seconds.max(1e-12) * (1.0 - 1e-12)).ceil()
+    });
     (n.min(1e6) as usize).max(RECV_WINDOW)
 }
 

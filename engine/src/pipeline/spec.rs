@@ -105,7 +105,7 @@ impl StageSpecs {
 mod tests {
     use super::*;
     use crate::config::test_support::{config, test_args};
-    use crate::pipeline::{recv_window, spare_chunks, RECV_WINDOW, RECV_WINDOW_S};
+    use crate::pipeline::{recv_window, spare_chunks, RECV_WINDOW};
 
     /// Chunks of 4096 samples at 1 MHz: 4.096 ms each.
     const SMALL: [&str; 12] = [
@@ -144,17 +144,10 @@ mod tests {
         assert_eq!(with("0.04096").recv.window, 10);
         // Less than three chunks is three.
         assert_eq!(with("0.001").recv.window, RECV_WINDOW);
-        // The default is RECV_WINDOW_S, and at least the minimum whatever the chunk.
+        // The default is the minimum, whatever the chunk.
         let default = StageSpecs::new(&config(&SMALL));
-        assert_eq!(
-            default.recv.window,
-            recv_window(Some(RECV_WINDOW_S), 4.096e-3)
-        );
-        assert_eq!(
-            recv_window(None, 1e-3),
-            (RECV_WINDOW_S * 1e3).ceil() as usize
-        );
-        assert_eq!(recv_window(None, 10.0), RECV_WINDOW);
+        assert_eq!(default.recv.window, RECV_WINDOW);
+        assert_eq!(recv_window(None, 1e-6), RECV_WINDOW);
         assert_eq!(recv_window(Some(0.5), 1e-3), 500);
     }
 
