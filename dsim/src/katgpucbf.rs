@@ -133,7 +133,7 @@ impl Translation {
         }
         flag("heap-samples", a.heap_samples.to_string());
         flag("sample-bits", a.sample_bits.to_string());
-        if a.first_id % 2 != 0 {
+        if !a.first_id.is_multiple_of(2) {
             return Err(format!(
                 "--first-id {} is odd; this dsim numbers a digitiser's streams 2k and 2k + 1 \
                  (--digitiser-id k): give an even first id.",
@@ -147,13 +147,8 @@ impl Translation {
                 flag("tone", "232101234:1".into());
                 flag("noise", "0".into());
             }
-            Some(spec) => {
-                return Err(format!(
-                    "--signals {spec:?}: this dsim does not read katgpucbf's signal language; \
-                     leave --signals out for katgpucbf's default ({DEFAULT_SIGNALS}), or start \
-                     dsim in its own form with --tone, --noise or --signal."
-                ))
-            }
+            // katgpucbf's signal language, which this dsim reads too (docs/signals.md).
+            Some(spec) => flag("signals", spec.clone()),
         }
         if let Some(seed) = a.dither_seed {
             flag("seed", seed.to_string());
@@ -303,6 +298,22 @@ mod tests {
         assert!(!is_katgpucbf_form(&ours));
     }
 
+    /// A `--signals` line is passed on as ours, in katgpucbf's language.
+    #[test]
+    fn a_signals_spec_is_passed_on() {
+        let mut argv = fixture_argv();
+        argv.push(OsString::from("--signals=cw(0.5, 1e8);"));
+        let t = translate(&argv).unwrap();
+        let line = t.argv.join(" ");
+        assert!(line.contains("--signals cw(0.5, 1e8);"), "{line}");
+        assert!(!line.contains("--tone"), "{line}");
+        let run = t.cli().unwrap().run;
+        assert_eq!(
+            run.signals.map(|s| s.signals).as_deref(),
+            Some("cw(0.5, 1e8);")
+        );
+    }
+
     #[test]
     fn what_cannot_be_honoured_is_refused_with_a_sentence() {
         let with = |extra: &[&str], drop_dest: bool| {
@@ -314,11 +325,6 @@ mod tests {
             translate(&argv).unwrap_err()
         };
         for (extra, drop_dest, want) in [
-            (
-                vec!["--signals=cw(0.5, 1e8);"],
-                false,
-                "does not read katgpucbf's signal language",
-            ),
             (vec![], true, "the line gives 1 destination;"),
             (vec!["--first-id=3"], false, "--first-id 3 is odd"),
             (

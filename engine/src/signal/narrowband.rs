@@ -476,6 +476,8 @@ mod tests {
     /// each read in the channel it lands in. Pass band 64 of 107 MHz (the qualification's case
     /// at 1712 Msample/s and D 8), n 64, T 4.
     #[test]
+    // One decimation for now: D 16 and 32 join the list once their designs converge.
+    #[allow(clippy::single_element_loop)]
     fn no_discard_swept_tones_meet_katgpucbfs_requirements() {
         for (d, fraction) in [(8usize, 64.0 / 107.0)] {
             let n = 64;
