@@ -217,9 +217,14 @@ fn parse_delay_sensor(text: &str) -> Result<DelayModel> {
         t.parse::<f64>()
             .with_context(|| format!("{t:?} is not a number"))
     };
-    let load_timestamp = load
-        .parse::<u64>()
-        .with_context(|| format!("{load:?} is not a timestamp"))?;
+    // katgpucbf's fgpu reads -1 until a model is loaded: the zero model it starts with, in
+    // force from the stream's start.
+    let load_timestamp = match load {
+        "-1" => 0,
+        t => t
+            .parse::<u64>()
+            .with_context(|| format!("{t:?} is not a timestamp (nor -1, no model loaded)"))?,
+    };
     Ok(DelayModel {
         delay: num(delay)?,
         delay_rate: num(delay_rate)?,
@@ -412,6 +417,10 @@ mod tests {
             (4096, 1e-9, 0.5, -2.0)
         );
         assert!(parse_delay_sensor("(1, 2, 3)").is_err());
+        // katgpucbf's fgpu before any ?delays: its zero model, from the start.
+        let d = parse_delay_sensor("(-1, 0.0, 0.0, 0.0, 0.0)").unwrap();
+        assert_eq!((d.load_timestamp, d.delay, d.phase), (0, 0.0, 0.0));
+        assert!(parse_delay_sensor("(-2, 0.0, 0.0, 0.0, 0.0)").is_err());
         assert!(parse_delay_sensor("4096, 0, 0, 0, 0").is_err());
         let spec = PolDelaySpec::Fields(PolDelay {
             delay: 1e-9,
