@@ -140,6 +140,10 @@ impl OutputStage {
                 OutputKind::Wideband => 0,
                 OutputKind::Narrowband(d) => d.taps,
             },
+            nb_points: match g.output.kind {
+                OutputKind::Wideband => 0,
+                OutputKind::Narrowband(_) => 2 * g.output.channels,
+            },
             tuning,
         };
         let shapes = Shapes::new(&g, &cfg)?;

@@ -324,6 +324,8 @@ fn kernels_compile_for_sm90() {
     for channels in [16, 1024, 65536] {
         for taps in [1, 4, 16, 32] {
             for bits in [8, 10, 12, 16] {
+                // Narrowband kernels too, in a third of the cases (odd DDC lengths included).
+                let decimation = [1, 8, 32][(taps + bits as usize) % 3];
                 configs.push(kernels::Config {
                     channels,
                     taps,
@@ -331,12 +333,34 @@ fn kernels_compile_for_sm90() {
                     spectra_per_heap: 256,
                     output_bits: if taps == 4 { 4 } else { 8 },
                     dither: bits != 12,
-                    // Narrowband kernels too, in a third of the cases (odd DDC lengths included).
-                    decimation: [1, 8, 32][(taps + bits as usize) % 3],
+                    decimation,
                     ddc_taps: 12 * 8 + taps % 2,
+                    nb_points: if decimation > 1 { 2 * channels } else { 0 },
                     tuning: Tuning::default(),
                 });
             }
+        }
+    }
+    // No-discard narrowband modules: the DDC subsampling by 2D = 16 through the remez filter's
+    // 32 D = 256 taps, an n-point PFB keeping every bin, its FFT unzipped by 4 or not, both
+    // output widths, dithered or not.
+    for channels in [16, 64, 1024, 65536] {
+        for bits in [8, 10, 12, 16] {
+            configs.push(kernels::Config {
+                channels,
+                taps: 4,
+                sample_bits: bits,
+                spectra_per_heap: 256,
+                output_bits: if bits == 10 { 4 } else { 8 },
+                dither: bits != 12,
+                decimation: 16,
+                ddc_taps: 256,
+                nb_points: channels,
+                tuning: Tuning {
+                    nb_unzip_from: if bits <= 10 { 0 } else { usize::MAX },
+                    ..Tuning::default()
+                },
+            });
         }
     }
     // The two-pass kernels at every split R x A (R 8 to 64, A up to 2048), 4- and 8-bit output.
@@ -356,6 +380,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 32768,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning,
         });
     }
@@ -370,6 +395,7 @@ fn kernels_compile_for_sm90() {
             dither: false,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning {
                 fused_fir_tma: true,
                 fused_fir_ahead: Some(0),
@@ -388,6 +414,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 65536,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning {
                 fused_post_row_sync: false,
                 ..Tuning::default()
@@ -405,6 +432,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 1024,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning::half_rows(),
         });
     }
@@ -414,21 +442,31 @@ fn kernels_compile_for_sm90() {
         assert!(cubin.len() > 1000);
     });
     // The narrowband DDCs in one launch, each decimation, an odd length and a pair of one shape,
-    // at every width the tensor cores take.
+    // and a pair of no-discard ones (subsampling 16, 256 taps), at every width the tensor cores
+    // take.
     [8, 10, 12].par_iter().for_each(|&bits| {
-        let set: Vec<kernels::Config> = [(8, 96), (16, 192), (32, 384), (8, 97), (8, 96)]
-            .map(|(decimation, ddc_taps)| kernels::Config {
-                channels: 1024,
-                taps: 16,
-                sample_bits: bits,
-                spectra_per_heap: 256,
-                output_bits: 8,
-                dither: true,
-                decimation,
-                ddc_taps,
-                tuning: Tuning::default(),
-            })
-            .into();
+        let set: Vec<kernels::Config> = [
+            (8, 96, 2048),
+            (16, 192, 2048),
+            (32, 384, 2048),
+            (8, 97, 2048),
+            (8, 96, 2048),
+            (16, 256, 1024),
+            (16, 256, 1024),
+        ]
+        .map(|(decimation, ddc_taps, nb_points)| kernels::Config {
+            channels: 1024,
+            taps: 16,
+            sample_bits: bits,
+            spectra_per_heap: 256,
+            output_bits: 8,
+            dither: true,
+            decimation,
+            ddc_taps,
+            nb_points,
+            tuning: Tuning::default(),
+        })
+        .into();
         let src = kernels::ddc_set_source(&set.iter().collect::<Vec<_>>()).unwrap();
         let cubin = compile_cubin(&src, "sm_90").unwrap_or_else(|e| panic!("{bits}-bit set: {e}"));
         assert!(cubin.len() > 1000);
