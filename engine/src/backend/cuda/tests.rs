@@ -1382,8 +1382,8 @@ fn narrowband_matches_the_float64_oracle() {
 /// A no-discard (VLBI) narrowband output (the DDC subsampling by 2D through the remez filter of
 /// 32 D taps, an n-point PFB, every bin kept) against the float64 oracle as
 /// [`narrowband_matches_the_float64_oracle`] checks the kind with discard: D 8 (the one a
-/// no-discard output takes), 16 to 256 channels, 2 to 8 taps, 8- to 16-bit input; r' up to 1/2
-/// of D ADC samples either way, a quarter of a subsampled sample.
+/// no-discard output takes), 16 to 256 channels, 2 to 8 taps, 8- to 16-bit input; residuals r'
+/// over their whole range, up to D ADC samples (half a subsampled sample) either way.
 #[test]
 fn no_discard_matches_the_float64_oracle() {
     let pass = crate::signal::no_discard::PassBand {
@@ -1429,6 +1429,7 @@ fn check_against_narrowband_oracle(cases: &[(usize, usize, usize, u32, usize)], 
         };
         let (step, window) = (output.step(), output.window());
         let kmax = 8usize; // coarse moves of up to 8 subsampled samples either way
+        let reach = sub as f32 / (2 * dec) as f32; // |r'| <= S / 2D: 1/2, or 1 without discard
         let overlap = (window - step + 2 * kmax * sub).next_multiple_of(8 * sub);
         let chunk = 2 * output.heap_samples();
         let input = InputGeometry {
@@ -1485,7 +1486,7 @@ fn check_against_narrowband_oracle(cases: &[(usize, usize, usize, u32, usize)], 
                     // Values exact in f32, so that device and oracle turn by the same angles.
                     let nb = NarrowbandDelay {
                         coarse: k,
-                        fine: rng.random_range(-0.5f32..=0.5) as f64,
+                        fine: rng.random_range(-reach..=reach) as f64,
                         phase: rng.random_range(-3.1f32..3.1) as f64,
                     };
                     *d = SpectrumDelay {
