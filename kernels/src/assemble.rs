@@ -51,7 +51,7 @@ mod tests {
             #define UNZIP 4\n#define SPECTRA_PER_HEAP 256\n#define FIR_BLOCK 128\n#define FIR_BATCH 16\n\
             #define PP_ROWS 4\n#define OUT_BITS 8\n#define DITHER 1\n#define DECIMATION 1\n\
             #define DDC_TAPS 0\n#define DDC_OUTPUTS 7\n#define DDC_BLOCK 128\n#define DDC_TILE 16\n\
-            #define NB_UNZIP 1\n#define NB_RUN 64\n\
+            #define NB_POINTS 0\n#define NB_UNZIP 1\n#define NB_RUN 64\n\
             #define F_R 32\n#define F_A 128\n#define F_C 8\n#define F_SB 8\n#define F_M 32\n\
             #define F2_THREADS 256\n#define ROW_HALF 0\n#define FIR_WORD_STEPS 0\n#define FIR_AHEAD 0\n\
             #define FIR_TMA 1\n#define FIR_TMA_WORDS 12\n#define POST_PREFETCH 0\n\
@@ -67,13 +67,14 @@ mod tests {
             dither: false,
             decimation: 16,
             ddc_taps: 192,
+            nb_points: 2048,
             ..cfg()
         };
         let narrowband = "#define CHANNELS 1024\n#define TAPS 16\n#define SAMPLE_BITS 12\n\
             #define UNZIP 4\n#define SPECTRA_PER_HEAP 256\n#define FIR_BLOCK 128\n#define FIR_BATCH 16\n\
             #define PP_ROWS 4\n#define OUT_BITS 4\n#define DITHER 0\n#define DECIMATION 16\n\
             #define DDC_TAPS 192\n#define DDC_OUTPUTS 7\n#define DDC_BLOCK 128\n#define DDC_TILE 16\n\
-            #define NB_UNZIP 1\n#define NB_RUN 64\n";
+            #define NB_POINTS 2048\n#define NB_UNZIP 1\n#define NB_RUN 64\n";
         assert_eq!(
             source(&nb),
             format!("{narrowband}{COMMON}\n{PFB_FIR}\n{POSTPROC}\n{INPUT_POWER}\n{NARROWBAND}\n\n")
@@ -100,6 +101,7 @@ mod tests {
         let nb = Config {
             decimation: 16,
             ddc_taps: 192,
+            nb_points: 8192,
             ..cfg()
         };
         nb.validate().unwrap();
@@ -118,6 +120,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("8, 16 or 32"));
+        // Without discard: n points, every bin kept; the module differs only in NB_POINTS.
+        let all = Config {
+            nb_points: 4096,
+            ..nb.clone()
+        };
+        all.validate().unwrap();
+        assert_eq!(
+            source(&all),
+            src.replace("#define NB_POINTS 8192\n", "#define NB_POINTS 4096\n")
+        );
+        for points in [0, 2048, 3 * 4096] {
+            let e = Config {
+                nb_points: points,
+                ..nb.clone()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("4096 or 8192 points"), "{e}");
+        }
     }
 
     #[test]

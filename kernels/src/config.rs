@@ -14,10 +14,14 @@ pub struct Config {
     pub output_bits: u32,
     /// Whether `postproc` adds the output dither (keys per spectrum from the host).
     pub dither: bool,
-    /// 1 for a wideband output; a narrowband output's decimation D (8, 16 or 32).
+    /// 1 for a wideband output; a narrowband output's DDC decimation, the subsampling S (8, 16
+    /// or 32): its decimation D, or 2D without discard.
     pub decimation: usize,
     /// A narrowband output's DDC filter length L (unused for wideband).
     pub ddc_taps: usize,
+    /// A narrowband output's PFB points P: 2n keeping the centre half of its bins, n keeping them
+    /// all (without discard); 0 for wideband.
+    pub nb_points: usize,
     pub tuning: Tuning,
 }
 
@@ -32,10 +36,10 @@ impl Config {
         self.channels.min(self.tuning.fir_block)
     }
 
-    /// A narrowband output's unzip factor: its FFT is `nb_unzip` transforms of 2n / `nb_unzip`
+    /// A narrowband output's unzip factor: its FFT is `nb_unzip` transforms of P / `nb_unzip`
     /// points per spectrum (1 or 4).
     pub fn nb_unzip(&self) -> usize {
-        if 2 * self.channels >= self.tuning.nb_unzip_from {
+        if self.nb_points >= self.tuning.nb_unzip_from {
             UNZIP
         } else {
             1

@@ -212,6 +212,7 @@ mod tests {
             sample_bits: bits,
             decimation,
             ddc_taps,
+            nb_points: 8192,
             tuning: Tuning {
                 ddc_mma,
                 ..Tuning::default()

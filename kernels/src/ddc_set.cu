@@ -5,7 +5,8 @@
 //   DDC_SET_N      the outputs
 //   DDC_SET_CASES  one `case k: ddc_block<D, W, k, k2>(...)` per output or pair of outputs of one
 //                  decimation D and taps per phase W = ceil(L / D) (k2 -1 for none; `case k2`
-//                  then does nothing)
+//                  then does nothing). D is the DDC's own decimation, its subsampling: a
+//                  no-discard output's is twice the output's decimation.
 //   DDC_MMA_WARPS  warps per block
 //   DDC_SET_SPAN   input samples per block: 8192 or 16384
 //

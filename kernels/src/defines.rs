@@ -26,6 +26,7 @@ pub(crate) fn module(cfg: &Config) -> Vec<Define> {
         ("DDC_OUTPUTS", cfg.tuning.ddc_outputs.to_string()),
         ("DDC_BLOCK", DDC_BLOCK.to_string()),
         ("DDC_TILE", DDC_TILE.to_string()),
+        ("NB_POINTS", cfg.nb_points.to_string()),
         ("NB_UNZIP", cfg.nb_unzip().to_string()),
         ("NB_RUN", NB_FIR_RUN.to_string()),
     ];

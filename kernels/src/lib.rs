@@ -16,8 +16,9 @@
 //!   wideband output in two passes instead of three, the FFT our own (n = R x A: the R-point FFTs
 //!   after the FIR, the A-point ones before the post-processing).
 //! - Narrowband outputs ([`Config::decimation`] > 1) add `ddc` (mix, low-pass filter and
-//!   subsample), `nb_fir` (the complex PFB), cuFFT's 2n-point complex transforms and
-//!   `nb_postproc` (the centre half of the bins, delay, gain, dither, quantisation).
+//!   subsample by S), `nb_fir` (the complex PFB), cuFFT's P-point complex transforms and
+//!   `nb_postproc` (the bins kept, delay, gain, dither, quantisation): with discard S = D and the
+//!   centre half of P = 2n bins, without S = 2D and all of P = n ([`Config::nb_points`]).
 
 /// A module's text: its `#define`s, then the CUDA C files it needs.
 mod assemble;

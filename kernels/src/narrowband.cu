@@ -1,24 +1,33 @@
 // Narrowband (engine docs/signal-path.md, Narrowband): the span mixed to baseband, low-pass
-// filtered and subsampled by DECIMATION (`ddc`), a complex PFB over 2n subsampled points (`nb_fir`),
-// cuFFT's 2n-point complex transforms, unzipped by 4 where large (done by the host crate), and
-// `nb_postproc`: the rest of the FFT for the centre half of the bins, fine delay and fringe phase
-// about the centre, gain, dither, quantisation and the heap layout. Appended after postproc.cu (it
-// reuses load_pair, quantise, dither, make_qjones). Where the samples are exact in float16 the DDC
-// runs instead in the frame's `ddc_set` (ddc_set.cu).
+// filtered and subsampled by DECIMATION (`ddc`), a complex PFB over NB_POINTS subsampled points
+// (`nb_fir`), cuFFT's NB_POINTS-point complex transforms, unzipped by 4 where large (done by the
+// host crate), and `nb_postproc`: the rest of the FFT for the bins kept, fine delay and fringe
+// phase about the centre, gain, dither, quantisation and the heap layout. Appended after
+// postproc.cu (it reuses load_pair, quantise, dither, make_qjones). Where the samples are exact
+// in float16 the DDC runs instead in the frame's `ddc_set` (ddc_set.cu).
+//
+// Two kinds of output, told apart by NB_POINTS alone: with discard the DDC subsamples by the
+// output's decimation D and the PFB has 2n points, of which the centre half are kept; without
+// (katgpucbf's VLBI mode) it subsamples by 2D and the PFB has n points, all kept.
 //
 // Extra configuration:
-//   DECIMATION   D: 8, 16 or 32
+//   DECIMATION   S, the DDC's decimation (subsampling): D, or 2D without discard; 8, 16 or 32
 //   DDC_TAPS     L: the DDC filter's length
 //   DDC_OUTPUTS  C, consecutive subsampled samples each `ddc` thread computes (odd: see below)
 //   DDC_BLOCK    threads per block of `ddc`
 //   DDC_TILE     taps per phase a thread holds samples for at once (bounds its registers)
+//   NB_POINTS    P, points of the complex PFB and FFT: 2n with discard, n without
 //   NB_RUN       spectra each `nb_fir` thread computes
 
-#define NB_POINTS (2 * CHANNELS) // points of the complex FFT: twice the kept channels
+#if NB_POINTS != 2 * CHANNELS && NB_POINTS != CHANNELS
+#error "NB_POINTS must be 2n (the centre half kept) or n (every bin kept)"
+#endif
 
 // y[j] = exp(-2 pi i phase(t_j)) sum_k x[jD + k] z_k, z_k = h_k exp(-2 pi i phase(k)) from the host
 // for the frame's mixer word F: phase(t + k) = phase(t) + phase(k) mod 2^32 exactly, so only the
 // rotation of each output needs the absolute time, phase(t_j) = phase0 + j phase_step (u32, wraps).
+//
+// (D here stands for DECIMATION, the DDC's own decimation S.)
 //
 // With k = pD + q (taps zero-padded to DDC_WP D), y[j] = sum_q sum_p X_q[j + p] z[pD + q] where
 // X_q[m] = x[mD + q]: for each phase q a short real-by-complex FIR over the polyphase column X_q.
@@ -125,10 +134,11 @@ extern "C" __global__ void __launch_bounds__(DDC_BLOCK) ddc(
 }
 
 // Complex PFB: point i of spectrum m sums taps t of the window that starts at subsampled sample
-// offsets[m] / D. One thread per point and run of NB_RUN spectra, as `pfb_fir`: the point's T
-// weights and a window of T samples stay in registers, and while the delay holds (each window
-// NB_POINTS after the last) a spectrum loads one new sample, NB_BATCH spectra's together. Reading
-// every window afresh instead costs T reads of the DDC's output, which then dominates the output.
+// offsets[m] / S (S = DECIMATION). One thread per point and run of NB_RUN spectra, as `pfb_fir`:
+// the point's T weights and a window of T samples stay in registers, and while the delay holds
+// (each window NB_POINTS after the last) a spectrum loads one new sample, NB_BATCH spectra's
+// together. Reading every window afresh instead costs T reads of the DDC's output, which then
+// dominates the output.
 #define NB_BATCH 8
 
 __device__ __forceinline__ float2 nb_sum(const float2 (&x)[TAPS], const float (&w)[TAPS]) {
@@ -201,12 +211,15 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
     }
 }
 
-// Channel c is bin (c - n/2) mod 2n: with NB_A = n/2, thread k1 makes channel k1 + n/2 (bin
-// k1 + 0 NB_A) and channel k1 (bin k1 + 3 NB_A). Where 2n points would take cuFFT two passes
-// through memory (NB_UNZIP 4), the FFT is unzipped by 4 as the wideband's (paper, section 4.2):
-// `nb_fir` writes sub-sequence j = i mod 4 of each spectrum's points, cuFFT makes their
-// NB_A-point FFTs Y_j, and X[k1 + NB_A k2] = sum_j W_2n^{j k1} W_4^{j k2} Y_j[k1]: both of the
-// thread's channels (k2 = 0 and 3) from the same four loads.
+// Channel c is bin (c - n/2) mod P (P = NB_POINTS). With NB_A = P/4, thread k1 < NB_A makes the
+// NB_KEEP = n / NB_A channels c = k1 + h NB_A, h < NB_KEEP, which are bins k1 + k2 NB_A with
+// k2 = (h - NB_KEEP/2) mod 4 (as n/2 = NB_KEEP/2 NB_A): with discard (P = 2n) channels k1 (bin
+// k1 + 3 NB_A) and k1 + n/2 (bin k1), the other two quarters of the bins dropped; without (P = n)
+// channels k1, k1 + n/4, k1 + n/2 and k1 + 3n/4 (k2 = 2, 3, 0, 1), every bin. Where P points
+// would take cuFFT two passes through memory (NB_UNZIP 4), the FFT is unzipped by 4 as the
+// wideband's (paper, section 4.2): `nb_fir` writes sub-sequence j = i mod 4 of each spectrum's
+// points, cuFFT makes their NB_A-point FFTs Y_j, and X[k1 + NB_A k2] = sum_j W_P^{j k1}
+// W_4^{j k2} Y_j[k1]: all of the thread's channels from the same four loads.
 //
 // Each channel is then turned by exp(i (p' - pi k' r' / n)) with k' = c - n/2 its offset from the
 // centre, then gain, dither, quantisation. A block is NB_TILE values of k1 x NB_TILE spectra
@@ -217,6 +230,9 @@ extern "C" __global__ void __launch_bounds__(256) nb_fir(
 #define NB_TILE 32
 #define NB_ROWS 8
 #define NB_A (NB_POINTS / 4)
+#define NB_KEEP (CHANNELS / NB_A)           // channels per thread: 2 with discard, 4 without
+#define NB_K2(h) (((h) + 4 - NB_KEEP / 2) % 4) // the quarter of the bins channel k1 + h NB_A is in
+#define NB_TW (2 * CHANNELS / NB_POINTS)    // W_P = W_2n^NB_TW: the twiddle table's step
 #if NB_UNZIP != 1 && NB_UNZIP != 4
 #error "NB_UNZIP must be 1 or 4"
 #endif
@@ -230,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
     u64 *__restrict__ saturated,         // [pol], accumulated
     u32 spectra)
 {
-    __shared__ qjones tile[2][NB_TILE][NB_TILE + 1]; // [k2 = 3, 0][k1][spectrum], padded against bank conflicts
+    __shared__ qjones tile[NB_KEEP][NB_TILE][NB_TILE + 1]; // [h][k1][spectrum], padded against bank conflicts
     __shared__ u32 sat[2];
     const u32 c0 = blockIdx.x * NB_TILE, m0 = blockIdx.y * NB_TILE;
     const u32 tx = threadIdx.x % NB_TILE, ty = threadIdx.x / NB_TILE;
@@ -238,21 +254,25 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
     u32 clamped[2] = {0, 0};
     if (k1 < NB_A) {
 #if NB_UNZIP == 4
-        // W_2n^{j k1}, j = 1..3 (3 k1 may pass n: W_2n^n = -1).
-        const float2 w1 = __ldg(twiddles + k1), w2 = __ldg(twiddles + 2 * k1);
-        const float2 w3 = 3 * k1 < CHANNELS ? __ldg(twiddles + 3 * k1) : cmul(make_float2(-1.0f, 0.0f), __ldg(twiddles + 3 * k1 - CHANNELS));
+        // W_P^{j k1} = W_2n^{j kt}, j = 1..3 (3 kt may pass n: W_2n^n = -1).
+        const u32 kt = NB_TW * k1;
+        const float2 w1 = __ldg(twiddles + kt), w2 = __ldg(twiddles + 2 * kt);
+        const float2 w3 = 3 * kt < CHANNELS ? __ldg(twiddles + 3 * kt) : cmul(make_float2(-1.0f, 0.0f), __ldg(twiddles + 3 * kt - CHANNELS));
 #endif
-        const u32 ch[2] = {k1, k1 + CHANNELS / 2}; // channels of k2 = 3 and k2 = 0
-        const float kn[2] = {((float)k1 - (float)(CHANNELS / 2)) / (float)CHANNELS, (float)k1 / (float)CHANNELS};
-        float2 g[2][2];
+        u32 ch[NB_KEEP];  // the thread's channels
+        float kn[NB_KEEP]; // their offsets k' / n
+        float2 g[2][NB_KEEP];
 #pragma unroll
-        for (int pol = 0; pol < 2; pol++)
+        for (int h = 0; h < NB_KEEP; h++) {
+            ch[h] = k1 + h * NB_A;
+            kn[h] = ((float)ch[h] - (float)(CHANNELS / 2)) / (float)CHANNELS;
 #pragma unroll
-            for (int h = 0; h < 2; h++) g[pol][h] = __ldg(gains + pol * CHANNELS + ch[h]);
+            for (int pol = 0; pol < 2; pol++) g[pol][h] = __ldg(gains + pol * CHANNELS + ch[h]);
+        }
         for (u32 r = ty; r < NB_TILE; r += NB_ROWS) {
             const u32 m = m0 + r;
             if (m >= spectra) break;
-            char2 q[2][2];
+            char2 q[NB_KEEP][2];
 #pragma unroll
             for (int pol = 0; pol < 2; pol++) {
                 const float4 rot = __ldg(rotation + (u64)pol * spectra + m);
@@ -260,15 +280,20 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
 #if NB_UNZIP == 4
                 const float2 b0 = y[0], b1 = cmul(y[NB_A], w1), b2 = cmul(y[2 * NB_A], w2), b3 = cmul(y[3 * NB_A], w3);
                 const float2 s02 = cadd(b0, b2), d02 = csub(b0, b2), s13 = cadd(b1, b3), d13 = csub(b1, b3);
-                // k2 = 3: sum_j i^j b_j; k2 = 0: sum_j b_j.
-                const float2 x[2] = {make_float2(d02.x - d13.y, d02.y + d13.x), cadd(s02, s13)};
-#else
-                const float2 x[2] = {y[3 * NB_A], y[0]};
+                // X[k1 + k2 NB_A] = sum_j (-i)^{j k2} b_j: k2 = 0 s02 + s13, 1 d02 - i d13, 2 s02 - s13,
+                // 3 d02 + i d13 (those no channel takes are never computed).
+                const float2 xk[4] = {cadd(s02, s13), make_float2(d02.x + d13.y, d02.y - d13.x), csub(s02, s13),
+                                      make_float2(d02.x - d13.y, d02.y + d13.x)};
 #endif
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < NB_KEEP; h++) {
+#if NB_UNZIP == 4
+                    const float2 x = xk[NB_K2(h)];
+#else
+                    const float2 x = y[NB_K2(h) * NB_A];
+#endif
                     const float2 turn = cmul(make_float2(rot.z, rot.w), expipi(-kn[h] * rot.x));
-                    float2 v = cmul(x[h], cmul(turn, g[pol][h]));
+                    float2 v = cmul(x, cmul(turn, g[pol][h]));
 #if DITHER
                     v = cadd(v, dither(__float_as_uint(rot.y), ch[h], pol));
 #endif
@@ -276,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
                 }
             }
 #pragma unroll
-            for (int h = 0; h < 2; h++) tile[h][tx][r] = make_qjones(q[h][0], q[h][1]);
+            for (int h = 0; h < NB_KEEP; h++) tile[h][tx][r] = make_qjones(q[h][0], q[h][1]);
         }
     }
     // Saturation: summed over the warp, then the block, then one global atomic per block and
@@ -300,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(NB_TILE * NB_ROWS) nb_postproc(
     const u32 heap = m / SPECTRA_PER_HEAP, sh = m % SPECTRA_PER_HEAP;
     for (u32 cc = ty; cc < NB_TILE && c0 + cc < NB_A; cc += NB_ROWS) {
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-            out[((u64)heap * CHANNELS + c0 + cc + h * (CHANNELS / 2)) * SPECTRA_PER_HEAP + sh] = tile[h][cc][tx];
+        for (int h = 0; h < NB_KEEP; h++)
+            out[((u64)heap * CHANNELS + c0 + cc + h * NB_A) * SPECTRA_PER_HEAP + sh] = tile[h][cc][tx];
     }
 }

@@ -13,6 +13,7 @@ pub(crate) fn cfg() -> Config {
         dither: true,
         decimation: 1,
         ddc_taps: 0,
+        nb_points: 0,
         tuning: Tuning::default(),
     }
 }

@@ -22,10 +22,10 @@ pub struct Tuning {
     /// output (64 outputs).
     pub ddc_mma_warps: usize,
     /// Input samples each `ddc_set` block covers, whatever the output (8192 or 16384): it makes
-    /// `ddc_set_span / D` outputs of each.
+    /// `ddc_set_span / S` outputs of each (S the DDC's decimation, [`crate::Config::decimation`]).
     pub ddc_set_span: usize,
-    /// The fewest points (2n) for which a narrowband output's FFT is unzipped by 4: where
-    /// cuFFT would take two passes through memory.
+    /// The fewest points (P: 2n, or n without discard) for which a narrowband output's FFT is
+    /// unzipped by 4: where cuFFT would take two passes through memory.
     pub nb_unzip_from: usize,
     /// A wideband output of [`FUSED_MIN_CHANNELS`] to [`Tuning::fused_max_channels`] channels
     /// runs in two passes (`fused_fir`, `fused_post`: the FFT our own, split between them)

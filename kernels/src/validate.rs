@@ -21,6 +21,12 @@ pub enum ConfigError {
     Decimation(usize),
     #[error("a narrowband output needs at least one DDC tap")]
     NoDdcTaps,
+    #[error(
+        "a narrowband PFB of {channels} channels has {} or {} points, not {points}",
+        channels,
+        2 * channels
+    )]
+    NbPoints { channels: usize, points: usize },
     // Boxed: the tuning is large, and every `Result` carries the error's size.
     #[error("bad pfb_fir tuning {0:?}: batch >= 1, block a power of two up to 1024")]
     PfbFirTuning(Box<Tuning>),
@@ -91,6 +97,12 @@ impl Config {
         }
         if self.decimation > 1 && self.ddc_taps == 0 {
             return Err(ConfigError::NoDdcTaps);
+        }
+        if self.decimation > 1 && ![self.channels, 2 * self.channels].contains(&self.nb_points) {
+            return Err(ConfigError::NbPoints {
+                channels: self.channels,
+                points: self.nb_points,
+            });
         }
         let t = &self.tuning;
         if t.fir_batch == 0 || !t.fir_block.is_power_of_two() || t.fir_block > 1024 {

@@ -209,6 +209,7 @@ mod tests {
             dither: false,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: kernels::Tuning::default(),
         };
         let s = Shapes::new(&g, &cfg).unwrap();

@@ -1,7 +1,11 @@
 //! A narrowband output's device work: its DDC (the filter, the taps for the frame's mixer word,
 //! the subsampled buffer and which of its samples carry over from the last frame), then the
-//! complex PFB FIR over the DDC's output and the post-processing that keeps the centre half of
-//! the bins. [`super::output::OutputStage`] holds one for a narrowband output.
+//! complex PFB FIR over the DDC's output and the post-processing that keeps the bins the output
+//! sends. [`super::output::OutputStage`] holds one for a narrowband output. Both kinds run the
+//! same kernels, told apart by their configuration: with discard the DDC subsamples by S = D and
+//! the PFB has P = 2n points, the centre half kept; without (katgpucbf's VLBI mode) S = 2D and
+//! P = n, every bin kept ([`crate::backend::Bins`]). The module's `DECIMATION` is S and its
+//! `NB_POINTS` P ([`kernels::Config`]).
 
 use std::sync::Arc;
 
@@ -27,7 +31,7 @@ struct Made {
 /// The DDC's arguments for one slot's frame.
 #[derive(Clone, Copy, Debug, Default)]
 struct DdcSlot {
-    /// The mixer phase at the span's first sample and over D samples, for the frame's mixer word
+    /// The mixer phase at the span's first sample and over S samples, for the frame's mixer word
     /// (the `ddc` kernel's arguments).
     phase0: u32,
     phase_step: u32,
@@ -45,10 +49,11 @@ pub(super) struct NarrowbandStage {
     filter: Vec<f64>,
     /// [pol][samples] complex: the span mixed, filtered and subsampled.
     buf: DeviceBuffer,
-    /// Subsampled samples per polarisation: every grid point j (span offset jD) whose L taps lie
+    /// Subsampled samples per polarisation: every grid point j (span offset jS) whose L taps lie
     /// in the span.
     samples: u32,
-    /// The module's configuration: the decimation, which DDC kernel, how it reads its taps.
+    /// The module's configuration: the subsampling S (its `decimation`), the PFB's points P,
+    /// which DDC kernel, how it reads its taps.
     cfg: kernels::Config,
     /// The taps z_k as the kernel reads them for the mixer word they were made for, and the
     /// kernel's scale for them: made again only when the centre moves.
@@ -70,9 +75,10 @@ impl NarrowbandStage {
         cfg: &kernels::Config,
         slots: usize,
     ) -> Result<Self> {
-        let samples = (g.span_samples() - d.taps) / d.decimation + 1;
+        let samples = (g.span_samples() - d.taps) / d.subsampling() + 1;
         Ok(Self {
-            filter: ddc::ddc_filter(d.decimation, d.taps)
+            filter: d
+                .filter()
                 .map_err(|e| BackendError::Unsupported(e.to_string()))?,
             buf: DeviceBuffer::new(ctx, POLS * samples * 8)?,
             samples: u32::try_from(samples).map_err(|_| {
@@ -125,30 +131,30 @@ impl NarrowbandStage {
         taps: &mut [u8],
     ) {
         let word = frame.mixer;
-        let decimation = self.cfg.decimation;
+        let subsampling = self.cfg.decimation;
         let mut s = DdcSlot {
             phase0: ddc::mixer_phase(span_start, word),
-            phase_step: ddc::mixer_phase(decimation as u64, word),
+            phase_step: ddc::mixer_phase(subsampling as u64, word),
             ..DdcSlot::default()
         };
         let table = self.taps_bytes(word);
         taps[..table.len()].copy_from_slice(table);
-        // Window starts are multiples of D (checked with the frame); each window is T 2n
+        // Window starts are multiples of S (checked with the frame); each window is T P
         // subsampled samples.
         let starts = frame
             .delays
             .iter()
             .flatten()
-            .map(|d| d.offset / decimation as u32);
+            .map(|d| d.offset / subsampling as u32);
         let (lo, hi) = starts.fold((u32::MAX, 0), |(lo, hi), j| (lo.min(j), hi.max(j)));
-        let window = (g.output.taps * 2 * g.output.channels) as u32;
+        let window = (g.output.taps * self.cfg.nb_points) as u32;
         let (lo, hi) = match lo > hi {
             true => (0, 0),
             false => (lo & !3, hi.saturating_add(window).min(self.samples)),
         };
         // The span moves on by a chunk each frame; where this one follows the last with the
         // same mixer word, the DDC outputs they share are copied, not made again.
-        let shift = (g.input.chunk_samples / decimation) as u32;
+        let shift = (g.input.chunk_samples / subsampling) as u32;
         let follows = |p: &Made| {
             p.word == word && p.span_start.wrapping_add(g.input.chunk_samples as u64) == span_start
         };
@@ -289,7 +295,7 @@ impl NarrowbandStage {
 
     /// The complex PFB FIR over the DDC's output into the FFT's input.
     fn launch_fir(&self, k: &NarrowbandKernels, a: &FrameArgs, stream: &CudaStream) -> Result<()> {
-        let points = 2 * a.channels;
+        let points = self.cfg.nb_points as u32;
         let (ddc_out, samples) = (self.buf.ptr(), self.samples);
         let mut fir = stream.launch_builder(&k.fir);
         fir.arg(&ddc_out)
@@ -306,7 +312,8 @@ impl NarrowbandStage {
         Ok(())
     }
 
-    /// Post-processing of the FFT's output into the slot's heaps: the centre half of the bins.
+    /// Post-processing of the FFT's output into the slot's heaps: the bins kept, n of P, a
+    /// thread for each value of k1 < P/4 (2 channels each with discard, 4 without).
     pub(super) fn launch_postproc(
         &self,
         k: &NarrowbandKernels,
@@ -323,8 +330,9 @@ impl NarrowbandStage {
             .arg(&a.m);
         // SAFETY: argument types and order match nb_postproc; buffers sized for the geometry.
         let tile = kernels::NB_POST_TILE as u32;
+        let columns = self.cfg.nb_points as u32 / 4; // k1 < P/4
         let shape = LaunchConfig {
-            grid_dim: ((a.channels / 2).div_ceil(tile), a.m.div_ceil(tile), 1),
+            grid_dim: (columns.div_ceil(tile), a.m.div_ceil(tile), 1),
             block_dim: (tile * kernels::NB_POST_ROWS as u32, 1, 1),
             shared_mem_bytes: 0,
         };

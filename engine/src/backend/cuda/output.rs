@@ -20,9 +20,7 @@ use super::fused::{FusedArgs, FusedRun};
 use super::layout::{self, twiddle_table, ParamLayout, Shapes};
 use super::narrowband::NarrowbandStage;
 use super::pipeline::SpanView;
-use crate::backend::{
-    BackendError, Bins, Channelisation, Ddc, OutputFrame, OutputKind, Result, POLS,
-};
+use crate::backend::{BackendError, Channelisation, OutputFrame, OutputKind, Result, POLS};
 use crate::signal::{gain, half_rows};
 
 /// Bytes of saturation counters after each slot's heaps: u64 per polarisation.
@@ -60,7 +58,6 @@ pub(super) struct FrameArgs {
     pub fft: sys::CUdeviceptr,
     pub out: sys::CUdeviceptr,
     pub saturated: sys::CUdeviceptr,
-    pub channels: u32,
     pub span_samples: usize,
     /// Spectra per frame.
     pub m: u32,
@@ -102,17 +99,6 @@ impl OutputStage {
         slots: usize,
     ) -> Result<Self> {
         let g = geometry;
-        if let OutputKind::Narrowband(Ddc {
-            bins: Bins::All(_), ..
-        }) = g.output.kind
-        {
-            // Its n-point PFB keeping every bin needs its own FIR and post-processing launches.
-            return Err(BackendError::Unsupported(
-                "the CUDA backend does not make no-discard narrowband outputs yet: use the cpu \
-                 or reference backend"
-                    .into(),
-            ));
-        }
         // The DDC on the tensor cores (mma.sync, float16) needs sm_80 or later, the bulk
         // prefetch of fused_post's rows sm_90.
         let (major, _) = ctx
@@ -135,10 +121,15 @@ impl OutputStage {
             spectra_per_heap: g.output.spectra_per_heap,
             output_bits: g.output.bits,
             dither: g.output.dither.is_some(),
-            decimation: g.output.decimation(),
+            // The DDC's own decimation: D, or 2D without discard.
+            decimation: g.output.subsampling(),
             ddc_taps: match g.output.kind {
                 OutputKind::Wideband => 0,
                 OutputKind::Narrowband(d) => d.taps,
+            },
+            nb_points: match g.output.kind {
+                OutputKind::Wideband => 0,
+                OutputKind::Narrowband(d) => d.points(g.output.channels),
             },
             tuning,
         };
@@ -147,14 +138,16 @@ impl OutputStage {
         let t_plan = Instant::now();
         let m = g.spectra_per_frame();
         // Wideband: the n-point complex FFT of the real 2n-point one, unzipped by 4; narrowband:
-        // a 2n-point complex FFT, unzipped by 4 where it is large.
+        // a P-point complex FFT (2n, or n without discard), unzipped by 4 where it is large.
         let (fft_len, fft_batch) = match g.output.kind {
             OutputKind::Wideband => (cfg.fft_len(), POLS * m * kernels::UNZIP),
-            OutputKind::Narrowband(_) => (
-                2 * g.output.channels / cfg.nb_unzip(),
-                POLS * m * cfg.nb_unzip(),
-            ),
+            OutputKind::Narrowband(_) => {
+                (cfg.nb_points / cfg.nb_unzip(), POLS * m * cfg.nb_unzip())
+            }
         };
+        // The two passes are wideband's alone (`kernels::Config::fused`): a narrowband output of
+        // either kind, with discard or without, runs the DDC (on the tensor cores in the frame's
+        // `ddc_set` where its samples allow), `nb_fir`, cuFFT and `nb_postproc`.
         let plan = match cfg.fused() {
             true => None,
             false => Some(FftPlan::new(ctx, fft_len, fft_batch, compute)?),
@@ -354,7 +347,6 @@ impl OutputStage {
             fft: self.fft_buf.ptr(),
             out: s.output.ptr(),
             saturated: s.output.at(g.output_bytes()),
-            channels: g.output.channels as u32,
             span_samples: g.span_samples(),
             m: g.spectra_per_frame() as u32,
         }
@@ -540,7 +532,7 @@ impl OutputStage {
         let pols = POLS as f64;
         let (points, fir) = match &self.kind {
             KindStage::Wideband => (g.output.channels, None),
-            KindStage::Narrowband(nb) => (2 * g.output.channels, Some(nb)),
+            KindStage::Narrowband(nb) => (nb.config().nb_points, Some(nb)),
         };
         let spectra = (g.spectra_per_frame() * points * 8) as f64;
         let fir = match fir {
@@ -548,11 +540,9 @@ impl OutputStage {
             Some(nb) => nb.first_stage_bytes(g, spectra),
         };
         let fft = 2.0 * pols * spectra;
-        let post = match self.kind {
-            KindStage::Wideband => pols * spectra,
-            // Only the centre half of the bins is read.
-            KindStage::Narrowband(_) => pols * spectra / 2.0,
-        } + g.output_bytes() as f64;
+        // Only the n bins kept are read: the centre half of 2n, or all of n without discard.
+        let read = g.output.channels as f64 / points as f64;
+        let post = pols * spectra * read + g.output_bytes() as f64;
         match &self.fused {
             // The rows are written once and read once, 8 or 4 bytes a value (float16 rows).
             Some(run) => {

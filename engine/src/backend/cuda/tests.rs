@@ -8,7 +8,7 @@ use super::*;
 use crate::backend::conformance::*;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
-use crate::backend::{OutputKind, SpectrumDelay, Synchronous, POLS};
+use crate::backend::{Bins, OutputKind, SpectrumDelay, Synchronous, POLS};
 use crate::signal::weights::FilterDesign;
 use crate::signal::{dither, gain, unpack, weights};
 
@@ -324,6 +324,8 @@ fn kernels_compile_for_sm90() {
     for channels in [16, 1024, 65536] {
         for taps in [1, 4, 16, 32] {
             for bits in [8, 10, 12, 16] {
+                // Narrowband kernels too, in a third of the cases (odd DDC lengths included).
+                let decimation = [1, 8, 32][(taps + bits as usize) % 3];
                 configs.push(kernels::Config {
                     channels,
                     taps,
@@ -331,12 +333,34 @@ fn kernels_compile_for_sm90() {
                     spectra_per_heap: 256,
                     output_bits: if taps == 4 { 4 } else { 8 },
                     dither: bits != 12,
-                    // Narrowband kernels too, in a third of the cases (odd DDC lengths included).
-                    decimation: [1, 8, 32][(taps + bits as usize) % 3],
+                    decimation,
                     ddc_taps: 12 * 8 + taps % 2,
+                    nb_points: if decimation > 1 { 2 * channels } else { 0 },
                     tuning: Tuning::default(),
                 });
             }
+        }
+    }
+    // No-discard narrowband modules: the DDC subsampling by 2D = 16 through the remez filter's
+    // 32 D = 256 taps, an n-point PFB keeping every bin, its FFT unzipped by 4 or not, both
+    // output widths, dithered or not.
+    for channels in [16, 64, 1024, 65536] {
+        for bits in [8, 10, 12, 16] {
+            configs.push(kernels::Config {
+                channels,
+                taps: 4,
+                sample_bits: bits,
+                spectra_per_heap: 256,
+                output_bits: if bits == 10 { 4 } else { 8 },
+                dither: bits != 12,
+                decimation: 16,
+                ddc_taps: 256,
+                nb_points: channels,
+                tuning: Tuning {
+                    nb_unzip_from: if bits <= 10 { 0 } else { usize::MAX },
+                    ..Tuning::default()
+                },
+            });
         }
     }
     // The two-pass kernels at every split R x A (R 8 to 64, A up to 2048), 4- and 8-bit output.
@@ -356,6 +380,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 32768,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning,
         });
     }
@@ -370,6 +395,7 @@ fn kernels_compile_for_sm90() {
             dither: false,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning {
                 fused_fir_tma: true,
                 fused_fir_ahead: Some(0),
@@ -388,6 +414,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 65536,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning {
                 fused_post_row_sync: false,
                 ..Tuning::default()
@@ -405,6 +432,7 @@ fn kernels_compile_for_sm90() {
             dither: channels == 1024,
             decimation: 1,
             ddc_taps: 0,
+            nb_points: 0,
             tuning: Tuning::half_rows(),
         });
     }
@@ -414,21 +442,31 @@ fn kernels_compile_for_sm90() {
         assert!(cubin.len() > 1000);
     });
     // The narrowband DDCs in one launch, each decimation, an odd length and a pair of one shape,
-    // at every width the tensor cores take.
+    // and a pair of no-discard ones (subsampling 16, 256 taps), at every width the tensor cores
+    // take.
     [8, 10, 12].par_iter().for_each(|&bits| {
-        let set: Vec<kernels::Config> = [(8, 96), (16, 192), (32, 384), (8, 97), (8, 96)]
-            .map(|(decimation, ddc_taps)| kernels::Config {
-                channels: 1024,
-                taps: 16,
-                sample_bits: bits,
-                spectra_per_heap: 256,
-                output_bits: 8,
-                dither: true,
-                decimation,
-                ddc_taps,
-                tuning: Tuning::default(),
-            })
-            .into();
+        let set: Vec<kernels::Config> = [
+            (8, 96, 2048),
+            (16, 192, 2048),
+            (32, 384, 2048),
+            (8, 97, 2048),
+            (8, 96, 2048),
+            (16, 256, 1024),
+            (16, 256, 1024),
+        ]
+        .map(|(decimation, ddc_taps, nb_points)| kernels::Config {
+            channels: 1024,
+            taps: 16,
+            sample_bits: bits,
+            spectra_per_heap: 256,
+            output_bits: 8,
+            dither: true,
+            decimation,
+            ddc_taps,
+            nb_points,
+            tuning: Tuning::default(),
+        })
+        .into();
         let src = kernels::ddc_set_source(&set.iter().collect::<Vec<_>>()).unwrap();
         let cubin = compile_cubin(&src, "sm_90").unwrap_or_else(|e| panic!("{bits}-bit set: {e}"));
         assert!(cubin.len() > 1000);
@@ -1330,14 +1368,6 @@ fn tone_spurs(tuning: Tuning, what: &str) -> Option<(f64, usize)> {
 /// window moves, residual delays and phases: at most 1 LSB apart, in under 0.1% of values.
 #[test]
 fn narrowband_matches_the_float64_oracle() {
-    use crate::backend::Ddc;
-    use crate::signal::ddc::mixer_word;
-    use crate::signal::narrowband::{Narrowband, NarrowbandDelay, NarrowbandReference};
-    use crate::signal::quantise::quantise_f64;
-    use rand::Rng;
-
-    // Each case with the DDC on the tensor cores and on the FMA pipe (16-bit samples, not exact
-    // in TF32, always take the FMA one).
     // The last has 66000 spectra a frame, more than a grid's 65535 rows.
     let cases = [
         (256, 4, 8, 10, 4),
@@ -1346,11 +1376,48 @@ fn narrowband_matches_the_float64_oracle() {
         (64, 4, 8, 16, 4),
         (16, 2, 8, 10, 33000),
     ];
-    for ((channels, taps, decimation, bits, spectra_per_heap), ddc_mma) in
-        cases.into_iter().flat_map(|c| [(c, true), (c, false)])
+    check_against_narrowband_oracle(&cases, Bins::CentreHalf);
+}
+
+/// A no-discard (VLBI) narrowband output (the DDC subsampling by 2D through the remez filter of
+/// 32 D taps, an n-point PFB, every bin kept) against the float64 oracle as
+/// [`narrowband_matches_the_float64_oracle`] checks the kind with discard: D 8 (the one a
+/// no-discard output takes), 16 to 256 channels, 2 to 8 taps, 8- to 16-bit input; residuals r'
+/// over their whole range, up to D ADC samples (half a subsampled sample) either way.
+#[test]
+fn no_discard_matches_the_float64_oracle() {
+    let pass = crate::signal::no_discard::PassBand {
+        fraction: 0.6,
+        weight: crate::signal::no_discard::DEFAULT_WEIGHT_PASS,
+    };
+    // The last has 66000 spectra a frame, more than a grid's 65535 rows.
+    let cases = [
+        (256, 4, 8, 10, 4),
+        (64, 8, 8, 8, 4),
+        (128, 2, 8, 12, 4),
+        (64, 4, 8, 16, 4),
+        (16, 2, 8, 10, 33000),
+    ];
+    check_against_narrowband_oracle(&cases, Bins::All(pass));
+}
+
+/// The oracle check of narrowband outputs keeping `bins`, for each case (channels, taps,
+/// decimation, input bits, spectra per heap), with the DDC on the tensor cores and on the FMA
+/// pipe (16-bit samples, not exact in float16, always take the FMA one).
+fn check_against_narrowband_oracle(cases: &[(usize, usize, usize, u32, usize)], bins: Bins) {
+    use crate::backend::Ddc;
+    use crate::signal::ddc::mixer_word;
+    use crate::signal::narrowband::{Narrowband, NarrowbandDelay, NarrowbandReference};
+    use crate::signal::quantise::quantise_f64;
+    use rand::Rng;
+
+    for (&(channels, taps, decimation, bits, spectra_per_heap), ddc_mma) in
+        cases.iter().flat_map(|c| [(c, true), (c, false)])
     {
         let dec = decimation;
-        let ddc = Ddc::new(dec);
+        let ddc = Ddc::with_bins(dec, bins);
+        // Windows start on the DDC's grid: S = D, or 2D without discard.
+        let sub = ddc.subsampling();
         let output = OutputGeometry {
             channels,
             taps,
@@ -1362,7 +1429,8 @@ fn narrowband_matches_the_float64_oracle() {
         };
         let (step, window) = (output.step(), output.window());
         let kmax = 8usize; // coarse moves of up to 8 subsampled samples either way
-        let overlap = (window - step + 2 * kmax * dec).next_multiple_of(8 * dec);
+        let reach = sub as f32 / (2 * dec) as f32; // |r'| <= S / 2D: 1/2, or 1 without discard
+        let overlap = (window - step + 2 * kmax * sub).next_multiple_of(8 * sub);
         let chunk = 2 * output.heap_samples();
         let input = InputGeometry {
             sample_bits: bits,
@@ -1380,17 +1448,21 @@ fn narrowband_matches_the_float64_oracle() {
             return;
         };
         let word = mixer_word(0.21, 1.0, dec).unwrap();
-        let oracle =
-            NarrowbandReference::new(Narrowband::new(channels, taps, dec, word).unwrap()).unwrap();
+        let geometry = Narrowband {
+            ddc_taps: ddc.taps,
+            bins,
+            ..Narrowband::new(channels, taps, dec, word).unwrap()
+        };
+        let oracle = NarrowbandReference::new(geometry).unwrap();
         let gain = Complex32::new(1.5, -0.5);
         for pol in 0..POLS {
             gpu.set_gains(0, pol, &vec![gain; channels]).unwrap();
         }
         // Spectrum m of a frame at A: t0 = A - lag + m step, window at span offset
-        // offset0 + m step - k D, inside the span for |k| <= kmax.
-        let offset0 = kmax * dec;
+        // offset0 + m step - k S, inside the span for |k| <= kmax.
+        let offset0 = kmax * sub;
         let lag = overlap - offset0;
-        let mut rng = rng(channels as u64 + dec as u64);
+        let mut rng = rng(channels as u64 + sub as u64);
         let first_chunk = (1u64 << 40).next_multiple_of(chunk as u64);
         // Every sample from the first span's start (its overlap: zeros, as on the device).
         let mut history: [Vec<f64>; POLS] = [vec![0.0; overlap], vec![0.0; overlap]];
@@ -1414,11 +1486,11 @@ fn narrowband_matches_the_float64_oracle() {
                     // Values exact in f32, so that device and oracle turn by the same angles.
                     let nb = NarrowbandDelay {
                         coarse: k,
-                        fine: rng.random_range(-0.5f32..=0.5) as f64,
+                        fine: rng.random_range(-reach..=reach) as f64,
                         phase: rng.random_range(-3.1f32..3.1) as f64,
                     };
                     *d = SpectrumDelay {
-                        offset: (offset0 as i64 + (m * step) as i64 - k * dec as i64) as u32,
+                        offset: (offset0 as i64 + (m * step) as i64 - k * sub as i64) as u32,
                         fine: nb.fine as f32,
                         phase: nb.phase as f32,
                     };
@@ -1434,29 +1506,43 @@ fn narrowband_matches_the_float64_oracle() {
             for pol in 0..POLS {
                 let h = &history[pol];
                 let sample = |t: u64| Complex64::new(h[(t - span0) as usize], 0.0);
-                for (m, nb) in delays[pol].iter().enumerate() {
-                    let t0 = a - lag as u64 + (m * step) as u64;
-                    let want = oracle.spectrum_of(sample, t0, nb);
-                    for (c, v) in want.iter().enumerate() {
-                        let v = v * Complex64::new(gain.re as f64, gain.im as f64);
-                        let e = g.output_index(m, pol, c);
-                        for (part, wanted) in [(0, v.re), (1, v.im)] {
-                            let q = quantise_f64(wanted, 127).0 as i32;
-                            let diff = (got[2 * e + part] as i32 - q).abs();
-                            worst = worst.max(diff);
-                            ones += usize::from(diff == 1);
-                            values += 1;
+                // (values off by one, values, worst difference), the spectra in parallel.
+                let (o, v, w) = delays[pol]
+                    .par_iter()
+                    .enumerate()
+                    .map(|(m, nb)| {
+                        let t0 = a - lag as u64 + (m * step) as u64;
+                        let want = oracle.spectrum_of(sample, t0, nb);
+                        let (mut o, mut w) = (0usize, 0i32);
+                        for (c, v) in want.iter().enumerate() {
+                            let v = v * Complex64::new(gain.re as f64, gain.im as f64);
+                            let e = g.output_index(m, pol, c);
+                            for (part, wanted) in [(0, v.re), (1, v.im)] {
+                                let q = quantise_f64(wanted, 127).0 as i32;
+                                let diff = (got[2 * e + part] as i32 - q).abs();
+                                w = w.max(diff);
+                                o += usize::from(diff == 1);
+                            }
                         }
-                    }
-                }
+                        (o, 2 * want.len(), w)
+                    })
+                    .reduce(|| (0, 0, 0), |x, y| (x.0 + y.0, x.1 + y.1, x.2.max(y.2)));
+                ones += o;
+                values += v;
+                worst = worst.max(w);
             }
         }
         // Frames 2 and 3 follow on: their DDCs copy what the one before made.
         assert_eq!(gpu.pipeline.outputs[0].ddc_carries(), 2);
         println!(
-            "narrowband {channels} ch, {taps} taps, D {dec}, {bits}-bit input, {} spectra a frame, \
-             DDC on {}, FFT unzipped by {}: {ones} of {values} components off by one ({:.4}%), \
-             worst {worst}",
+            "{} {channels} ch, {taps} taps, D {dec} (subsampling {sub}, {}-point PFB), {bits}-bit \
+             input, {} spectra a frame, DDC on {}, FFT unzipped by {}: {ones} of {values} \
+             components off by one ({:.4}%), worst {worst}",
+            match bins {
+                Bins::CentreHalf => "narrowband",
+                Bins::All(_) => "no-discard narrowband",
+            },
+            ddc.points(channels),
             g.spectra_per_frame(),
             if ddc_mma && bits <= 12 {
                 "tensor cores"
@@ -1471,16 +1557,28 @@ fn narrowband_matches_the_float64_oracle() {
     }
 }
 
-/// The CUDA backend does not make no-discard narrowband outputs yet (its FIR and post-processing
-/// launches assume the centre half of 2n bins): it refuses them with a sentence, wherever they
-/// are in the set.
+/// Beside a wideband output and a narrowband one with discard, two no-discard outputs (one
+/// dithered, one of 4 bits; their DDCs a pair in the frame's `ddc_set`) come out exactly as from
+/// a CUDA backend of their own and within 1 LSB of the float64 reference.
 #[test]
-fn no_discard_is_refused_with_a_sentence() {
+fn no_discard_beside_other_kinds_as_if_alone() {
     let outputs = no_discard_outputs();
     let input = input_for(&outputs, 10, 16384, 64);
-    match CudaBackend::new(input, &outputs, 0) {
-        Err(crate::backend::BackendError::Unavailable(why)) => skip(&why),
-        Err(e) => assert!(e.to_string().contains("does not make no-discard"), "{e}"),
-        Ok(_) => panic!("the CUDA backend accepted no-discard outputs"),
+    if cuda(&Channelisation::new(input, outputs[2])).is_none() {
+        return;
     }
+    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
+    let reference: Make = &|i, o| {
+        Box::new(Synchronous::new(
+            ReferenceBackend::new(i, o).expect("reference"),
+        ))
+    };
+    check_set_as_if_alone(
+        gpu,
+        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        true,
+        "wideband, narrowband and no-discard",
+        outputs,
+        16384,
+    );
 }

@@ -104,9 +104,10 @@ impl Pipeline {
 }
 
 /// Delays that place spectrum m's window at overlap - lag + m step with lag the window less one
-/// step (rounded up to the decimation): no delay, the output's nominal position (for benchmarks).
+/// step (rounded up to the DDC's grid, the subsampling): no delay, the output's nominal position
+/// (for benchmarks).
 pub(crate) fn nominal_delays(g: &Channelisation, out: &mut crate::backend::OutputFrame) {
-    let lag = (g.window() - g.step()).next_multiple_of(g.output.decimation());
+    let lag = (g.window() - g.step()).next_multiple_of(g.output.subsampling());
     for delays in &mut out.delays {
         for (m, d) in delays.iter_mut().enumerate() {
             d.offset = (g.input.overlap_samples - lag + m * g.step()) as u32;
