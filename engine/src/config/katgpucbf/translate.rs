@@ -325,14 +325,6 @@ fn output_spec(o: &KatOutput) -> Result<String, ConfigError> {
         spec.push_str(",dither=off");
     }
     if o.narrowband {
-        if o.pass_bandwidth.is_some() {
-            return Err(ConfigError(format!(
-                "output {}: pass_bandwidth= makes katgpucbf's VLBI narrowband output (the whole \
-                 subsampled band kept); this engine's narrowband outputs discard the band's \
-                 edges as katgpucbf's other narrowband outputs do: drop pass_bandwidth=.",
-                o.name
-            )));
-        }
         if let Some(w) = o.weight_pass.filter(|&w| w != DEFAULT_WEIGHT_PASS) {
             return Err(ConfigError(format!(
                 "output {}: weight_pass={w} tunes katgpucbf's DDC filter design; this engine's \
@@ -342,11 +334,17 @@ fn output_spec(o: &KatOutput) -> Result<String, ConfigError> {
             )));
         }
         let d = o.decimation.expect("checked when parsed");
+        // fgpu's default DDC length is 16 taps per subsampled sample: 16 D, or 32 D for a
+        // VLBI (no-discard) output, which subsamples by 2D.
+        let subsampling = if o.pass_bandwidth.is_some() { 2 * d } else { d };
         spec.push_str(&format!(
             ",decimation={d},centre={},ddc_taps={}",
             o.centre_frequency.expect("checked when parsed"),
-            o.ddc_taps.unwrap_or(KATGPUCBF_DDC_TAPS_RATIO * d)
+            o.ddc_taps.unwrap_or(KATGPUCBF_DDC_TAPS_RATIO * subsampling)
         ));
+        if let Some(hz) = o.pass_bandwidth {
+            spec.push_str(&format!(",pass_bandwidth={hz}"));
+        }
     }
     Ok(spec)
 }
