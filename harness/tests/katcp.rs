@@ -72,7 +72,6 @@ fn watch(secs: u32, urls: &[String], summary: &Path) -> (Option<i32>, Value, Str
 }
 
 #[test]
-#[ignore = "harness watch over katcp reported gaps where the same watch over HTTP was clean; open defect, see docs/control.md"]
 fn watch_over_katcp_gives_the_figures_it_gives_over_http() {
     let Some((dsim_bin, fengine_bin)) = binaries() else {
         return;
@@ -266,8 +265,38 @@ fn watch_over_katcp_gives_the_figures_it_gives_over_http() {
         s("--tone"),
         format!("{tone_hz}:0.5"),
     ];
-    let (hc, hv, _) = watch(4, &http_urls, &dir.join("http.json"));
-    let (kc, kv, kerr) = watch(4, &katcp_urls, &dir.join("katcp.json"));
+    // On a loaded host the CPU engine can fall behind its input: it then loses input heaps and
+    // does not send the output heaps they feed, and counts both. Those gaps are the engine's
+    // own loss, the same over either front; a pair of watches in which the engine counted loss
+    // is run again (three pairs at most). A gap the engine did not count fails at once.
+    let mut pair = 0;
+    let (hc, hv, kc, kv, kerr) = loop {
+        pair += 1;
+        let (hc, hv, _) = watch(4, &http_urls, &dir.join("http.json"));
+        let (kc, kv, kerr) = watch(4, &katcp_urls, &dir.join("katcp.json"));
+        let counted = |v: &Value, counter: &str| {
+            v["engine"][counter]
+                .as_f64()
+                .unwrap_or_else(|| panic!("the watch read no {counter} counter: {v:#}"))
+        };
+        for v in [&hv, &kv] {
+            let gaps = v["sequence"]["gaps"].as_u64().unwrap_or(0);
+            assert!(
+                gaps == 0 || counted(v, "skipped_output") > 0.0,
+                "{gaps} gaps that the engine did not count as skipped output heaps: {v:#}"
+            );
+        }
+        let engine_lost =
+            |v: &Value| counted(v, "skipped_output") > 0.0 || counted(v, "missing_input") > 0.0;
+        if pair == 3 || !(engine_lost(&hv) || engine_lost(&kv)) {
+            break (hc, hv, kc, kv, kerr);
+        }
+        eprintln!(
+            "watch pair {pair}: the engine counted its own loss (over HTTP {}, over katcp {}); \
+             watching again",
+            hv["engine"], kv["engine"]
+        );
+    };
     assert_eq!((hc, kc), (Some(0), Some(0)), "http {hv:#}\nkatcp {kv:#}");
     for v in [&hv, &kv] {
         assert_eq!(v["ok"], true, "{v:#}");
@@ -321,7 +350,8 @@ fn watch_over_katcp_gives_the_figures_it_gives_over_http() {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     };
     let http = qualify("http", &[s("--engine-url"), http_engine.url().to_string()]);
-    let katcp = qualify("katcp", &katcp_urls[4..]);
+    // The engine by katcp, its counters and geometry as the watch took them (dsim stays HTTP's).
+    let katcp = qualify("katcp", &katcp_urls[2..]);
     assert_eq!(http["pass"], true, "{http:#}");
     assert_eq!(katcp["pass"], true, "{katcp:#}");
     let (ht, kt) = (
