@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use fgpu_api::dsim::{FaultsRequest, PolFaults, Selector};
 
 use super::{plot, points, NOISE};
-use crate::gaps::{engine_heap_span, outputs_hit};
+use crate::gaps::outputs_hit;
 use crate::qualify::bench::{noise, tone};
 use crate::qualify::{Bench, Check, Measured, Plan};
 use crate::record::qualify::Figure;
@@ -20,14 +20,16 @@ pub(super) const SATURATION: Check = Check {
     requirement: "A tone driven into clipping makes the engine count clamped output values at the rate the harness sees them (within 5%); an undriven signal counts none.",
     method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it computed, and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
     run: saturation,
+    needs_ddc: false,
 };
 
 pub(super) const LOST_DATA: Check = Check {
     name: "lost-data",
     title: "Lost data",
     requirement: "Digitiser heaps dropped on purpose (one of polarisation 0, three of polarisation 1) remove exactly the output heaps the test bed's oracle predicts in every substream, and the engine counts exactly the heaps it missed.",
-    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap.",
+    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap (a narrowband output's windows read (2nT - 1) D + L samples each, its spectra 2nD apart).",
     run: lost_data,
+    needs_ddc: false,
 };
 
 /// The engine's saturation counters and the values it computed per polarisation (both counted
@@ -135,7 +137,7 @@ fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let dsim = b.services.dsim.status()?;
     let hs = dsim.heap_samples as u64;
     let out_step = g.spectra_per_heap as u64 * g.step();
-    let span = engine_heap_span(g.channels as u64, g.spectra_per_heap as u64, g.taps as u64);
+    let span = g.heap_span();
     // About a second ahead, and past the engine's frames in flight.
     let ahead = (g.adc_rate as u64).max(6 * g.chunk_samples as u64) / hs + 8;
     let k0 = dsim.timestamp / hs + ahead;
@@ -235,9 +237,13 @@ fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
         "heaps",
         4.0,
     ));
+    // This output's: the engine's other outputs lose heaps of their own.
+    let skipped = |st: &fgpu_api::engine::Status| -> Result<u64> {
+        Ok(b.services.engine.output_in(st)?.1.heaps_skipped)
+    };
     m.figures.push(Figure::exactly(
         "output heaps the engine skipped",
-        (after.heaps_skipped() - before.heaps_skipped()) as f64,
+        (skipped(&after)? - skipped(&before)?) as f64,
         "heaps",
         predicted_total as f64,
     ));
