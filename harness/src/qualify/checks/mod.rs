@@ -8,6 +8,7 @@ mod counters;
 mod delay;
 mod filter;
 mod gains;
+mod lost_data;
 mod shape;
 mod timing;
 
@@ -25,7 +26,7 @@ pub(super) static ALL: &[Check] = &[
     timing::APPLICATION_TIME,
     timing::GROUP_DELAY,
     counters::SATURATION,
-    counters::LOST_DATA,
+    lost_data::LOST_DATA,
 ];
 
 /// dsim's noise (fraction of full scale) where a check does not need another.
