@@ -3,9 +3,9 @@
 //!
 //! The engine's counters are read before and after, so whatever else loses input between the
 //! two reads is counted too: on a loaded host dsim can fall behind and skip heaps, or a receive
-//! socket overflow. The counts are read as close to the dropped heaps as is safe, and around each
-//! attempt the check reads what dsim, the engine and the harness say they lost besides; an
-//! attempt whose counts are off while those show a loss elsewhere is reported with that loss,
+//! socket overflow. Each counter is read as close to the dropped heaps as is safe (`measure`),
+//! and around each attempt the check reads what dsim, the engine and the harness say they lost
+//! besides; an attempt whose counts are off while those show a loss is reported with that loss,
 //! and measured once more. The comparison itself stays exact.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,7 +26,7 @@ pub(super) const LOST_DATA: Check = Check {
     name: "lost-data",
     title: "Lost data",
     requirement: "Digitiser heaps dropped on purpose (one of polarisation 0, three of polarisation 1) remove exactly the output heaps the test bed's oracle predicts in every substream, and the engine counts exactly the heaps it missed.",
-    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap (a narrowband output's windows read (2nT - 1) D + L samples each, its spectra 2nD apart). The engine's counters are read last while its input is still short of the first dropped heap, and again once the output has passed the last heap the drops touch. Around that, dsim's skipped heaps and catch-ups, the engine's rejected packets by reason and socket drops, and the harness's own socket drops are read: where the counts are off and those show input or output lost besides the drops (a host that stalled), the attempt is reported with that loss and the measurement made once more; the second attempt is judged.",
+    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap (a narrowband output's windows read (2nT - 1) D + L samples each, its spectra 2nD apart). The engine counts a missing heap where it prepares a frame and a skipped one where it sends: its missing count is read last while its input is still short of the first dropped heap and again once the frame of the last is computed, its skipped count last while its output is short of the heap before the first one predicted and again once the output has passed the last heap the drops touch, so that a loss in other frames stays out of the counts. Around that, dsim's skipped heaps and catch-ups, the engine's rejected packets by reason and socket drops, and the harness's own socket drops are read: where the counts are off and those show input or output lost besides the drops (a host that stalled), the attempt is reported with that loss and the measurement made once more; the second attempt is judged.",
     run: lost_data,
     needs_ddc: false,
 };
@@ -328,21 +328,36 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
         "lost-data: dropping heap {k0} of pol 0 and {k1}..{} of pol 1",
         k1 + 2
     ));
-    let result = measure(b, (k0, k1), hs, &engine_start, progress);
+    let lo = (k0 * hs).saturating_sub(span + out_step);
+    let hi = (k1 + 3) * hs + span;
+    // The oracle's output heaps per substream, on its heaps' lattice.
+    let predicted_in = |first_timestamp: Option<u64>| -> BTreeSet<u64> {
+        let phase = first_timestamp.unwrap_or(0) % out_step;
+        [(k0, k0 + 1), (k1, k1 + 3)]
+            .iter()
+            .flat_map(|&(a, e)| outputs_hit(a * hs, e * hs, phase, out_step, span))
+            .filter(|t| (lo..=hi).contains(t))
+            .collect()
+    };
+    let first_predicted = rx_start
+        .substreams
+        .iter()
+        .filter_map(|s| predicted_in(s.first_timestamp).first().copied())
+        .min()
+        .unwrap_or(lo);
+    let result = measure(b, (k0, k1), hs, first_predicted, &engine_start, progress);
     // The drop list goes whatever happened: a later measurement must not lose these heaps.
     let cleared = b.services.dsim.set_faults(&none);
-    let (before, snap, after) = result?;
+    let reads = result?;
     cleared?;
     let dsim_end = b.services.dsim.status()?;
     let rx_end = b.rx.snapshot();
     let disturbance = Disturbance::between(
-        (&engine_start, &after),
+        (&engine_start, &reads.skipped_after),
         (&dsim_start, &dsim_end),
         (&rx_start, &rx_end),
     );
 
-    let lo = (k0 * hs).saturating_sub(span + out_step);
-    let hi = (k1 + 3) * hs + span;
     // Output heaps the harness had not seen yet when the attempt began.
     let seen_from = rx_start
         .substreams
@@ -354,13 +369,8 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
     let mut predicted = 0u64;
     let mut unpredicted = 0u64;
     let mut plotted = Vec::new();
-    for s in &snap.substreams {
-        let phase = s.first_timestamp.unwrap_or(0) % out_step;
-        let want: BTreeSet<u64> = [(k0, k0 + 1), (k1, k1 + 3)]
-            .iter()
-            .flat_map(|&(a, e)| outputs_hit(a * hs, e * hs, phase, out_step, span))
-            .filter(|t| (lo..=hi).contains(t))
-            .collect();
+    for s in &reads.snap.substreams {
+        let want = predicted_in(s.first_timestamp);
         let missing: Vec<u64> = s
             .missing
             .iter()
@@ -395,11 +405,15 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
     }
     let skipped = |st: &Status| -> Result<u64> { Ok(engine.output_in(st)?.1.heaps_skipped) };
     let a = Attempt {
-        substreams: snap.substreams.len(),
+        substreams: reads.snap.substreams.len(),
         matched,
         predicted,
-        engine_missing: after.heaps_missing().saturating_sub(before.heaps_missing()),
-        engine_skipped: skipped(&after)?.saturating_sub(skipped(&before)?),
+        engine_missing: reads
+            .missing_after
+            .heaps_missing()
+            .saturating_sub(reads.missing_before.heaps_missing()),
+        engine_skipped: skipped(&reads.skipped_after)?
+            .saturating_sub(skipped(&reads.skipped_before)?),
         unpredicted,
         disturbance,
         plotted,
@@ -412,19 +426,38 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
     Ok(a)
 }
 
-/// With the drop list in force: the engine's counters read last before its input reaches the
-/// first dropped heap, the harness's view once the output has passed the last heap the drops
-/// touch, and the engine's counters then.
+/// The engine's counters around the drops: each read as close to them as is safe.
+struct Reads {
+    /// The latest status whose input is short of the first dropped heap.
+    missing_before: Status,
+    /// The latest status whose output is short of the heap before the first predicted one.
+    skipped_before: Status,
+    /// The first status in which the frame of the last dropped heap is computed.
+    missing_after: Status,
+    /// The status once the harness has seen the output pass the last heap the drops touch.
+    skipped_after: Status,
+    /// The harness's view then.
+    snap: Snapshot,
+}
+
+/// With the drop list in force, reads the engine's counters as close to the drops as is safe.
+/// No engine can count heap k0 missing before a later heap has arrived, so a status whose newest
+/// input is short of it has not counted the drops; an output sends (or skips) its heaps in
+/// order, so a status whose newest output heap is short of the one before the first predicted
+/// has not counted their skips. Every loss before those reads, or after the frames and heaps
+/// the drops touch, stays out of the counts.
 fn measure(
     b: &Bench,
     (k0, k1): (u64, u64),
     hs: u64,
+    first_predicted: u64,
     start: &Status,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Status, Snapshot, Status)> {
+) -> Result<Reads> {
     let g = b.geometry;
     let engine = &b.services.engine;
     let out_step = g.spectra_per_heap as u64 * g.step();
+    let chunk = (g.chunk_samples as u64).max(1);
     let span = g.heap_span();
     let hi = (k1 + 3) * hs + span;
     let limit = Duration::from_secs_f64(
@@ -432,32 +465,46 @@ fn measure(
     );
     let waited = Instant::now();
     let sleep = |ms| signals::sleep(Duration::from_millis(ms)).map_err(|_| anyhow!("interrupted"));
-    // No engine can count heap k0 missing before a later heap has arrived: a status whose
-    // newest input is short of it has not counted the drops. The latest such status is the
-    // "before", so that little else falls between the two reads.
+    let sent = |st: &Status| -> Result<u64> { Ok(engine.output_in(st)?.1.last_timestamp) };
     let first = k0 * hs;
-    let near = first.saturating_sub(g.chunk_samples as u64 / 4);
-    let mut before = start.clone();
-    loop {
+    let output_guard = first_predicted.saturating_sub(out_step);
+    let (mut missing_before, mut skipped_before) = (start.clone(), start.clone());
+    let (mut input_done, mut output_done) = (false, false);
+    while !(input_done && output_done) {
         let st = engine.status()?;
-        if newest(&st) >= first {
-            break;
+        if !input_done {
+            input_done = newest(&st) >= first.saturating_sub(chunk / 4);
+            if newest(&st) < first {
+                missing_before = st.clone();
+            }
         }
-        let close = newest(&st) >= near;
-        before = st;
-        if close {
-            break;
+        if !output_done {
+            output_done = sent(&st)? + 2 * out_step >= first_predicted;
+            if sent(&st)? < output_guard {
+                skipped_before = st;
+            }
         }
         if waited.elapsed() > limit {
-            bail!("the engine's input did not reach timestamp {near} within {limit:?}");
+            bail!("the engine did not reach the dropped heaps within {limit:?}");
         }
-        sleep(100)?;
+        sleep(50)?;
     }
     progress(&format!(
-        "lost-data: the engine's counters read with its input at {} ({:.2} s short of the first drop)",
-        newest(&before),
-        (first - newest(&before)) as f64 / g.adc_rate
+        "lost-data: the engine's counters read with its input {:.2} s short of the first drop and its output {:.2} s short of the first heap predicted lost",
+        (first - newest(&missing_before)) as f64 / g.adc_rate,
+        first_predicted.saturating_sub(sent(&skipped_before)?) as f64 / g.adc_rate
     ));
+    let last_chunk = ((k1 + 3) * hs - 1) / chunk * chunk;
+    let missing_after = loop {
+        let st = engine.status()?;
+        if st.frames.last_timestamp >= last_chunk {
+            break st;
+        }
+        if waited.elapsed() > limit {
+            bail!("the engine computed no frame past timestamp {last_chunk} within {limit:?}");
+        }
+        sleep(50)?;
+    };
     let snap = loop {
         let snap = b.rx.snapshot();
         if snap
@@ -472,8 +519,13 @@ fn measure(
         }
         sleep(50)?;
     };
-    let after = engine.status()?;
-    Ok((before, snap, after))
+    Ok(Reads {
+        missing_before,
+        skipped_before,
+        missing_after,
+        skipped_after: engine.status()?,
+        snap,
+    })
 }
 
 #[cfg(test)]
