@@ -20,7 +20,7 @@ pub(super) const FILTER_RESPONSE: Check = Check {
     name: "filter-response",
     title: "Filter response (DDC)",
     requirement: "A narrowband output's DDC filter: the response at channel centres across the kept band (its edge channels included) varies by at most 0.1 dB, and no tone outside the band that folds onto a channel centre shows in that channel above -60 dB of an in-band tone of the same amplitude. Ripple as katgpucbf's VLBI filter response; katgpucbf sets no alias limit for a narrowband output that discards half its PFB's band, so the alias limit is this engine's DDC design target (docs/signal-path.md). Outputs without a DDC: not applicable.",
-    method: "A tone of 0.5 full scale at the centre of channels across the band (the edge channels 0 and n-1 and the centre n/2 among them), in both polarisations with independent noise and dither, the gain putting it at 100 counts; the cross-power of the tone's channel, over the gain squared, is the response. Then, at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows), the same tone at every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling (f_c(c) + m fs/D and m fs/D - f_c(c)); its channel's cross-power over the gain squared, relative to the in-band response of that channel, is the alias's level. The measurement floor (the cross-power's noise) is reported beside it.",
+    method: "Tones at the centres of channels across the band (the edge channels 0 and n-1 and the centre n/2 among them), all at once, their amplitudes summing to 0.9 full scale, in both polarisations with independent quiet noise and dither, the gain putting each at 100 counts; a channel's cross-power over (gain x amplitude) squared is its response. Then every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling (f_c(c) + m fs/D and m fs/D - f_c(c)), in rounds of one tone per channel (their amplitudes summing to 0.9 full scale), at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows); its channel's response, relative to the in-band response of that channel, is the alias's level. The channels are far apart: a tone leaves no trace in another's. The measurement floor (the cross-power's noise in the channels without a tone) is reported beside it.",
     run: filter_response,
     needs_ddc: true,
 };
@@ -50,8 +50,7 @@ pub(crate) fn limits(band: &Band) -> Option<FilterLimits> {
     }
 }
 
-/// The in-band tone's amplitude (fraction of full scale) and output level (counts).
-const AMPLITUDE: f64 = 0.5;
+/// An in-band tone's output level (counts).
 const TONE_COUNTS: f64 = 100.0;
 /// dsim's noise under the tones (fraction of full scale): little, so that the raised gain of
 /// the alias measurement does not clip it.
@@ -96,24 +95,57 @@ pub(crate) fn aliases_of(g: &Geometry, c: usize) -> Vec<f64> {
     out
 }
 
-/// One tone in both polarisations (independent quiet noise), integrated: the tone channel's
-/// mean cross-power, and the median of the others' (the floor).
-fn measure(b: &Bench, plan: &Plan, freq: f64, c: usize, gain_from: u64) -> Result<(f64, f64)> {
-    let from = b.set_signal(
-        vec![tone(freq, AMPLITUDE), noise(QUIET, 901)],
-        vec![tone(freq, AMPLITUDE), noise(QUIET, 902)],
-    )?;
+/// The largest sum of tone amplitudes one measurement plays (fraction of full scale): the tones
+/// together never clip the digitiser.
+const PEAK: f64 = 0.9;
+
+/// Tones (frequency, the channel it lands on), each of `amplitude`, all at once in both
+/// polarisations (independent quiet noise), integrated: per tone its channel's mean cross-power,
+/// and the median of the channels without a tone (the floor). The tones land on channels far
+/// apart, where the PFB leaves no trace of one in another's channel.
+fn measure(
+    b: &Bench,
+    plan: &Plan,
+    tones: &[(f64, usize)],
+    amplitude: f64,
+    gain_from: u64,
+) -> Result<(Vec<f64>, f64)> {
+    let signal = |seed| {
+        tones
+            .iter()
+            .map(|&(f, _)| tone(f, amplitude))
+            .chain([noise(QUIET, seed)])
+            .collect::<Vec<_>>()
+    };
+    let from = b.set_signal(signal(901), signal(902))?;
     let int = b.integrate(from.max(gain_from), plan.spectra)?;
     let cross = int.mean_cross_power();
+    let toned: Vec<usize> = tones.iter().map(|t| t.1).collect();
     let mut others: Vec<f64> = cross
         .iter()
         .enumerate()
-        .filter(|&(k, _)| k != c)
+        .filter(|(k, _)| !toned.contains(k))
         .map(|(_, &p)| p)
         .collect();
     others.sort_by(f64::total_cmp);
     let floor = others.get(others.len() / 2).copied().unwrap_or(0.0);
-    Ok((cross[c], floor))
+    Ok((toned.iter().map(|&c| cross[c]).collect(), floor))
+}
+
+/// The aliases of every target channel in rounds of at most one per channel, so that each
+/// round's tones land on different channels.
+fn alias_rounds(g: &Geometry, targets: &[usize]) -> Vec<Vec<(f64, usize)>> {
+    let per: Vec<Vec<f64>> = targets.iter().map(|&c| aliases_of(g, c)).collect();
+    let rounds = per.iter().map(Vec::len).max().unwrap_or(0);
+    (0..rounds)
+        .map(|j| {
+            targets
+                .iter()
+                .zip(&per)
+                .filter_map(|(&c, a)| a.get(j).map(|&f| (f, c)))
+                .collect()
+        })
+        .collect()
 }
 
 fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
@@ -127,18 +159,22 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
     let n = g.channels;
     let mhz = |f: f64| f / 1e6;
     b.clear_delays()?;
-    // The passband, at the gain that puts the tone at TONE_COUNTS.
-    let g0 = b.gain_for(AMPLITUDE, TONE_COUNTS);
-    let from = b.set_gain(g0)?;
+    // The passband: a tone at every channel sampled, all at once, at the gain that puts each
+    // at TONE_COUNTS. A response is a channel's power per unit gain and amplitude, squared.
     let channels = passband_channels(n, plan.positions.max(2));
+    let a0 = PEAK / channels.len() as f64;
+    let g0 = b.gain_for(a0, TONE_COUNTS);
+    let from = b.set_gain(g0)?;
+    let tones: Vec<(f64, usize)> = channels
+        .iter()
+        .map(|&c| (g.frequency(c as f64), c))
+        .collect();
+    let (powers, _) = measure(b, plan, &tones, a0, from)?;
     let mut pass = Vec::new();
-    for (i, &c) in channels.iter().enumerate() {
-        let (p, _) = measure(b, plan, g.frequency(c as f64), c, from)?;
-        let r = p / (g0 * g0);
+    for (&c, p) in channels.iter().zip(powers) {
+        let r = p / (g0 * g0 * a0 * a0);
         progress(&format!(
-            "filter-response: passband {}/{}: channel {c} ({:.4} MHz): {:.4} dB",
-            i + 1,
-            channels.len(),
+            "filter-response: passband channel {c} ({:.4} MHz): {:.4} dB",
             mhz(g.frequency(c as f64)),
             db(r)
         ));
@@ -169,15 +205,8 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
             ));
         }
     }
-    // The aliases, at a gain raised to see a leak at the limit; capped by the noise it lifts.
-    let w = design_weights(n, g.taps, g.filter);
-    let energy: f64 = w.iter().map(|x| x * x).sum();
-    let lsb = 1.0 / g.full_scale();
-    let input_rms = (QUIET * QUIET + lsb * lsb / 12.0).sqrt() * g.full_scale();
-    let noise_counts_per_gain = input_rms * (energy / g.band.decimation() as f64).sqrt();
-    let boost = 10f64.powf((-lim.alias_db - LEAK_HEADROOM_DB) / 20.0);
-    let g1 = (g0 * boost).min(NOISE_CAP_COUNTS / noise_counts_per_gain.max(1e-30));
-    let from = b.set_gain(g1)?;
+    // The aliases, in rounds of one tone per target channel, at a gain raised to see a leak at
+    // the limit; capped by the noise it lifts.
     let targets: Vec<usize> = {
         let k = (plan.positions / 2).max(2);
         let mut t: Vec<usize> = channels
@@ -190,20 +219,34 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         t.dedup();
         t
     };
+    let rounds = alias_rounds(&g, &targets);
+    let a1 = PEAK / rounds.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
+    let w = design_weights(n, g.taps, g.filter);
+    let energy: f64 = w.iter().map(|x| x * x).sum();
+    let lsb = 1.0 / g.full_scale();
+    let input_rms = (QUIET * QUIET + lsb * lsb / 12.0).sqrt() * g.full_scale();
+    let noise_counts_per_gain = input_rms * (energy / g.band.decimation() as f64).sqrt();
+    let boost = 10f64.powf((-lim.alias_db - LEAK_HEADROOM_DB) / 20.0);
+    let g1 = (b.gain_for(a1, TONE_COUNTS) * boost)
+        .min(NOISE_CAP_COUNTS / noise_counts_per_gain.max(1e-30));
+    let from = b.set_gain(g1)?;
     let mut aliases = Vec::new();
     let mut floors = Vec::new();
-    for &c in &targets {
-        let inband = pass
-            .iter()
-            .find(|p| p.0 == c)
-            .map_or(centre, |p| p.1)
-            .max(1e-300);
-        for f in aliases_of(&g, c) {
-            let (p, floor) = measure(b, plan, f, c, from)?;
-            let leak = db(p / (g1 * g1) / inband);
-            let floor_db = db(floor / (g1 * g1) / inband);
+    for (i, round) in rounds.iter().enumerate() {
+        let (powers, floor) = measure(b, plan, round, a1, from)?;
+        for (&(f, c), p) in round.iter().zip(powers) {
+            let inband = pass
+                .iter()
+                .find(|p| p.0 == c)
+                .map_or(centre, |p| p.1)
+                .max(1e-300);
+            let unit = g1 * g1 * a1 * a1 * inband;
+            let leak = db(p / unit);
+            let floor_db = db(floor / unit);
             progress(&format!(
-                "filter-response: tone at {:.4} MHz, onto channel {c}: {leak:.1} dB (floor {floor_db:.1} dB)",
+                "filter-response: round {}/{}: tone at {:.4} MHz, onto channel {c}: {leak:.1} dB (floor {floor_db:.1} dB)",
+                i + 1,
+                rounds.len(),
                 mhz(f)
             ));
             aliases.push((f, c, leak));
@@ -238,8 +281,8 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         "dB",
     ));
     m.figures.push(Figure::info(
-        "gain raised for the aliases by",
-        db((g1 / g0).powi(2)),
+        "gain raised for the aliases by (per unit amplitude)",
+        db((g1 * a1 / (g0 * a0)).powi(2)),
         "dB",
     ));
     let (lo, hi) = g.band.edges_hz(g.adc_rate, n);
@@ -357,6 +400,38 @@ mod tests {
                 alias_db: -60.0
             })
         );
+    }
+
+    /// Every alias of every target is measured once, and no round puts two tones on a channel.
+    #[test]
+    fn alias_rounds_cover_every_alias_one_per_channel() {
+        let band = Band::Narrowband {
+            mixer_word: (2.25e6 / 16e6 * 4_294_967_296.0f64).round() as u32,
+            decimation: 8,
+            ddc_taps: 96,
+        };
+        let g = geometry(band);
+        let targets = [0, 64, 128, 255];
+        let rounds = alias_rounds(&g, &targets);
+        let mut all: Vec<(u64, usize)> = rounds
+            .iter()
+            .flatten()
+            .map(|&(f, c)| (f as u64, c))
+            .collect();
+        for r in &rounds {
+            let mut c: Vec<usize> = r.iter().map(|t| t.1).collect();
+            c.dedup();
+            assert_eq!(c.len(), r.len(), "{r:?}");
+        }
+        let mut want: Vec<(u64, usize)> = targets
+            .iter()
+            .flat_map(|&c| aliases_of(&g, c).into_iter().map(move |f| (f as u64, c)))
+            .collect();
+        all.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(all, want);
+        let most = targets.iter().map(|&c| aliases_of(&g, c).len()).max();
+        assert_eq!(Some(rounds.len()), most);
     }
 
     #[test]
