@@ -35,6 +35,10 @@ fn qualify_passes(p: &Pipeline, args: &[&str], tests: usize) -> Result<serde_jso
         .with_context(|| format!("qualify.json was not written: {}", log_tail(&c, 60)))?;
     let report: serde_json::Value = serde_json::from_str(&text)?;
     let run = report["tests"].as_array().context("tests")?;
+    // Each test's outcome and figures, for the run's log (`--nocapture`).
+    for t in run {
+        eprintln!("{}: {} {}", t["name"], t["outcome"], t["figures"]);
+    }
     let failed: Vec<String> = run
         .iter()
         .filter(|t| t["outcome"] != "pass")
