@@ -547,7 +547,10 @@ mod tests {
         let mut d = quiet();
         d.engine_rejected.insert("too_old".into(), 12);
         assert!(d.any());
-        assert_eq!(d.describe(), "the engine rejected 12 input packets (too_old)");
+        assert_eq!(
+            d.describe(),
+            "the engine rejected 12 input packets (too_old)"
+        );
         let d = Disturbance {
             dsim_skipped: 1460,
             dsim_catch_ups: 2,
