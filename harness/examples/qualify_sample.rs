@@ -385,6 +385,13 @@ fn main() -> anyhow::Result<()> {
             sample_bits: 10,
             output_bits: 8,
             harness_version: env!("CARGO_PKG_VERSION").into(),
+            band: Some(harness::record::qualify::JudgedBand {
+                kind: "wideband".into(),
+                low_hz: 0.0,
+                high_hz: 0.856e9,
+                centre_hz: None,
+                decimation: 1,
+            }),
         },
         quick: true,
         pass: tests.iter().all(|t| t.outcome.passed()),

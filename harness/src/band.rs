@@ -26,6 +26,8 @@ pub enum Band {
         mixer_word: u32,
         /// The decimation D.
         decimation: usize,
+        /// L, the DDC filter's taps (its group delay is (L - 1)/2 ADC samples).
+        ddc_taps: usize,
     },
 }
 
@@ -42,6 +44,7 @@ impl Band {
                 Band::Narrowband {
                     mixer_word: nb.mixer_word,
                     decimation: nb.decimation,
+                    ddc_taps: nb.ddc_taps,
                 }
             }
             (OutputKind::Narrowband | OutputKind::NarrowbandNoDiscard, _) => {
@@ -74,6 +77,38 @@ impl Band {
         match *self {
             Band::Wideband => 1,
             Band::Narrowband { decimation, .. } => decimation.max(1),
+        }
+    }
+
+    /// The DDC filter's taps L: 1 for wideband, which reads each sample once.
+    pub fn ddc_taps(&self) -> usize {
+        match *self {
+            Band::Wideband => 1,
+            Band::Narrowband { ddc_taps, .. } => ddc_taps.max(1),
+        }
+    }
+
+    /// ADC samples between spectra: 2nD.
+    pub fn step_samples(&self, channels: usize) -> u64 {
+        2 * (channels * self.decimation()) as u64
+    }
+
+    /// ADC samples one spectrum reads from its timestamp on (zero delay): its 2nT PFB inputs
+    /// are D apart and each reads L, (2nT - 1) D + L; 2nT for wideband.
+    pub fn window_samples(&self, channels: usize, taps: usize) -> u64 {
+        let d = self.decimation() as u64;
+        (2 * (channels * taps) as u64 - 1) * d + self.ddc_taps() as u64
+    }
+
+    /// The band's edges, Hz: a wideband output's Nyquist zone 0 .. fs/2, a narrowband output's
+    /// channels' outer edges (half a channel beyond the first and last centres).
+    pub fn edges_hz(&self, adc_rate: f64, channels: usize) -> (f64, f64) {
+        match self {
+            Band::Wideband => (0.0, adc_rate / 2.0),
+            Band::Narrowband { .. } => (
+                self.frequency(-0.5, adc_rate, channels),
+                self.frequency(channels as f64 - 0.5, adc_rate, channels),
+            ),
         }
     }
 
@@ -135,6 +170,7 @@ mod tests {
         Band::Narrowband {
             mixer_word: (centre_hz / adc_rate * 4_294_967_296.0).round() as u32,
             decimation,
+            ddc_taps: 12 * decimation,
         }
     }
 
@@ -163,10 +199,19 @@ mod tests {
             b,
             Band::Narrowband {
                 mixer_word: 1 << 30,
-                decimation: 8
+                decimation: 8,
+                ddc_taps: 96
             }
         );
         assert_eq!(b.kind(), "narrowband");
+        // A spectrum steps 2nD samples and reads (2nT - 1) D + L of them.
+        assert_eq!(b.step_samples(n), 16 * 1024);
+        assert_eq!(b.window_samples(n, 4), (2 * 1024 * 4 - 1) * 8 + 96);
+        assert_eq!(Band::Wideband.window_samples(n, 4), 2 * 1024 * 4);
+        assert_eq!(Band::Wideband.edges_hz(fs, n), (0.0, fs / 2.0));
+        let (lo, hi) = b.edges_hz(fs, n);
+        assert!((lo - (428e6 - fs / 32.0 - fs / 32768.0)).abs() < 1e-6);
+        assert!((hi - lo - fs / 16.0).abs() < 1e-6);
         assert_eq!(b.centre_hz(fs), Some(428e6));
         assert_eq!(b.channel_width(fs, n), fs / (2.0 * 8.0 * 1024.0));
         assert_eq!(b.channel(428e6, fs, n), 512.0);
@@ -220,7 +265,8 @@ mod tests {
             Band::of(&out).unwrap(),
             Band::Narrowband {
                 mixer_word: 1 << 30,
-                decimation: 16
+                decimation: 16,
+                ddc_taps: 192
             }
         );
     }
@@ -234,10 +280,12 @@ mod tests {
         assert_eq!(
             serde_json::to_value(Band::Narrowband {
                 mixer_word: 1 << 30,
-                decimation: 16
+                decimation: 16,
+                ddc_taps: 192
             })
             .unwrap(),
-            serde_json::json!({"kind": "narrowband", "mixer_word": 1 << 30, "decimation": 16})
+            serde_json::json!({"kind": "narrowband", "mixer_word": 1 << 30, "decimation": 16,
+                "ddc_taps": 192})
         );
     }
 }

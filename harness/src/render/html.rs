@@ -39,9 +39,13 @@ pub fn page(report: &QualifyReport) -> Result<String> {
     h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     let _ = writeln!(
         h,
-        "<title>{verdict}: F-engine qualification, {} {} channels, {}</title>",
+        "<title>{verdict}: F-engine qualification, {} {} channels{}, {}</title>",
         esc(&sys.backend),
         sys.channels,
+        sys.band
+            .as_ref()
+            .map(|b| format!(" {}", esc(&b.kind)))
+            .unwrap_or_default(),
         esc(&utc(report.started_unix))
     );
     let _ = writeln!(h, "<style>{CSS}</style>\n</head>\n<body>");
@@ -77,7 +81,12 @@ fn header(h: &mut String, report: &QualifyReport) {
     let _ = writeln!(h, "<div class=\"about\">");
     let _ = writeln!(
         h,
-        "<h1>F-engine qualification <span class=\"run\">{}</span></h1>",
+        "<h1>F-engine qualification{} <span class=\"run\">{}</span></h1>",
+        match (&sys.output, &sys.band) {
+            (Some(o), Some(b)) => format!(" of output {} ({})", esc(o), esc(&b.kind)),
+            (Some(o), None) => format!(" of output {}", esc(o)),
+            _ => String::new(),
+        },
         if report.quick {
             "quick subset"
         } else {
@@ -85,7 +94,7 @@ fn header(h: &mut String, report: &QualifyReport) {
         }
     );
     // Three columns: the engine's geometry, its input, the run, where it was reached.
-    let rows: [(&str, String); 12] = [
+    let rows: [(&str, String); 13] = [
         ("Backend", esc(&sys.backend)),
         ("Channels", sys.channels.to_string()),
         ("Taps", sys.taps.to_string()),
@@ -104,6 +113,10 @@ fn header(h: &mut String, report: &QualifyReport) {
             }),
         ),
         ("dsim", esc(&sys.dsim_url)),
+        (
+            "Band judged",
+            esc(&sys.band.as_ref().map(|b| b.describe()).unwrap_or_default()),
+        ),
     ];
     let _ = writeln!(h, "<dl class=\"system\">");
     for (k, v) in rows {
@@ -504,6 +517,13 @@ mod tests {
             adc_sample_rate: 1.712e9,
             sample_bits: 10,
             output_bits: 8,
+            band: Some(crate::record::qualify::JudgedBand {
+                kind: "narrowband".into(),
+                low_hz: 1.75e6,
+                high_hz: 2.75e6,
+                centre_hz: Some(2.25e6),
+                decimation: 8,
+            }),
             harness_version: "0.1.0".into(),
         }
     }

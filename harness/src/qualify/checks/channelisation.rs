@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{level, line, plot, points, spectrum_series, NOISE};
+use super::{channel_axis, level, line, plot, points, spectrum_series, NOISE};
 use crate::content::db;
 use crate::qualify::analysis::{argmax, sfdr_db};
 use crate::qualify::bench::{noise, tone};
@@ -21,18 +21,22 @@ const NOISE_COUNTS: f64 = 0.5;
 pub(super) const CHANNELISATION: Check = Check {
     name: "channelisation",
     title: "Channelisation and SFDR",
-    requirement: "At every tone position, in both polarisations, the strongest channel is the tone's, and the spurious-free dynamic range is at least 53 dB.",
+    requirement: "At every tone position, in both polarisations, the strongest channel is the tone's, and the spurious-free dynamic range is at least 53 dB. (katgpucbf: CBF-REQ-0126)",
     method: "A tone at the centre of a channel, stepped across the band (32 positions in a full run), in both polarisations with independent noise and dither. The cross-power of the polarisations is integrated per channel, so that their independent noise averages away while the tone and any spur it makes stay; SFDR is the tone channel's cross-power over the strongest other channel's. Levels: the tone at 110 counts of the 8-bit output, the noise at 0.5 counts rms, enough to dither the output rounding.",
     run: channelisation,
+    needs_ddc: false,
 };
 
 fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let g = b.geometry;
     let n = g.channels;
     // The tone's amplitude that, at the gain putting it at TONE_COUNTS, leaves the noise at
-    // NOISE_COUNTS: the processing gain of the PFB decides it.
+    // NOISE_COUNTS: the processing gain of the PFB decides it (and a narrowband channel's
+    // 1/D of the noise power).
     let ratio = b.gain_for(1.0, 1.0); // gain per unit amplitude for one count
-    let amplitude = (NOISE * TONE_COUNTS / NOISE_COUNTS * ratio * g.full_scale()).min(0.5);
+    let d = g.band.decimation() as f64;
+    let amplitude =
+        (NOISE * TONE_COUNTS / NOISE_COUNTS * ratio * g.full_scale() / d.sqrt()).min(0.5);
     let gain = b.gain_for(amplitude, TONE_COUNTS);
     b.set_gain(gain)?;
     b.clear_delays()?;
@@ -106,7 +110,7 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
     }
     let mut p = plot(
         "SFDR per tone position",
-        "tone channel",
+        &channel_axis(&g, "tone channel"),
         "SFDR (dB)",
         vec![points("measured", sfdrs)],
     );
@@ -116,7 +120,7 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
         let peak = cross[c];
         let mut p = plot(
             &format!("cross-power spectrum at the worst position (channel {c}, SFDR {sfdr:.1} dB)"),
-            "channel",
+            &channel_axis(&g, "channel"),
             "dB relative to the tone",
             vec![spectrum_series("cross-power", &cross, peak)],
         );
@@ -138,6 +142,7 @@ pub(super) const LINEARITY: Check = Check {
     requirement: "A tone at 2^-i of full scale, i = 0..9: its output power lies within 1 dB of the ideal line (power proportional to amplitude squared) above the noise.",
     method: "A tone at the centre of channel n/4 in noise of 0.05 full scale; at each level the engine's gain puts the tone near 100 counts (or the noise near 24 counts rms, whichever is lower) and is divided out. The tone's power is its channel's mean power less the median channel's (the noise floor), both polarisations averaged. The ideal line has slope 20 dB per decade of amplitude, its offset fitted to all levels; the absolute level against the theory ((a/2) sum(w) G)^2 is reported too.",
     run: linearity,
+    needs_ddc: false,
 };
 
 fn linearity(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
@@ -145,7 +150,7 @@ fn linearity(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<M
     let c = g.channels / 4;
     let f = g.frequency(c as f64);
     b.clear_delays()?;
-    let noise_gain = 24.0 / (NOISE * g.full_scale());
+    let noise_gain = g.noise_gain(24.0, NOISE);
     let mut measured = Vec::new();
     let mut theory_offsets = Vec::new();
     for i in 0..LEVELS {

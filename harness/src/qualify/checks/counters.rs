@@ -1,18 +1,11 @@
-//! Counters: saturation driven on purpose is counted as the harness sees it, and a dsim drop
-//! list gives exactly the flagged output the test bed's oracle predicts.
+//! Counters: saturation driven on purpose is counted as the harness sees it.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
-
-use anyhow::{anyhow, bail, Result};
-use fgpu_api::dsim::{FaultsRequest, PolFaults, Selector};
+use anyhow::Result;
 
 use super::{plot, points, NOISE};
-use crate::gaps::{engine_heap_span, outputs_hit};
 use crate::qualify::bench::{noise, tone};
 use crate::qualify::{Bench, Check, Measured, Plan};
 use crate::record::qualify::Figure;
-use crate::signals;
 
 pub(super) const SATURATION: Check = Check {
     name: "saturation",
@@ -20,14 +13,7 @@ pub(super) const SATURATION: Check = Check {
     requirement: "A tone driven into clipping makes the engine count clamped output values at the rate the harness sees them (within 5%); an undriven signal counts none.",
     method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it computed, and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
     run: saturation,
-};
-
-pub(super) const LOST_DATA: Check = Check {
-    name: "lost-data",
-    title: "Lost data",
-    requirement: "Digitiser heaps dropped on purpose (one of polarisation 0, three of polarisation 1) remove exactly the output heaps the test bed's oracle predicts in every substream, and the engine counts exactly the heaps it missed.",
-    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap.",
-    run: lost_data,
+    needs_ddc: false,
 };
 
 /// The engine's saturation counters and the values it computed per polarisation (both counted
@@ -126,126 +112,6 @@ fn saturation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
         "harness",
         "engine",
         vec![points("polarisations and levels", fractions)],
-    ));
-    Ok(m)
-}
-
-fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    let g = b.geometry;
-    let dsim = b.services.dsim.status()?;
-    let hs = dsim.heap_samples as u64;
-    let out_step = g.spectra_per_heap as u64 * g.step();
-    let span = engine_heap_span(g.channels as u64, g.spectra_per_heap as u64, g.taps as u64);
-    // About a second ahead, and past the engine's frames in flight.
-    let ahead = (g.adc_rate as u64).max(6 * g.chunk_samples as u64) / hs + 8;
-    let k0 = dsim.timestamp / hs + ahead;
-    let gap = (4 * out_step + span) / hs + 8;
-    let k1 = k0 + gap;
-    let before = b.services.engine.status()?;
-    let drop = |selector: Selector| PolFaults {
-        drop: Some(selector),
-        ..Default::default()
-    };
-    b.services.dsim.set_faults(&FaultsRequest {
-        pol0: Some(drop(Selector {
-            heaps: vec![k0],
-            ..Default::default()
-        })),
-        pol1: Some(drop(Selector {
-            ranges: vec![[k1, k1 + 3]],
-            ..Default::default()
-        })),
-    })?;
-    let none = FaultsRequest {
-        pol0: Some(PolFaults::default()),
-        pol1: Some(PolFaults::default()),
-    };
-    progress(&format!(
-        "lost-data: dropping heap {k0} of pol 0 and {k1}..{} of pol 1",
-        k1 + 2
-    ));
-    let lo = (k0 * hs).saturating_sub(span + out_step);
-    let hi = (k1 + 3) * hs + span;
-    let waited = Instant::now();
-    let limit = Duration::from_secs_f64(3.0 * (hi - dsim.timestamp) as f64 / g.adc_rate + 30.0);
-    let snap = loop {
-        let snap = b.rx.snapshot();
-        if snap
-            .substreams
-            .iter()
-            .all(|s| s.newest_timestamp.is_some_and(|t| t > hi + 2 * out_step))
-        {
-            break snap;
-        }
-        if waited.elapsed() > limit {
-            let _ = b.services.dsim.set_faults(&none);
-            bail!("the output did not pass timestamp {hi} within {limit:?}");
-        }
-        signals::sleep(Duration::from_millis(50)).map_err(|_| anyhow!("interrupted"))?;
-    };
-    b.services.dsim.set_faults(&none)?;
-    let after = b.services.engine.status()?;
-    let mut m = Measured::default();
-    let mut matched = 0;
-    let mut predicted_total = 0;
-    let mut plotted = Vec::new();
-    for s in &snap.substreams {
-        let phase = s.first_timestamp.unwrap_or(0) % out_step;
-        let want: BTreeSet<u64> = [(k0, k0 + 1), (k1, k1 + 3)]
-            .iter()
-            .flat_map(|&(a, e)| outputs_hit(a * hs, e * hs, phase, out_step, span))
-            .filter(|t| (lo..=hi).contains(t))
-            .collect();
-        let got: BTreeSet<u64> = s
-            .missing
-            .iter()
-            .flat_map(|&(a, e)| (a..e).step_by(out_step as usize))
-            .filter(|t| (lo..=hi).contains(t))
-            .collect();
-        predicted_total += want.len();
-        if want == got {
-            matched += 1;
-        } else {
-            progress(&format!(
-                "lost-data: substream {}: predicted {want:?}, missing {got:?}",
-                s.index
-            ));
-        }
-        if s.index == 0 {
-            plotted = want
-                .iter()
-                .map(|&t| ((t as f64 - (k0 * hs) as f64) / out_step as f64, 1.0))
-                .chain(
-                    got.iter()
-                        .map(|&t| ((t as f64 - (k0 * hs) as f64) / out_step as f64, 0.0)),
-                )
-                .collect();
-        }
-    }
-    let substreams = snap.substreams.len();
-    m.figures.push(Figure::exactly(
-        "substreams whose missing heaps are exactly the predicted ones",
-        matched as f64,
-        "substreams",
-        substreams as f64,
-    ));
-    m.figures.push(Figure::exactly(
-        "digitiser heaps the engine counted missing",
-        (after.heaps_missing() - before.heaps_missing()) as f64,
-        "heaps",
-        4.0,
-    ));
-    m.figures.push(Figure::exactly(
-        "output heaps the engine skipped",
-        (after.heaps_skipped() - before.heaps_skipped()) as f64,
-        "heaps",
-        predicted_total as f64,
-    ));
-    m.plots.push(plot(
-        "substream 0: predicted (1) and missing (0) output heaps",
-        "output heap after the first drop",
-        "",
-        vec![points("heaps", plotted)],
     ));
     Ok(m)
 }

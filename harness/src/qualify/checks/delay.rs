@@ -4,18 +4,21 @@
 //! polarisations.
 //!
 //! Conventions (docs/signal-path.md): dsim's delay tau advances polarisation 1, so its
-//! cross-power x1 conj(x0) turns by +pi k tau / n in channel k; the engine's delay d (samples)
-//! turns it back by -pi k d / n, and its phase p adds p.
+//! cross-power x1 conj(x0) turns by +2 pi f tau / fs in the channel centred on sky frequency f
+//! (+pi k tau / n in wideband channel k); the engine's delay d (samples) turns it back by
+//! -2 pi f d / fs, and its phase p adds p. A narrowband output means the same: its mixer's turn
+//! over the delay, 2 pi f_c d / fs, is part of the engine's compensation, so the residual is
+//! judged the same way, and the phase slope across its channels is D times shallower.
 
 use anyhow::Result;
 use fgpu_api::engine::{DelayRequest, PolDelay};
 use num_complex::Complex64;
 
-use super::{level, plot, points, NOISE};
+use super::{channel_axis, level, plot, points, NOISE};
 use crate::qualify::analysis::{deg, phase_errors, PhaseLine};
 use crate::qualify::bench::noise;
 use crate::qualify::spectra::Integration;
-use crate::qualify::{Bench, Check, Measured, Plan};
+use crate::qualify::{Bench, Check, Geometry, Measured, Plan};
 use crate::record::qualify::{Figure, Plot};
 
 /// The delay dsim applies to polarisation 1 (samples): a whole part for the coarse delay and a
@@ -25,47 +28,58 @@ const TAU: f64 = 3.37;
 const PHASE_DEG: f64 = 1.0;
 /// How close the uncompensated slope must be to dsim's delay (samples): the bench's own check.
 const BENCH_SAMPLES: f64 = 0.01;
-/// The fraction of the band judged: dsim's delayed noise is exact below 0.9 of Nyquist.
+
+/// [`BENCH_SAMPLES`] for the output: D times it for a narrowband output, whose band is D times
+/// narrower, so that the limit is the same phase across its band (the slope's noise is).
+fn bench_samples(g: &Geometry) -> f64 {
+    BENCH_SAMPLES * g.band.decimation() as f64
+}
+/// The channels judged lie below this fraction of Nyquist: dsim's delayed noise is exact there.
 const BAND: f64 = 0.9;
 
 pub(super) const DELAY: Check = Check {
     name: "delay",
     title: "Delay",
-    requirement: "With polarisation 1 advanced by 3.37 samples and the engine loaded with that delay, the residual phase is within 1 degree in every channel below 0.9 of the band.",
-    method: "The same noise (one seed) in both polarisations; dsim advances polarisation 1 by 3.37 samples (exactly: tones at the delayed time, noise by a fractional delay exact to 0.2 degree below 0.9 of Nyquist). First without compensation the phase slope of x1 conj(x0) must show dsim's delay (within 0.01 samples: the bench checks itself); then with the engine's delay loaded the residual phase of every channel is measured.",
+    requirement: "With polarisation 1 advanced by 3.37 samples and the engine loaded with that delay, the residual phase is within 1 degree in every channel below 0.9 of Nyquist (a narrowband output: through its mixer, every channel of a band below that). (katgpucbf: CBF-REQ-0128, 0185)",
+    method: "The same noise (one seed) in both polarisations; dsim advances polarisation 1 by 3.37 samples (exactly: tones at the delayed time, noise by a fractional delay exact to 0.2 degree below 0.9 of Nyquist). First without compensation the phase slope of x1 conj(x0) must show dsim's delay (within 0.01 samples, 0.01 D for a narrowband output of decimation D: the bench checks itself); then with the engine's delay loaded the residual phase of every channel is measured.",
     run: delay,
+    needs_ddc: false,
 };
 
 pub(super) const DELAY_ENABLE: Check = Check {
     name: "delay-enable",
     title: "Delay enable/disable",
-    requirement: "Loading the compensating delay, clearing it and loading it again gives, each time, the state asked for: the residual within 1 degree when loaded, dsim's delay within 0.01 samples when cleared.",
+    requirement: "Loading the compensating delay, clearing it and loading it again gives, each time, the state asked for: the residual within 1 degree when loaded, dsim's delay within 0.01 samples (narrowband: 0.01 D) when cleared. (katgpucbf: CBF-REQ-0066, 0110, 0187, 0188)",
     method: "As the delay test, toggling the engine's model three times: loaded, cleared (all zero), loaded.",
     run: delay_enable,
+    needs_ddc: false,
 };
 
 pub(super) const PHASE: Check = Check {
     name: "phase",
     title: "Phase",
-    requirement: "A fringe phase of 0.7 rad loaded on polarisation 1 (with the compensating delay) shows in every channel below 0.9 of the band within 1 degree.",
+    requirement: "A fringe phase of 0.7 rad loaded on polarisation 1 (with the compensating delay) shows in every channel below 0.9 of the band within 1 degree. (katgpucbf: CBF-REQ-0128, 0112)",
     method: "As the delay test, with phase 0.7 rad in the model; each channel's phase is compared with 0.7 rad.",
     run: phase,
+    needs_ddc: false,
 };
 
 pub(super) const DELAY_RATE: Check = Check {
     name: "delay-rate",
     title: "Delay rate",
-    requirement: "A delay rate loaded at a timestamp makes the residual delay drift as predicted: in two windows after the load, the residual delay is within 0.01 samples of -rate (t - t_load).",
-    method: "The compensating delay plus a rate of half a sample per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) in a window starting one window after the load and in one S later; a linear drift averages to its value at the mean timestamp of the spectra summed, which is the prediction.",
+    requirement: "A delay rate loaded at a timestamp makes the residual delay drift as predicted: in two windows after the load, the residual delay is within 0.01 samples (narrowband: 0.01 D) of -rate (t - t_load). (katgpucbf: CBF-REQ-0128, 0185)",
+    method: "The compensating delay plus a rate of half a sample (narrowband: D/2) per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) in a window starting one window after the load and in one S later; a linear drift averages to its value at the mean timestamp of the spectra summed, which is the prediction.",
     run: delay_rate,
+    needs_ddc: false,
 };
 
 pub(super) const PHASE_RATE: Check = Check {
     name: "phase-rate",
     title: "Phase rate",
-    requirement: "A phase rate loaded at a timestamp makes the phase drift as predicted: in two windows after the load, every channel below 0.9 of the band is within 1 degree of rate (t - t_load).",
+    requirement: "A phase rate loaded at a timestamp makes the phase drift as predicted: in two windows after the load, every channel below 0.9 of the band is within 1 degree of rate (t - t_load). (katgpucbf: CBF-REQ-0128, 0112)",
     method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the mean timestamp of the spectra summed.",
     run: phase_rate,
+    needs_ddc: false,
 };
 
 /// What the delay checks share: the signal set up, the channels judged.
@@ -75,14 +89,15 @@ struct Setup {
     tau: f64,
 }
 
-/// Why the delay checks do not run: the engine cannot hold the delay they load.
+/// Why the delay checks do not run.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "the engine's --max-delay ({max:.2} samples) is below the {needed:.2} samples these tests load"
-)]
-struct DelayOutOfRange {
-    max: f64,
-    needed: f64,
+enum DelayOutOfRange {
+    #[error(
+        "the engine's --max-delay ({max:.2} samples) is below the {needed:.2} samples these tests load"
+    )]
+    MaxDelay { max: f64, needed: f64 },
+    #[error("the output has no two channels below 0.9 of Nyquist, where dsim's delay is exact")]
+    NoChannels,
 }
 
 /// The signal set up for a delay check, or why the check does not run (the outer error: the
@@ -90,20 +105,23 @@ struct DelayOutOfRange {
 fn prepare(b: &Bench) -> Result<Result<Setup, DelayOutOfRange>> {
     let g = b.geometry;
     if g.max_delay_samples < TAU + 2.0 {
-        return Ok(Err(DelayOutOfRange {
+        return Ok(Err(DelayOutOfRange::MaxDelay {
             max: g.max_delay_samples,
             needed: TAU + 2.0,
         }));
     }
     b.clear_delays()?;
-    b.set_gain(15.0 / (NOISE * g.full_scale()))?;
+    b.set_gain(g.noise_gain(15.0, NOISE))?;
     let from =
         b.set_signal_delayed(vec![noise(NOISE, 401)], vec![noise(NOISE, 401)], [0.0, TAU])?;
     let from = from.max(b.after_now()?);
-    let top = (g.channels as f64 * BAND) as usize;
+    let judged = g.channels_below(BAND);
+    if judged.len() < 2 {
+        return Ok(Err(DelayOutOfRange::NoChannels));
+    }
     Ok(Ok(Setup {
         from,
-        judged: (1..top).collect(),
+        judged,
         tau: TAU,
     }))
 }
@@ -137,12 +155,9 @@ fn load(b: &Bench, req: &DelayRequest) -> Result<u64> {
 
 /// The residual delay (samples) and phase offset (radians) of a cross-power over the judged
 /// channels.
-fn residual(cross: &[Complex64], s: &Setup, channels: usize) -> (f64, f64) {
+fn residual(cross: &[Complex64], s: &Setup, g: &Geometry) -> (f64, f64) {
     let line = PhaseLine::fit(cross, &s.judged);
-    (
-        line.slope * channels as f64 / std::f64::consts::PI,
-        line.offset,
-    )
+    (g.delay_of_slope(line.slope), line.offset)
 }
 
 /// The largest |phase error| (degrees) against a model, and the errors for a plot.
@@ -152,10 +167,10 @@ fn worst(cross: &[Complex64], s: &Setup, model: impl Fn(usize) -> f64) -> (f64, 
     (w, e.into_iter().map(|(k, r)| (k as f64, deg(r))).collect())
 }
 
-fn error_plot(title: &str, series: Vec<(&str, Vec<(f64, f64)>)>) -> Plot {
+fn error_plot(g: &Geometry, title: &str, series: Vec<(&str, Vec<(f64, f64)>)>) -> Plot {
     let mut p = plot(
         title,
-        "channel",
+        &channel_axis(g, "channel"),
         "phase error (degree)",
         series.into_iter().map(|(n, s)| points(n, s)).collect(),
     );
@@ -174,12 +189,12 @@ fn uncompensated(
     label: &str,
 ) -> Result<f64> {
     let int = b.integrate(from, spectra)?;
-    let (tau, _) = residual(&int.cross, s, b.geometry.channels);
+    let (tau, _) = residual(&int.cross, s, &b.geometry);
     m.figures.push(Figure::at_most(
         &format!("{label}: measured delay less dsim's {:.2} samples", s.tau),
         (tau - s.tau).abs(),
         "samples",
-        BENCH_SAMPLES,
+        bench_samples(&b.geometry),
     ));
     Ok(tau)
 }
@@ -195,7 +210,7 @@ fn compensated(
 ) -> Result<Vec<(f64, f64)>> {
     let from = load(b, &model(b, s.tau, 0.0, phase, 0.0, None))?;
     let int = b.integrate(from, spectra)?;
-    let (res, _) = residual(&int.cross, s, b.geometry.channels);
+    let (res, _) = residual(&int.cross, s, &b.geometry);
     let (w, errors) = worst(&int.cross, s, |_| phase);
     m.figures.push(Figure::at_most(
         &format!("{label}: worst residual phase"),
@@ -227,6 +242,7 @@ fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
     m.figures.rotate_left(1);
     b.clear_delays()?;
     m.plots.push(error_plot(
+        &b.geometry,
         "residual phase with the delay compensated",
         vec![("channels", errors)],
     ));
@@ -250,6 +266,7 @@ fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     progress("delay-enable: loaded again");
     b.clear_delays()?;
     m.plots.push(error_plot(
+        &b.geometry,
         "residual phase, loaded and loaded again",
         vec![("loaded", first), ("loaded again", again)],
     ));
@@ -266,6 +283,7 @@ fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
     progress("phase: measured");
     b.clear_delays()?;
     m.plots.push(error_plot(
+        &b.geometry,
         "phase less 0.7 rad, per channel",
         vec![("channels", errors)],
     ));
@@ -301,7 +319,8 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     // predicted at the mean timestamp of the spectra that arrived (a heap lost on a loaded host
     // moves it from the window's middle: at a whole sample per S that alone once put window 2 at
     // 0.0101 samples from the prediction).
-    let rate = 0.5 / span;
+    // D times it for a narrowband output, as its limit.
+    let rate = 0.5 * b.geometry.band.decimation() as f64 / span;
     b.services
         .engine
         .set_delays(&model(b, s.tau, rate, 0.0, 0.0, Some(t_load)))?;
@@ -309,7 +328,7 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let mut measured = Vec::new();
     for (i, &(w0, w1)) in wins.iter().enumerate() {
         let int = b.integrate_window(w0, w1)?;
-        let (res, _) = residual(&int.cross, &s, b.geometry.channels);
+        let (res, _) = residual(&int.cross, &s, &b.geometry);
         let mid = mid_point(&int, w0, w1, b);
         let want = -rate * (mid - t_load as f64);
         progress(&format!(
@@ -320,7 +339,7 @@ fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
             &format!("window {}: residual delay less prediction", i + 1),
             (res - want).abs(),
             "samples",
-            BENCH_SAMPLES,
+            bench_samples(&b.geometry),
         ));
         measured.push((mid, res, want));
     }
@@ -370,7 +389,7 @@ fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
         let mid = mid_point(&int, w0, w1, b);
         let want = omega * (mid - t_load as f64) / fs;
         let (w, errors) = worst(&int.cross, &s, |_| want);
-        let (_, offset) = residual(&int.cross, &s, b.geometry.channels);
+        let (_, offset) = residual(&int.cross, &s, &b.geometry);
         progress(&format!(
             "phase-rate: window {}: phase {:.3} rad, predicted {want:.3}, worst error {w:.3} degree",
             i + 1,
@@ -397,6 +416,7 @@ fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
     let second = series.pop().unwrap_or_default();
     let first = series.pop().unwrap_or_default();
     m.plots.push(error_plot(
+        &b.geometry,
         "phase less the model at each window's mid-point",
         vec![("window 1", first), ("window 2", second)],
     ));

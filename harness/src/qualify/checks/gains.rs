@@ -16,16 +16,17 @@ const PHASE_DEG: f64 = 0.5;
 pub(super) const GAINS: Check = Check {
     name: "gains",
     title: "Gains",
-    requirement: "Random complex gains per channel (magnitude within +-6 dB, any phase) are applied as set: the measured ratio is within 0.1 dB and the phase within 0.5 degree in every channel.",
+    requirement: "Random complex gains per channel (magnitude within +-6 dB, any phase) are applied as set: the measured ratio is within 0.1 dB and the phase within 0.5 degree in every channel. (katgpucbf: CBF-REQ-0119)",
     method: "The same noise (one seed) in both polarisations, no delay. Polarisation 0 gets one real gain (the noise at 12 counts rms), polarisation 1 that gain times a random complex number per channel. Per channel, <x1 conj(x0)> / <|x0|^2> is the gain ratio; the independent dither and rounding of the two add no bias to the cross term.",
     run: gains,
+    needs_ddc: false,
 };
 
 fn gains(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
     let g = b.geometry;
     let n = g.channels;
     b.clear_delays()?;
-    let g0 = 12.0 / (NOISE * g.full_scale());
+    let g0 = g.noise_gain(12.0, NOISE);
     // The engine keeps gains in float32: send them so (a compact body, ~28 bytes a channel),
     // and hold the measurement to exactly what was sent.
     let pol1: Vec<[f32; 2]> = (0..n as u64)

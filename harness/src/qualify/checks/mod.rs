@@ -1,18 +1,21 @@
 //! The checks, one module per family, and the helpers they share.
 
-use super::Check;
+use super::{Check, Geometry};
 use crate::record::qualify::{Level, Plot, Series, Style};
 
 mod channelisation;
 mod counters;
 mod delay;
+mod filter;
 mod gains;
+mod lost_data;
 mod shape;
 mod timing;
 
 pub(super) static ALL: &[Check] = &[
     channelisation::CHANNELISATION,
     shape::SHAPE,
+    filter::FILTER_RESPONSE,
     channelisation::LINEARITY,
     gains::GAINS,
     delay::DELAY,
@@ -23,7 +26,7 @@ pub(super) static ALL: &[Check] = &[
     timing::APPLICATION_TIME,
     timing::GROUP_DELAY,
     counters::SATURATION,
-    counters::LOST_DATA,
+    lost_data::LOST_DATA,
 ];
 
 /// dsim's noise (fraction of full scale) where a check does not need another.
@@ -58,6 +61,28 @@ pub(super) fn spectrum_series(name: &str, power: &[f64], reference: f64) -> Seri
         name: name.into(),
         style: Style::Line,
         points,
+    }
+}
+
+/// A channel axis's label that says which frequencies the channels are: the band judged.
+pub(super) fn channel_axis(g: &Geometry, what: &str) -> String {
+    let (lo, hi) = g.band.edges_hz(g.adc_rate, g.channels);
+    let mhz = |f: f64| format!("{:.4}", f / 1e6);
+    match g.band.centre_hz(g.adc_rate) {
+        Some(c) => format!(
+            "{what} of the {} band {} .. {} MHz (channel {} at {} MHz)",
+            g.band.kind(),
+            mhz(lo),
+            mhz(hi),
+            g.channels / 2,
+            mhz(c)
+        ),
+        None => format!(
+            "{what} of the {} band {} .. {} MHz",
+            g.band.kind(),
+            mhz(lo),
+            mhz(hi)
+        ),
     }
 }
 

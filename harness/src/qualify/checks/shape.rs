@@ -20,9 +20,10 @@ const WIDTH_TOLERANCE: f64 = 0.02;
 pub(super) const SHAPE: Check = Check {
     name: "shape",
     title: "Channel shape",
-    requirement: "The response of channel n/4 to a tone stepped across it lies within 0.5 dB of |FT of the PFB weights|^2 wherever the theory is above -60 dB, and its -3 dB and -53 dB widths are within 0.02 channels of the theory's.",
+    requirement: "The response of channel n/4 to a tone stepped across it lies within 0.5 dB of |FT of the PFB weights|^2 wherever the theory is above -60 dB, and its -3 dB and -53 dB widths are within 0.02 channels of the theory's. (katgpucbf: CBF-REQ-0126)",
     method: "harness response: the tone steps across the channel (16 steps per channel over +-2 channels in a full run, 8 over +-1.5 in the quick one); at each step the gain puts the tone near 40 counts and is divided out; the cross-power of the polarisations (independent noise and dither) is integrated. Widths are interpolated between the measured points, and the theory's at the same offsets the same way.",
     run: shape,
+    needs_ddc: false,
 };
 
 fn shape(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {

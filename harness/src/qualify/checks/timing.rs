@@ -6,6 +6,7 @@ use fgpu_api::engine::{DelayRequest, PolDelay};
 use num_complex::Complex64;
 
 use super::{level, line, plot, points, NOISE};
+use crate::band::Band;
 use crate::qualify::analysis::crossing;
 use crate::qualify::bench::{noise, tone};
 use crate::qualify::{Bench, Check, Measured, Plan};
@@ -15,17 +16,19 @@ use crate::response::design_weights;
 pub(super) const APPLICATION_TIME: Check = Check {
     name: "application-time",
     title: "Delay application time",
-    requirement: "A delay model loaded for a future timestamp T takes effect at exactly the first spectrum whose timestamp is at or after T: every spectrum before it has the old model, every one from it the new.",
+    requirement: "A delay model loaded for a future timestamp T takes effect at exactly the first spectrum whose timestamp is at or after T: every spectrum before it has the old model, every one from it the new. (katgpucbf: CBF-REQ-0077)",
     method: "The same noise in both polarisations, no delay. A model for polarisation 1 (delay 2.25 samples, phase pi/2) is loaded for a timestamp a third of a spectrum past a spectrum boundary. Per spectrum, the cross-power of every channel is weighted by the conjugate of the new model's phase and summed: near its magnitude under the new model, near zero under the old one.",
     run: application_time,
+    needs_ddc: false,
 };
 
 pub(super) const GROUP_DELAY: Check = Check {
     name: "group-delay",
     title: "Group delay",
-    requirement: "A tone switched on at timestamp F reaches half its final amplitude in the spectrum the PFB's window predicts: the measured group delay is within 0.1 spectrum (0.2 n samples) of the theory.",
-    method: "dsim switches a tone at a channel centre on at a known timestamp F (its reply names it). The tone channel's amplitude is traced spectrum by spectrum as the windows slide over F; the timestamp where it crosses half its final value, interpolated, gives the group delay F - t_half. The theory is the same construction on the PFB's weights (the partial sums of the window), interpolated the same way.",
+    requirement: "A tone switched on at timestamp F reaches half its final amplitude in the spectrum the PFB's window (a narrowband output's: behind its DDC filter) predicts: the measured group delay is within 0.1 spectrum (0.2 n D samples, D = 1 for wideband) of the theory.",
+    method: "dsim switches a tone at a channel centre on at a known timestamp F (its reply names it). The tone channel's amplitude is traced spectrum by spectrum as the windows slide over F; the timestamp where it crosses half its final value, interpolated, gives the group delay F - t_half. The theory is the same construction on the PFB's weights (the partial sums of the window), interpolated the same way; for a narrowband output the PFB's inputs are D samples apart and its linear-phase DDC filter of L taps delays the switch by (L - 1)/2 samples.",
     run: group_delay,
+    needs_ddc: false,
 };
 
 /// The model's delay (samples) and phase (radians).
@@ -43,22 +46,36 @@ fn application_time(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> 
         )));
     }
     b.clear_delays()?;
-    b.set_gain(15.0 / (NOISE * g.full_scale()))?;
+    b.set_gain(g.noise_gain(15.0, NOISE))?;
     let from = b.set_signal(vec![noise(NOISE, 501)], vec![noise(NOISE, 501)])?;
     let start = from.max(b.after_now()?);
     // A third of a spectrum past a boundary, some spectra on.
     let t_load = start + 16 * step + step / 3;
     let want = t_load.div_ceil(step) * step;
+    // Across a wideband output the delay's turn spans several radians, so the old model
+    // (nothing) sums to about zero against the new one's phases at P = pi/2. Across a narrowband
+    // output it spans D times less: the phase is set opposite the band's mean turn instead, so
+    // that the old model sums to about -1.
+    let p = match g.band.centre_hz(g.adc_rate) {
+        None => P,
+        Some(centre) => (std::f64::consts::PI + std::f64::consts::TAU * centre * D / g.adc_rate)
+            .rem_euclid(std::f64::consts::TAU),
+    };
     let pol1 = PolDelay {
         delay: D / g.adc_rate,
-        phase: P,
+        phase: p,
         ..Default::default()
     };
     let req = DelayRequest::both(PolDelay::default(), pol1).at(t_load);
     b.services.engine.set_delays(&req)?;
-    // The new model turns channel k of x1 conj(x0) by P - pi k D / n; weight by its conjugate.
+    // The new model turns the channel centred on sky frequency f of x1 conj(x0) by
+    // P - 2 pi f D / fs (pi k D / n in wideband channel k; a narrowband output's mixer turn is
+    // part of it); weight by its conjugate.
     let weights: Vec<Complex64> = (0..n)
-        .map(|k| Complex64::from_polar(1.0, -(P - std::f64::consts::PI * k as f64 * D / n as f64)))
+        .map(|k| {
+            let turn = std::f64::consts::TAU * g.frequency(k as f64) * D / g.adc_rate;
+            Complex64::from_polar(1.0, -(p - turn))
+        })
         .collect();
     let trace = b.trace(want - 12 * step, want + 12 * step, weights, 0)?;
     b.clear_delays()?;
@@ -159,13 +176,18 @@ fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     }
     let full = settled.iter().sum::<f64>() / settled.len() as f64;
     let measured: Vec<(f64, f64)> = amp.iter().map(|&(t, y)| (t, y / full)).collect();
-    // The theory: spectrum t0 sees the tone in samples i >= on - t0 of its window.
+    // The theory: spectrum t0 sees the tone in PFB inputs i >= (on - t0) / D of its window,
+    // input i reading ADC samples from t0 + i D. A narrowband output's DDC filter is linear
+    // phase: in its passband it delays by (L - 1)/2 samples, so input i holds the tone once
+    // t0 + i D + (L - 1)/2 >= on (wideband: D = L = 1, i >= on - t0).
+    let d = g.band.decimation() as f64;
+    let ddc_delay = (g.band.ddc_taps() as f64 - 1.0) / 2.0;
     let w = design_weights(n, g.taps, g.filter);
     let total: f64 = w.iter().sum();
     let theory: Vec<(f64, f64)> = measured
         .iter()
         .map(|&(t, _)| {
-            let first = (on as f64 - t).max(0.0) as usize;
+            let first = ((on as f64 - ddc_delay - t) / d).ceil().max(0.0) as usize;
             let part: f64 = w.iter().skip(first).sum();
             (t, (part / total).abs())
         })
@@ -191,10 +213,17 @@ fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     m.figures
         .push(Figure::info("group delay, theory", gd_theory, "samples"));
     m.figures.push(Figure::info(
-        "half the window (n taps), for reference",
-        (n * g.taps) as f64,
+        "half the window (n taps D), for reference",
+        (n * g.taps) as f64 * d,
         "samples",
     ));
+    if g.band != Band::Wideband {
+        m.figures.push(Figure::info(
+            "the DDC filter's part, (L - 1)/2",
+            ddc_delay,
+            "samples",
+        ));
+    }
     let x = |t: f64| (t - on as f64) / step as f64;
     let mut p = plot(
         "tone channel amplitude as the windows slide over the switch",
