@@ -619,6 +619,25 @@ fn dither_recovers_a_weak_tone() {
     check_dither_unbiased(&|g| Box::new(cuda(g).expect("CUDA was present")));
 }
 
+/// A CUDA backend of its own for these outputs.
+fn own_cuda(i: InputGeometry, o: &[OutputGeometry]) -> Box<dyn Backend> {
+    Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"))
+}
+
+/// The float64 reference for these outputs.
+fn float64_reference(i: InputGeometry, o: &[OutputGeometry]) -> Box<dyn Backend> {
+    Box::new(Synchronous::new(
+        ReferenceBackend::new(i, o).expect("reference"),
+    ))
+}
+
+/// What each output of a set is held to: byte for byte a CUDA backend of its own, and within
+/// 1 LSB of the float64 reference.
+const AS_ALONE_AND_REFERENCE: [(Make<'static>, Agreement); 2] = [
+    (&own_cuda, Agreement::Exact),
+    (&float64_reference, Agreement::OneLsb),
+];
+
 /// One input, several outputs of different shapes (channels, taps, window, 4- and 8-bit,
 /// dithered or not): each output's bytes are exactly those of a CUDA backend built for it alone,
 /// and within 1 LSB of the float64 reference (under 0.1% of values); the input is measured once.
@@ -628,17 +647,7 @@ fn outputs_share_one_input_as_if_alone() {
     if cuda(&Channelisation::new(input, outputs[0])).is_none() {
         return;
     }
-    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
-    let reference: Make = &|i, o| {
-        Box::new(Synchronous::new(
-            ReferenceBackend::new(i, o).expect("reference"),
-        ))
-    };
-    check_outputs_as_if_alone(
-        gpu,
-        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
-        true,
-    );
+    check_outputs_as_if_alone(&own_cuda, &AS_ALONE_AND_REFERENCE, true);
 }
 
 /// Beside a wideband output, narrowband ones (each frame's own mixer word) come out exactly as
@@ -650,18 +659,8 @@ fn narrowband_beside_wideband_as_if_alone() {
     if cuda(&Channelisation::new(input, outputs[0])).is_none() {
         return;
     }
-    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
-    let reference: Make = &|i, o| {
-        Box::new(Synchronous::new(
-            ReferenceBackend::new(i, o).expect("reference"),
-        ))
-    };
-    check_mixed_outputs_as_if_alone(
-        gpu,
-        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
-        true,
-    );
-    check_mixer_change(gpu);
+    check_mixed_outputs_as_if_alone(&own_cuda, &AS_ALONE_AND_REFERENCE, true);
+    check_mixer_change(&own_cuda);
     check_narrowband_refusals(&|i, o| {
         CudaBackend::new(i, o, 0).map(|b| Box::new(b) as Box<dyn Backend>)
     });
@@ -685,15 +684,9 @@ fn two_pass_output_beside_others_as_if_alone() {
         bits: 4,
         ..narrowband_output(64, 4, 8, 4)
     };
-    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
-    let reference: Make = &|i, o| {
-        Box::new(Synchronous::new(
-            ReferenceBackend::new(i, o).expect("reference"),
-        ))
-    };
     check_set_as_if_alone(
-        gpu,
-        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        &own_cuda,
+        &AS_ALONE_AND_REFERENCE,
         true,
         "two passes beside others",
         vec![two_pass, narrowband, three[0]],
@@ -1567,15 +1560,9 @@ fn no_discard_beside_other_kinds_as_if_alone() {
     if cuda(&Channelisation::new(input, outputs[2])).is_none() {
         return;
     }
-    let gpu: Make = &|i, o| Box::new(CudaBackend::new(i, o, 0).expect("CUDA backend"));
-    let reference: Make = &|i, o| {
-        Box::new(Synchronous::new(
-            ReferenceBackend::new(i, o).expect("reference"),
-        ))
-    };
     check_set_as_if_alone(
-        gpu,
-        &[(gpu, Agreement::Exact), (reference, Agreement::OneLsb)],
+        &own_cuda,
+        &AS_ALONE_AND_REFERENCE,
         true,
         "wideband, narrowband and no-discard",
         outputs,
