@@ -316,10 +316,8 @@ impl AntennaPlan {
     /// Antenna `i` of `spec` (the one antenna, named plainly `fengine` and `dsim`, without an
     /// array).
     fn new(spec: &LocalSpec, dst: &Endpoint, i: usize) -> Result<Self> {
-        let pol0 = free_udp_port()?;
-        let pol1 = free_udp_port()?;
-        let engine_ctl = free_tcp_port()?;
-        let dsim_ctl = free_tcp_port()?;
+        let [pol0, pol1] = free_udp_ports()?;
+        let [engine_ctl, dsim_ctl] = free_tcp_ports()?;
         let lo = Ipv4Addr::LOCALHOST;
         let addr = |port| SocketAddrV4::new(lo, port).to_string();
         let input = |port| match spec.input_addresses {
@@ -421,6 +419,31 @@ fn tail(path: &Path) -> String {
     lines[from..].join("\n")
 }
 
+/// `N` distinct free UDP ports of 127.0.0.1: each socket is held until all are picked, as two
+/// picks in a row may otherwise get the same port back.
+pub fn free_udp_ports<const N: usize>() -> Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (p, s) in ports.iter_mut().zip(&held) {
+        *p = s.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// `N` distinct free TCP ports of 127.0.0.1 (as [`free_udp_ports`]).
+pub fn free_tcp_ports<const N: usize>() -> Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (p, l) in ports.iter_mut().zip(&held) {
+        *p = l.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
 pub fn free_udp_port() -> Result<u16> {
     Ok(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
@@ -493,6 +516,10 @@ mod tests {
     fn ports_are_free() {
         assert_ne!(free_udp_port().unwrap(), 0);
         assert_ne!(free_tcp_port().unwrap(), 0);
+        let [a, b, c] = free_tcp_ports().unwrap();
+        assert!(a != b && b != c && a != c && a != 0);
+        let [a, b] = free_udp_ports().unwrap();
+        assert!(a != b && a != 0);
     }
 
     /// A small local system of the given binaries.

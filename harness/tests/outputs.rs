@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::control::{CounterNames, Dsim, Engine};
-use harness::services::{free_tcp_port, free_udp_port};
+use harness::services::{free_tcp_port, free_tcp_ports, free_udp_port, free_udp_ports};
 use serde_json::Value;
 use support::{binaries, rate, SPECTRA, TAPS};
 
@@ -110,8 +110,8 @@ fn watch_checks_the_output_it_is_told_of_an_engine_of_three() {
             tone_channel: 108.0,
         },
     ];
-    let (pol0, pol1) = (free_udp_port().unwrap(), free_udp_port().unwrap());
-    let (engine_ctl, dsim_ctl) = (free_tcp_port().unwrap(), free_tcp_port().unwrap());
+    let [pol0, pol1] = free_udp_ports().unwrap();
+    let [engine_ctl, dsim_ctl] = free_tcp_ports().unwrap();
     let s = |x: &str| x.to_string();
     let mut engine_args = vec![
         s("--src-pol0"),
@@ -331,9 +331,8 @@ fn qualify_judges_the_narrowband_output_it_is_told_of() {
     let fs = rate();
     // The demo's band: fs/16 wide around 9/64 fs (a mixer word with no rounding).
     let centre = 9.0 * fs / 64.0;
-    let (pol0, pol1) = (free_udp_port().unwrap(), free_udp_port().unwrap());
-    let (wide, narrow) = (free_udp_port().unwrap(), free_udp_port().unwrap());
-    let (engine_ctl, dsim_ctl) = (free_tcp_port().unwrap(), free_tcp_port().unwrap());
+    let [pol0, pol1, wide, narrow] = free_udp_ports().unwrap();
+    let [engine_ctl, dsim_ctl] = free_tcp_ports().unwrap();
     let s = |x: &str| x.to_string();
     let engine_args = vec![
         s("--src-pol0"),
