@@ -419,27 +419,34 @@ fn tail(path: &Path) -> String {
     lines[from..].join("\n")
 }
 
-/// `N` distinct free UDP ports of 127.0.0.1: each socket is held until all are picked, as two
-/// picks in a row may otherwise get the same port back.
+/// `N` distinct free UDP ports of 127.0.0.1 (as [`held_ports`] picks them).
 pub fn free_udp_ports<const N: usize>() -> Result<[u16; N]> {
-    let held = (0..N)
-        .map(|_| UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let mut ports = [0; N];
-    for (p, s) in ports.iter_mut().zip(&held) {
-        *p = s.local_addr()?.port();
-    }
-    Ok(ports)
+    held_ports(
+        || UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)),
+        UdpSocket::local_addr,
+    )
 }
 
-/// `N` distinct free TCP ports of 127.0.0.1 (as [`free_udp_ports`]).
+/// `N` distinct free TCP ports of 127.0.0.1 (as [`held_ports`] picks them).
 pub fn free_tcp_ports<const N: usize>() -> Result<[u16; N]> {
+    held_ports(
+        || TcpListener::bind((Ipv4Addr::LOCALHOST, 0)),
+        TcpListener::local_addr,
+    )
+}
+
+/// `N` ports from `bind`, each socket held until all are picked: two picks in a row may
+/// otherwise get the same port back.
+fn held_ports<S, const N: usize>(
+    bind: impl Fn() -> std::io::Result<S>,
+    addr: impl Fn(&S) -> std::io::Result<std::net::SocketAddr>,
+) -> Result<[u16; N]> {
     let held = (0..N)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
+        .map(|_| bind())
+        .collect::<std::io::Result<Vec<S>>>()?;
     let mut ports = [0; N];
-    for (p, l) in ports.iter_mut().zip(&held) {
-        *p = l.local_addr()?.port();
+    for (p, s) in ports.iter_mut().zip(&held) {
+        *p = addr(s)?.port();
     }
     Ok(ports)
 }

@@ -27,6 +27,12 @@ fn fixture_argv(replace: &[(&str, &str)]) -> Vec<String> {
         .collect()
 }
 
+/// The fixture's narrowband output, as its line reads.
+const FIXTURE_NARROWBAND: &str =
+    "name=gpucbf_antenna_channelised_voltage_narrowband,channels=4096,taps=16,w_cutoff=1.0,\
+jones_per_batch=1048576,dst=239.192.0.20+3:7148,window_function=hann,decimation=8,\
+centre_frequency=300000000.0,ddc_taps=128,weight_pass=0.005";
+
 fn translate(argv: &[String], started_on: &str) -> Result<Translation, String> {
     let args = FgpuArgs::try_parse_from(argv).map_err(|e| e.to_string())?;
     Translation::new(&args, &started_on.parse::<CoreSet>().unwrap()).map_err(|e| e.to_string())
@@ -160,10 +166,7 @@ fn defaults_follow_fgpu() {
 /// fgpu's default DDC length for it (32 D).
 #[test]
 fn pass_bandwidth_makes_a_no_discard_output() {
-    let nb =
-        "name=gpucbf_antenna_channelised_voltage_narrowband,channels=4096,taps=16,w_cutoff=1.0,\
-jones_per_batch=1048576,dst=239.192.0.20+3:7148,window_function=hann,decimation=8,\
-centre_frequency=300000000.0,ddc_taps=128,weight_pass=0.005";
+    let nb = FIXTURE_NARROWBAND;
     let vlbi = nb.replace(",ddc_taps=128", "") + ",pass_bandwidth=64000000.0";
     let argv: Vec<String> = fixture_argv(&[(nb, vlbi.as_str())])
         .into_iter()
@@ -185,10 +188,7 @@ centre_frequency=300000000.0,ddc_taps=128,weight_pass=0.005";
 /// Flags and keys this engine cannot honour are refused with one sentence.
 #[test]
 fn what_cannot_be_honoured_is_refused_with_a_sentence() {
-    let nb =
-        "name=gpucbf_antenna_channelised_voltage_narrowband,channels=4096,taps=16,w_cutoff=1.0,\
-jones_per_batch=1048576,dst=239.192.0.20+3:7148,window_function=hann,decimation=8,\
-centre_frequency=300000000.0,ddc_taps=128,weight_pass=0.005";
+    let nb = FIXTURE_NARROWBAND;
     let odd_weight = nb.replace("weight_pass=0.005", "weight_pass=0.01");
     let other_batch = nb.replace("channels=4096", "channels=1024");
     for (replace, extra, want) in [

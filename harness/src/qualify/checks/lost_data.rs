@@ -253,31 +253,28 @@ impl Attempt {
     /// A first attempt set aside for a loss elsewhere: its counts and that loss, reported.
     fn set_aside(&self, m: &mut Measured) {
         let p = "attempt 1 (set aside: input or output lost besides the drops), ";
-        m.figures.push(Figure::info(
-            &format!("{p}substreams as predicted"),
-            self.matched as f64,
-            "substreams",
-        ));
-        m.figures.push(Figure::info(
-            &format!("{p}digitiser heaps the engine counted missing"),
-            self.engine_missing as f64,
-            "heaps",
-        ));
-        m.figures.push(Figure::info(
-            &format!("{p}output heaps the engine skipped"),
-            self.engine_skipped as f64,
-            "heaps",
-        ));
-        m.figures.push(Figure::info(
-            &format!("{p}output heaps predicted"),
-            self.predicted as f64,
-            "heaps",
-        ));
-        m.figures.push(Figure::info(
-            &format!("{p}output heaps missing besides the predicted ones (harness)"),
-            self.unpredicted as f64,
-            "heaps",
-        ));
+        for (what, value, unit) in [
+            ("substreams as predicted", self.matched as u64, "substreams"),
+            (
+                "digitiser heaps the engine counted missing",
+                self.engine_missing,
+                "heaps",
+            ),
+            (
+                "output heaps the engine skipped",
+                self.engine_skipped,
+                "heaps",
+            ),
+            ("output heaps predicted", self.predicted, "heaps"),
+            (
+                "output heaps missing besides the predicted ones (harness)",
+                self.unpredicted,
+                "heaps",
+            ),
+        ] {
+            m.figures
+                .push(Figure::info(&format!("{p}{what}"), value as f64, unit));
+        }
         m.figures.extend(self.disturbance.figures(p));
     }
 }
