@@ -391,6 +391,7 @@ fn main() -> anyhow::Result<()> {
                 high_hz: 0.856e9,
                 centre_hz: None,
                 decimation: 1,
+                pass_band_hz: None,
             }),
         },
         quick: true,

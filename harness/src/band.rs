@@ -8,7 +8,7 @@
 //! "Narrowband"). Frequencies are worked out at the rate the caller gives (dsim's, usually),
 //! as the engine's mixer and PFB work in cycles per sample, not in Hz.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use fgpu_api::engine::{Output, OutputKind};
 use serde::Serialize;
 
@@ -28,6 +28,12 @@ pub enum Band {
         decimation: usize,
         /// L, the DDC filter's taps (its group delay is (L - 1)/2 ADC samples).
         ddc_taps: usize,
+        /// A narrowband output without discard (katgpucbf's VLBI mode): its pass band as a
+        /// fraction of the band fs/(2D), around the centre. Its DDC subsamples by 2D and its
+        /// n-point PFB keeps every bin, so the channels outside the pass band lie in the
+        /// filter's roll-off. None for the kind with discard, whose every channel is pass band.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pass_fraction: Option<f64>,
     },
 }
 
@@ -45,6 +51,17 @@ impl Band {
                     mixer_word: nb.mixer_word,
                     decimation: nb.decimation,
                     ddc_taps: nb.ddc_taps,
+                    pass_fraction: match output.kind {
+                        OutputKind::NarrowbandNoDiscard => Some(
+                            nb.pass_bandwidth_hz
+                                .filter(|p| *p > 0.0 && nb.bandwidth_hz > 0.0)
+                                .map(|p| p / nb.bandwidth_hz)
+                                .context(
+                                    "a no-discard output that does not report its pass band",
+                                )?,
+                        ),
+                        _ => None,
+                    },
                 }
             }
             (OutputKind::Narrowband | OutputKind::NarrowbandNoDiscard, _) => {
@@ -67,7 +84,20 @@ impl Band {
     pub fn kind(&self) -> &'static str {
         match self {
             Band::Wideband => "wideband",
-            Band::Narrowband { .. } => "narrowband",
+            Band::Narrowband {
+                pass_fraction: None,
+                ..
+            } => "narrowband",
+            Band::Narrowband { .. } => "narrowband_no_discard",
+        }
+    }
+
+    /// A narrowband output without discard's pass band as a fraction of its band; None for
+    /// the other kinds.
+    pub fn pass_fraction(&self) -> Option<f64> {
+        match *self {
+            Band::Narrowband { pass_fraction, .. } => pass_fraction,
+            Band::Wideband => None,
         }
     }
 
@@ -88,16 +118,36 @@ impl Band {
         }
     }
 
+    /// S, the ADC samples between two of the PFB's inputs: 1 for wideband, D for narrowband,
+    /// 2D without discard.
+    pub fn subsampling(&self) -> usize {
+        match self.pass_fraction() {
+            Some(_) => 2 * self.decimation(),
+            None => self.decimation(),
+        }
+    }
+
+    /// The channels of the PFB design whose weights the output uses: n, or n/2 for a no-discard
+    /// output, whose n-point PFB takes the design of n/2 channels (half as long a window).
+    pub fn pfb_design_channels(&self, channels: usize) -> usize {
+        match self.pass_fraction() {
+            Some(_) => (channels / 2).max(1),
+            None => channels,
+        }
+    }
+
     /// ADC samples between spectra: 2nD.
     pub fn step_samples(&self, channels: usize) -> u64 {
         2 * (channels * self.decimation()) as u64
     }
 
-    /// ADC samples one spectrum reads from its timestamp on (zero delay): its 2nT PFB inputs
-    /// are D apart and each reads L, (2nT - 1) D + L; 2nT for wideband.
+    /// ADC samples one spectrum reads from its timestamp on (zero delay): its 2nTD/S PFB
+    /// inputs are S apart and each reads L: (2nT - 1) D + L with discard, (nT - 1) 2D + L
+    /// without, 2nT for wideband.
     pub fn window_samples(&self, channels: usize, taps: usize) -> u64 {
-        let d = self.decimation() as u64;
-        (2 * (channels * taps) as u64 - 1) * d + self.ddc_taps() as u64
+        let s = self.subsampling() as u64;
+        let inputs = 2 * (channels * taps * self.decimation()) as u64 / s;
+        (inputs - 1) * s + self.ddc_taps() as u64
     }
 
     /// The band's edges, Hz: a wideband output's Nyquist zone 0 .. fs/2, a narrowband output's
@@ -109,6 +159,33 @@ impl Band {
                 self.frequency(-0.5, adc_rate, channels),
                 self.frequency(channels as f64 - 0.5, adc_rate, channels),
             ),
+        }
+    }
+
+    /// The pass band, Hz: the band's edges, or a no-discard output's pass band around its
+    /// centre, where its DDC filter is flat.
+    pub fn pass_band_hz(&self, adc_rate: f64, channels: usize) -> (f64, f64) {
+        match (self.centre_hz(adc_rate), self.pass_fraction()) {
+            (Some(c), Some(f)) => {
+                let half = f * adc_rate / (4.0 * self.decimation() as f64);
+                (c - half, c + half)
+            }
+            _ => self.edges_hz(adc_rate, channels),
+        }
+    }
+
+    /// The channels whose centres lie in the pass band: every channel but a no-discard
+    /// output's roll-off (channel n/2 at the centre, n channels across the band).
+    pub fn pass_channels(&self, channels: usize) -> std::ops::RangeInclusive<usize> {
+        let last = channels.saturating_sub(1);
+        match self.pass_fraction() {
+            None => 0..=last,
+            Some(f) => {
+                let (mid, half) = (channels as f64 / 2.0, f.min(1.0) * channels as f64 / 2.0);
+                let first = (mid - half).ceil().max(0.0) as usize;
+                let end = ((mid + half).floor() as usize).min(last);
+                first.min(end)..=end
+            }
         }
     }
 
@@ -171,6 +248,7 @@ mod tests {
             mixer_word: (centre_hz / adc_rate * 4_294_967_296.0).round() as u32,
             decimation,
             ddc_taps: 12 * decimation,
+            pass_fraction: None,
         }
     }
 
@@ -200,7 +278,8 @@ mod tests {
             Band::Narrowband {
                 mixer_word: 1 << 30,
                 decimation: 8,
-                ddc_taps: 96
+                ddc_taps: 96,
+                pass_fraction: None,
             }
         );
         assert_eq!(b.kind(), "narrowband");
@@ -266,8 +345,69 @@ mod tests {
             Band::Narrowband {
                 mixer_word: 1 << 30,
                 decimation: 16,
-                ddc_taps: 192
+                ddc_taps: 192,
+                pass_fraction: None,
             }
+        );
+        // Without discard: the pass band is part of the band, and must be reported.
+        out.kind = OutputKind::NarrowbandNoDiscard;
+        let err = Band::of(&out).unwrap_err().to_string();
+        assert!(err.contains("pass band"), "{err}");
+        if let Some(nb) = out.narrowband.as_mut() {
+            nb.pass_bandwidth_hz = Some(32e6);
+        }
+        assert_eq!(Band::of(&out).unwrap().pass_fraction(), Some(32e6 / 53.5e6));
+        assert_eq!(Band::of(&out).unwrap().kind(), "narrowband_no_discard");
+    }
+
+    /// No discard (katgpucbf's VLBI mode): the same channels, the PFB's inputs 2D apart, n
+    /// points on the design of n/2 channels, and the pass band in the middle.
+    #[test]
+    fn no_discard_bands_keep_the_channels_and_name_the_pass_band() {
+        let (fs, n) = (1712e6, 1024);
+        let with = narrowband(428e6, fs, 8);
+        let Band::Narrowband {
+            mixer_word,
+            decimation,
+            ..
+        } = with
+        else {
+            unreachable!()
+        };
+        let without = Band::Narrowband {
+            mixer_word,
+            decimation,
+            ddc_taps: 256,
+            pass_fraction: Some(64.0 / 107.0),
+        };
+        assert_eq!(without.kind(), "narrowband_no_discard");
+        assert_eq!(with.kind(), "narrowband");
+        assert_eq!((with.subsampling(), without.subsampling()), (8, 16));
+        assert_eq!(
+            (with.pfb_design_channels(n), without.pfb_design_channels(n)),
+            (n, n / 2)
+        );
+        assert_eq!(Band::Wideband.subsampling(), 1);
+        // The same step, but n T inputs 2D apart: D fewer samples than nT 2D - D.
+        assert_eq!(without.step_samples(n), with.step_samples(n));
+        assert_eq!(without.window_samples(n, 4), (1024 * 4 - 1) * 16 + 256);
+        for c in [0.0, 300.0, 512.0, 1023.0] {
+            assert_eq!(without.frequency(c, fs, n), with.frequency(c, fs, n));
+        }
+        // 64 MHz of the 107 MHz band: channels 512 -+ 306.2, whole channels inside.
+        let width = without.channel_width(fs, n);
+        let pass = without.pass_channels(n);
+        assert_eq!(pass, 206..=818);
+        assert!(428e6 - without.frequency(206.0, fs, n) <= 32e6);
+        assert!(428e6 - without.frequency(205.0, fs, n) > 32e6);
+        assert!(without.frequency(818.0, fs, n) - 428e6 <= 32e6 + width * 1e-9);
+        assert_eq!(with.pass_channels(n), 0..=1023);
+        assert_eq!(Band::Wideband.pass_channels(n), 0..=1023);
+        assert_eq!(with.pass_band_hz(fs, n), with.edges_hz(fs, n));
+        let (lo, hi) = without.pass_band_hz(fs, n);
+        assert!(
+            (lo - 396e6).abs() < 1e-3 && (hi - 460e6).abs() < 1e-3,
+            "{lo} {hi}"
         );
     }
 
@@ -281,7 +421,8 @@ mod tests {
             serde_json::to_value(Band::Narrowband {
                 mixer_word: 1 << 30,
                 decimation: 16,
-                ddc_taps: 192
+                ddc_taps: 192,
+                pass_fraction: None,
             })
             .unwrap(),
             serde_json::json!({"kind": "narrowband", "mixer_word": 1 << 30, "decimation": 16,

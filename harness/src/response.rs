@@ -292,7 +292,10 @@ pub fn measure(
     geometry: ResponseGeometry,
     on_step: &mut dyn FnMut(&ResponseStep),
 ) -> Result<ResponseReport> {
-    let weights = design_weights(geometry.channels, geometry.taps, geometry.filter);
+    // The PFB's own design: n channels, or n/2 for a no-discard output's n-point PFB (the same
+    // response in channels).
+    let pfb = geometry.band.pfb_design_channels(geometry.channels);
+    let weights = design_weights(pfb, geometry.taps, geometry.filter);
     let wsum = coherent_gain(&weights);
     let (band, fs, n) = (geometry.band, geometry.adc_rate, geometry.channels);
     let offs = offsets(config.span, config.steps_per_channel);
@@ -310,7 +313,7 @@ pub fn measure(
         // dsim rounds the frequency to whole cycles per buffer: use what it generates.
         let frequency = applied.frequency.unwrap_or(frequency);
         let d = band.channel(frequency, fs, n) - config.channel as f64;
-        let theory_db = response_db(&weights, geometry.channels, d);
+        let theory_db = response_db(&weights, pfb, d);
         let mut gain = 1.0;
         if gains_work {
             gain = gain_for(
@@ -398,12 +401,13 @@ pub fn measure(
 
 /// The theoretical curve for plotting: `n` points over [lo, hi].
 pub fn theory_curve(geometry: &ResponseGeometry, lo: f64, hi: f64, n: usize) -> Vec<(f64, f64)> {
-    let w = design_weights(geometry.channels, geometry.taps, geometry.filter);
+    let pfb = geometry.band.pfb_design_channels(geometry.channels);
+    let w = design_weights(pfb, geometry.taps, geometry.filter);
     let n = n.max(2);
     (0..n)
         .map(|i| {
             let x = lo + (hi - lo) * i as f64 / (n - 1) as f64;
-            (x, response_db(&w, geometry.channels, x))
+            (x, response_db(&w, pfb, x))
         })
         .collect()
 }

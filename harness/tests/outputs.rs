@@ -410,3 +410,123 @@ fn qualify_judges_the_narrowband_output_it_is_told_of() {
     assert!(html.contains("band edge"), "the plots show the band");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `harness qualify --quick --output vlbi` on a no-discard narrowband output (katgpucbf's VLBI
+/// mode) beside a wideband one: the DDC's filter response is held to katgpucbf's VLBI limits
+/// (ripple 0.1 dB, aliases -80 dB) over the pass band, channelisation and the delay family
+/// judge the pass band, and the report names the output, its kind and its pass band.
+#[test]
+fn qualify_judges_a_no_discard_output_by_katgpucbfs_vlbi_limits() {
+    let Some((dsim_bin, fengine_bin)) = binaries() else {
+        return;
+    };
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("harness-qualify-vlbi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fs = rate();
+    // fs/16 wide around 9/64 fs (a mixer word with no rounding), 0.6 of it pass band:
+    // katgpucbf's qualification case, 64 of 107 MHz, is 0.598.
+    let (centre, pass) = (9.0 * fs / 64.0, 0.6 * fs / 16.0);
+    let [pol0, pol1, wide, vlbi] = free_udp_ports().unwrap();
+    let [engine_ctl, dsim_ctl] = free_tcp_ports().unwrap();
+    let s = |x: &str| x.to_string();
+    let engine_args = vec![
+        s("--src-pol0"),
+        format!("127.0.0.1:{pol0}"),
+        s("--src-pol1"),
+        format!("127.0.0.1:{pol1}"),
+        s("--taps"),
+        TAPS.to_string(),
+        s("--spectra-per-heap"),
+        SPECTRA.to_string(),
+        s("--heaps-per-frame"),
+        s("2"),
+        s("--adc-sample-rate"),
+        fs.to_string(),
+        s("--backend"),
+        s("cpu"),
+        s("--control"),
+        format!("127.0.0.1:{engine_ctl}"),
+        s("--wideband"),
+        format!("wideband:dst=127.0.0.1:{wide},channels=256"),
+        s("--narrowband"),
+        format!(
+            "vlbi:dst=127.0.0.1:{vlbi},channels=256,decimation=8,centre={centre},pass_bandwidth={pass}"
+        ),
+    ];
+    let engine_log = dir.join("fengine.log");
+    let _engine = Proc::spawn(&fengine_bin, &engine_args, &engine_log);
+    let engine = Engine::new(&format!("127.0.0.1:{engine_ctl}"), CounterNames::default());
+    wait_for("fengine", &engine_log, || engine.status().is_ok());
+    let dsim_args = vec![
+        s("--pol0-dest"),
+        format!("127.0.0.1:{pol0}"),
+        s("--pol1-dest"),
+        format!("127.0.0.1:{pol1}"),
+        s("--rate"),
+        fs.to_string(),
+        s("--control"),
+        format!("127.0.0.1:{dsim_ctl}"),
+        s("--buffer-heaps"),
+        s("2048"),
+    ];
+    let dsim_log = dir.join("dsim.log");
+    let _dsim = Proc::spawn(&dsim_bin, &dsim_args, &dsim_log);
+    let dsim = Dsim::new(&format!("127.0.0.1:{dsim_ctl}"));
+    wait_for("dsim", &dsim_log, || dsim.status().is_ok());
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["qualify", "--quick", "--output", "vlbi"])
+        .args(["--tests", "filter-response,channelisation,delay"])
+        .arg("--out-dir")
+        .arg(&dir)
+        .args(["--dsim-url", dsim.url(), "--engine-url", engine.url()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = std::fs::read_to_string(dir.join("qualify.json")).unwrap_or_default();
+    let report: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let tests = report["tests"].as_array().cloned().unwrap_or_default();
+    assert_eq!(tests.len(), 3, "{err}");
+    for t in &tests {
+        assert_eq!(t["outcome"], "pass", "{}: {t:#}\n{err}", t["name"]);
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let band = &report["system"]["band"];
+    assert_eq!(band["kind"], "narrowband_no_discard", "{band:#}");
+    let edge = |i: usize| band["pass_band_hz"][i].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (edge(0) - (centre - pass / 2.0)).abs() < 1.0
+            && (edge(1) - (centre + pass / 2.0)).abs() < 1.0,
+        "{band:#}"
+    );
+    // The filter response against katgpucbf's VLBI limits, its pass band's edges measured.
+    let filter = tests
+        .iter()
+        .find(|t| t["name"] == "filter-response")
+        .unwrap();
+    let figures = filter["figures"].as_array().cloned().unwrap_or_default();
+    let limit_of = |prefix: &str| {
+        figures
+            .iter()
+            .find(|f| f["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .and_then(|f| f["limit"].as_str().map(String::from))
+    };
+    assert_eq!(
+        limit_of("strongest alias").as_deref(),
+        Some("<= -80"),
+        "{filter:#}"
+    );
+    assert_eq!(
+        limit_of("passband ripple").as_deref(),
+        Some("<= 0.1"),
+        "{filter:#}"
+    );
+    assert!(limit_of("lower pass band edge").is_some(), "{filter:#}");
+    let html = std::fs::read_to_string(dir.join("qualify.html")).unwrap();
+    assert!(
+        html.contains("pass band edge"),
+        "the plots show the pass band"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -163,8 +163,10 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
             let spectra = Arc::new(
                 Spectra::new(g.channels, subs, g.bits).with_decimation(g.band.decimation()),
             );
+            // Channel n/4, or the pass band's edge nearest it (a no-discard output's).
+            let pass = g.band.pass_channels(g.channels);
             let response = Arc::new(CrossAccumulator::new(
-                g.channels / 4,
+                (g.channels / 4).clamp(*pass.start(), *pass.end()),
                 g.channels,
                 subs,
                 g.bits,
@@ -331,6 +333,9 @@ fn judged_band(band: &Band, adc_rate: f64, channels: usize) -> JudgedBand {
         high_hz,
         centre_hz: band.centre_hz(adc_rate),
         decimation: band.decimation(),
+        pass_band_hz: band
+            .pass_fraction()
+            .map(|_| band.pass_band_hz(adc_rate, channels)),
     }
 }
 

@@ -73,7 +73,7 @@ pub struct Spectrum {
     /// dsim's ADC rate.
     pub adc_rate: Option<f64>,
     /// The output watched: its name where the engine has several (None: its only one) and its
-    /// kind, "wideband" or "narrowband", as the page's title says.
+    /// kind, "wideband", "narrowband" or "narrowband_no_discard", as the page's title says.
     pub output: Option<String>,
     pub kind: &'static str,
     /// The frequency axis, where the ADC rate is known: channel c is centred on

@@ -60,9 +60,15 @@ impl Geometry {
     }
     /// The channels from 1 on whose centres lie below `fraction` of the Nyquist frequency.
     pub fn channels_below(&self, fraction: f64) -> Vec<usize> {
+        let pass = self.pass_channels();
         (1..self.channels)
+            .filter(|&c| pass.contains(&c))
             .filter(|&c| self.frequency(c as f64) < fraction * self.adc_rate / 2.0)
             .collect()
+    }
+    /// The channels in the output's pass band: every one but a no-discard output's roll-off.
+    pub fn pass_channels(&self) -> std::ops::RangeInclusive<usize> {
+        self.band.pass_channels(self.channels)
     }
     /// The frequency of channel `c`'s centre (fractional channels allowed), Hz.
     pub fn frequency(&self, c: f64) -> f64 {
@@ -73,10 +79,11 @@ impl Geometry {
         spectra as f64 * self.step() as f64 / self.adc_rate
     }
     /// The gain that puts input noise of `rms` (fraction of full scale) at `counts` rms in a
-    /// channel: a narrowband channel holds 1/D of a wideband channel's noise power, so sqrt(D)
-    /// times wideband's (docs/signal-path.md, "Levels").
+    /// channel: a narrowband channel holds 1/S of a wideband channel's noise power (S = D, or
+    /// 2D without discard, whose PFB window is half as long), so sqrt(S) times wideband's
+    /// (docs/signal-path.md, "Levels").
     pub fn noise_gain(&self, counts: f64, rms: f64) -> f64 {
-        counts / (rms * self.full_scale()) * (self.band.decimation() as f64).sqrt()
+        counts / (rms * self.full_scale()) * (self.band.subsampling() as f64).sqrt()
     }
     /// Full scale of the input, in counts.
     pub fn full_scale(&self) -> f64 {
@@ -274,7 +281,8 @@ impl Bench {
     /// a cos(...) is (a/2) sum(w) G in counts of the input, sum(w) for unit-energy weights.
     pub fn gain_for(&self, amplitude: f64, level: f64) -> f64 {
         let g = &self.geometry;
-        let w = crate::response::design_weights(g.channels, g.taps, g.filter);
+        let pfb = g.band.pfb_design_channels(g.channels);
+        let w = crate::response::design_weights(pfb, g.taps, g.filter);
         let sum: f64 = crate::response::coherent_gain(&w);
         let counts = amplitude * g.full_scale() / 2.0 * sum;
         level / counts.max(1e-30)

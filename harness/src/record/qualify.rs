@@ -47,7 +47,7 @@ pub struct SystemUnderTest {
 /// The band of the output judged: its kind and the frequencies its channels cover.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JudgedBand {
-    /// "wideband" or "narrowband".
+    /// "wideband", "narrowband" or "narrowband_no_discard".
     pub kind: String,
     /// The channels' outer edges, Hz.
     pub low_hz: f64,
@@ -56,15 +56,21 @@ pub struct JudgedBand {
     pub centre_hz: Option<f64>,
     /// ADC samples per sample the PFB reads (1 for wideband).
     pub decimation: usize,
+    /// A no-discard output's pass band, Hz (low, high): the channels judged within the band.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_band_hz: Option<(f64, f64)>,
 }
 
 impl JudgedBand {
     /// One line: "narrowband, 1.7500 .. 2.7500 MHz around 2.2500 MHz, decimation 8".
     pub fn describe(&self) -> String {
         let mhz = |f: f64| format!("{:.4}", f / 1e6);
+        let pass = self.pass_band_hz.map_or(String::new(), |(lo, hi)| {
+            format!(", pass band {} .. {} MHz", mhz(lo), mhz(hi))
+        });
         match self.centre_hz {
             Some(c) => format!(
-                "{}, {} .. {} MHz around {} MHz, decimation {}",
+                "{}, {} .. {} MHz around {} MHz, decimation {}{pass}",
                 self.kind,
                 mhz(self.low_hz),
                 mhz(self.high_hz),

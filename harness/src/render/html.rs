@@ -523,6 +523,7 @@ mod tests {
                 high_hz: 2.75e6,
                 centre_hz: Some(2.25e6),
                 decimation: 8,
+                pass_band_hz: None,
             }),
             harness_version: "0.1.0".into(),
         }

@@ -34,19 +34,24 @@ fn channelisation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Res
     // NOISE_COUNTS: the processing gain of the PFB decides it (and a narrowband channel's
     // 1/D of the noise power).
     let ratio = b.gain_for(1.0, 1.0); // gain per unit amplitude for one count
-    let d = g.band.decimation() as f64;
+    let d = g.band.subsampling() as f64;
     let amplitude =
         (NOISE * TONE_COUNTS / NOISE_COUNTS * ratio * g.full_scale() / d.sqrt()).min(0.5);
     let gain = b.gain_for(amplitude, TONE_COUNTS);
     b.set_gain(gain)?;
     b.clear_delays()?;
-    let positions = plan.positions.clamp(1, n.saturating_sub(1).max(1));
+    // Tones in the pass band only: a no-discard output's roll-off aliases by design.
+    let pass = g.pass_channels();
+    let (start, span) = (*pass.start(), pass.end() + 1 - pass.start());
+    let (first, last) = (start.max(1), (*pass.end()).min(n - 1).max(1));
+    let positions = plan.positions.clamp(1, span.saturating_sub(1).max(1));
     let mut worst: Option<(f64, usize, Vec<f64>)> = None;
     let mut sfdrs = Vec::new();
     let mut right = 0usize;
     let mut misses = Vec::new();
     for i in 0..positions {
-        let c = (((i as f64 + 0.5) * n as f64 / positions as f64) as usize).clamp(1, n - 1);
+        let c = (start + ((i as f64 + 0.5) * span as f64 / positions as f64) as usize)
+            .clamp(first, last);
         let f = g.frequency(c as f64);
         let from = b.set_signal(
             vec![tone(f, amplitude), noise(NOISE, 101)],

@@ -3,8 +3,12 @@
 //! (katgpucbf's VLBI `test_filter_response`, applied to the output at hand).
 //!
 //! A tone at sky frequency f reaches the DDC's subsampled output at f - f_c, folded modulo
-//! fs/D; so the tones f_k(c) + m fs/D (and, as the input is real, m fs/D - f_k(c)), m != 0,
-//! land on channel c's centre f_k(c) after subsampling, and only the DDC filter stops them.
+//! fs/S (S = D, or 2D for an output without discard); so the tones f_k(c) + m fs/S (and, as
+//! the input is real, m fs/S - f_k(c)), m != 0, land on channel c's centre f_k(c) after
+//! subsampling, and only the DDC filter stops them. Without discard only the pass band is
+//! judged: the roll-off beyond it aliases onto itself by design.
+
+use std::ops::RangeInclusive;
 
 use anyhow::Result;
 
@@ -19,8 +23,8 @@ use crate::response::design_weights;
 pub(super) const FILTER_RESPONSE: Check = Check {
     name: "filter-response",
     title: "Filter response (DDC)",
-    requirement: "A narrowband output's DDC filter: the response at channel centres across the kept band (its edge channels included) varies by at most 0.1 dB, and no tone outside the band that folds onto a channel centre shows in that channel above -60 dB of an in-band tone of the same amplitude. Ripple as katgpucbf's VLBI filter response; katgpucbf sets no alias limit for a narrowband output that discards half its PFB's band, so the alias limit is this engine's DDC design target (docs/signal-path.md). Outputs without a DDC: not applicable.",
-    method: "Tones at the centres of channels across the band (the edge channels 0 and n-1 and the centre n/2 among them), all at once, their amplitudes summing to 0.9 full scale, in both polarisations with independent quiet noise and dither, the gain putting each at 100 counts; a channel's cross-power over (gain x amplitude) squared is its response. Then every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling (f_c(c) + m fs/D and m fs/D - f_c(c)), in rounds of one tone per channel (their amplitudes summing to 0.9 full scale), at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows); its channel's response, relative to the in-band response of that channel, is the alias's level. The channels are far apart: a tone leaves no trace in another's. The measurement floor (the cross-power's noise in the channels without a tone) is reported beside it.",
+    requirement: "A narrowband output's DDC filter: the response at channel centres across the pass band (its edge channels included) varies by at most 0.1 dB, and no tone outside the band that folds onto a channel centre of the pass band shows in that channel above -60 dB of an in-band tone of the same amplitude (-80 dB for an output without discard). An output without discard (katgpucbf's VLBI mode) is held to katgpucbf's VLBI filter response: ripple 0.1 dB and aliases -80 dB over its pass band. The kind with discard keeps only the flat middle of its filter, and katgpucbf sets it no alias limit, so its alias limit is this engine's DDC design target (docs/signal-path.md). Outputs without a DDC: not applicable.",
+    method: "Tones at the centres of channels across the pass band (its edge channels and the centre n/2 among them: 0 and n-1 with discard), all at once, their amplitudes summing to 0.9 full scale, in both polarisations with independent quiet noise and dither, the gain putting each at 100 counts; a channel's cross-power over (gain x amplitude) squared is its response. Then every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling by S (f_c(c) + m fs/S and m fs/S - f_c(c); S = D, or 2D without discard), in rounds of one tone per channel (their amplitudes summing to 0.9 full scale), at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows); its channel's response, relative to the in-band response of that channel, is the alias's level. The channels are far apart: a tone leaves no trace in another's. The measurement floor (the cross-power's noise in the channels without a tone) is reported beside it.",
     run: filter_response,
     needs_ddc: true,
 };
@@ -41,12 +45,19 @@ pub(crate) fn limits(band: &Band) -> Option<FilterLimits> {
         // The transition falls into the discarded half of the PFB's bins: the kept band is all
         // passband. katgpucbf's ripple limit; its narrowband qualification has no alias limit,
         // so the DDC's design target (60 dB, docs/signal-path.md).
-        Band::Narrowband { .. } => Some(FilterLimits {
+        Band::Narrowband {
+            pass_fraction: None,
+            ..
+        } => Some(FilterLimits {
             ripple_db: 0.1,
             alias_db: -60.0,
         }),
-        // A narrowband output that keeps the whole of its PFB's band (katgpucbf's VLBI mode)
-        // takes katgpucbf's VLBI limits, ripple 0.1 dB and alias -80 dB, as its own arm here.
+        // No discard (katgpucbf's VLBI mode): the whole of the PFB's band is kept, its roll-off
+        // included, so the pass band is judged by katgpucbf's VLBI limits.
+        Band::Narrowband { .. } => Some(FilterLimits {
+            ripple_db: 0.1,
+            alias_db: -80.0,
+        }),
     }
 }
 
@@ -60,13 +71,15 @@ const NOISE_CAP_COUNTS: f64 = 8.0;
 /// Where a leak at the limit should stand at the raised gain, dB below TONE_COUNTS.
 const LEAK_HEADROOM_DB: f64 = 10.0;
 
-/// The channels the passband is sampled at: the two edge channels, the centre and `positions`
-/// spread across the band.
-fn passband_channels(n: usize, positions: usize) -> Vec<usize> {
+/// The channels the passband is sampled at: the pass band's two edge channels, the centre n/2
+/// and `positions` spread across the pass band.
+fn passband_channels(pass: RangeInclusive<usize>, n: usize, positions: usize) -> Vec<usize> {
+    let (first, last) = (*pass.start(), *pass.end());
+    let span = (last + 1 - first) as f64;
     let mut c: Vec<usize> = (0..positions)
-        .map(|i| ((i as f64 + 0.5) * n as f64 / positions as f64) as usize)
-        .chain([0, n / 2, n - 1])
-        .filter(|&c| c < n)
+        .map(|i| first + ((i as f64 + 0.5) * span / positions as f64) as usize)
+        .chain([first, n / 2, last])
+        .filter(|c| pass.contains(c))
         .collect();
     c.sort_unstable();
     c.dedup();
@@ -74,10 +87,10 @@ fn passband_channels(n: usize, positions: usize) -> Vec<usize> {
 }
 
 /// The frequencies in (0, fs/2), outside the band's edges, that land on channel `c`'s centre
-/// after the DDC's subsampling by D; one channel's width clear of DC, Nyquist and the band.
+/// after the DDC's subsampling by S; one channel's width clear of DC, Nyquist and the band.
 pub(crate) fn aliases_of(g: &Geometry, c: usize) -> Vec<f64> {
     let fs = g.adc_rate;
-    let d = g.band.decimation() as f64;
+    let d = g.band.subsampling() as f64;
     let f = g.frequency(c as f64);
     let (lo, hi) = g.band.edges_hz(fs, g.channels);
     let width = g.band.channel_width(fs, g.channels);
@@ -161,7 +174,9 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
     b.clear_delays()?;
     // The passband: a tone at every channel sampled, all at once, at the gain that puts each
     // at TONE_COUNTS. A response is a channel's power per unit gain and amplitude, squared.
-    let channels = passband_channels(n, plan.positions.max(2));
+    let pass_range = g.pass_channels();
+    let (first, last) = (*pass_range.start(), *pass_range.end());
+    let channels = passband_channels(pass_range, n, plan.positions.max(2));
     let a0 = PEAK / channels.len() as f64;
     let g0 = b.gain_for(a0, TONE_COUNTS);
     let from = b.set_gain(g0)?;
@@ -195,10 +210,10 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         "dB",
         lim.ripple_db,
     ));
-    for &(c, label) in &[(0, "lower"), (n - 1, "upper")] {
+    for &(c, label) in &[(first, "lower"), (last, "upper")] {
         if let Some(&(_, r)) = rel.iter().find(|r| r.0 == c) {
             m.figures.push(Figure::at_most(
-                &format!("{label} band edge (channel {c}) against the centre, |dB|"),
+                &format!("{label} pass band edge (channel {c}) against the centre, |dB|"),
                 r.abs(),
                 "dB",
                 lim.ripple_db,
@@ -213,7 +228,7 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
             .iter()
             .copied()
             .step_by(channels.len().div_ceil(k).max(1))
-            .chain([0, n - 1])
+            .chain([first, last])
             .collect();
         t.sort_unstable();
         t.dedup();
@@ -221,11 +236,11 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
     };
     let rounds = alias_rounds(&g, &targets);
     let a1 = PEAK / rounds.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
-    let w = design_weights(n, g.taps, g.filter);
+    let w = design_weights(g.band.pfb_design_channels(n), g.taps, g.filter);
     let energy: f64 = w.iter().map(|x| x * x).sum();
     let lsb = 1.0 / g.full_scale();
     let input_rms = (QUIET * QUIET + lsb * lsb / 12.0).sqrt() * g.full_scale();
-    let noise_counts_per_gain = input_rms * (energy / g.band.decimation() as f64).sqrt();
+    let noise_counts_per_gain = input_rms * (energy / g.band.subsampling() as f64).sqrt();
     let boost = 10f64.powf((-lim.alias_db - LEAK_HEADROOM_DB) / 20.0);
     let g1 = (b.gain_for(a1, TONE_COUNTS) * boost)
         .min(NOISE_CAP_COUNTS / noise_counts_per_gain.max(1e-30));
@@ -286,6 +301,13 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         "dB",
     ));
     let (lo, hi) = g.band.edges_hz(g.adc_rate, n);
+    // The band's edges, and a no-discard output's pass band within them.
+    let mut edges = vec![level("band edge", mhz(lo)), level("band edge", mhz(hi))];
+    if g.band.pass_fraction().is_some() {
+        let (p_lo, p_hi) = g.band.pass_band_hz(g.adc_rate, n);
+        edges.push(level("pass band edge", mhz(p_lo)));
+        edges.push(level("pass band edge", mhz(p_hi)));
+    }
     let pass_points: Vec<(f64, f64)> = rel
         .iter()
         .map(|&(c, r)| (mhz(g.frequency(c as f64)), r))
@@ -309,8 +331,7 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         &format!("alias limit {} dB", lim.alias_db),
         lim.alias_db,
     ));
-    p.vlines.push(level("band edge", mhz(lo)));
-    p.vlines.push(level("band edge", mhz(hi)));
+    p.vlines.extend(edges.clone());
     m.plots.push(p);
     let mut p = plot(
         "passband: response at channel centres across the band",
@@ -318,8 +339,7 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         "dB relative to the band's centre channel",
         vec![points("channel centres", pass_points)],
     );
-    p.vlines.push(level("band edge", mhz(lo)));
-    p.vlines.push(level("band edge", mhz(hi)));
+    p.vlines.extend(edges.clone());
     p.hlines.push(level(
         &format!("+{} dB", lim.ripple_db / 2.0),
         lim.ripple_db / 2.0,
@@ -361,6 +381,7 @@ mod tests {
             mixer_word: (2.25e6 / 16e6 * 4_294_967_296.0f64).round() as u32,
             decimation: 8,
             ddc_taps: 96,
+            pass_fraction: None,
         };
         let g = geometry(band);
         let fs = g.adc_rate;
@@ -392,6 +413,7 @@ mod tests {
             mixer_word: 1 << 29,
             decimation: 8,
             ddc_taps: 96,
+            pass_fraction: None,
         };
         assert_eq!(
             limits(&nb),
@@ -409,6 +431,7 @@ mod tests {
             mixer_word: (2.25e6 / 16e6 * 4_294_967_296.0f64).round() as u32,
             decimation: 8,
             ddc_taps: 96,
+            pass_fraction: None,
         };
         let g = geometry(band);
         let targets = [0, 64, 128, 255];
@@ -436,10 +459,54 @@ mod tests {
 
     #[test]
     fn passband_takes_the_edges_and_the_centre() {
-        let c = passband_channels(1024, 8);
+        let c = passband_channels(0..=1023, 1024, 8);
         assert_eq!(c.first(), Some(&0));
         assert_eq!(c.last(), Some(&1023));
         assert!(c.contains(&512));
         assert_eq!(c.len(), 11);
+        // A no-discard output's pass band: its own edges, nothing in the roll-off.
+        let c = passband_channels(206..=818, 1024, 8);
+        assert_eq!((c.first(), c.last()), (Some(&206), Some(&818)));
+        assert!(c.contains(&512));
+    }
+
+    /// A no-discard output (D 8, so subsampled by 16): the limits are katgpucbf's VLBI ones,
+    /// and every alias of a pass-band channel folds onto it modulo fs/(2D), from outside the
+    /// band.
+    #[test]
+    fn no_discard_aliases_fold_modulo_the_output_rate() {
+        let band = Band::Narrowband {
+            mixer_word: (2.25e6 / 16e6 * 4_294_967_296.0f64).round() as u32,
+            decimation: 8,
+            ddc_taps: 256,
+            pass_fraction: Some(0.6),
+        };
+        assert_eq!(
+            limits(&band),
+            Some(FilterLimits {
+                ripple_db: 0.1,
+                alias_db: -80.0
+            })
+        );
+        let g = geometry(band);
+        let fs = g.adc_rate;
+        let (lo, hi) = band.edges_hz(fs, g.channels);
+        let f_c = band.centre_hz(fs).unwrap();
+        let pass = band.pass_channels(g.channels);
+        for c in [*pass.start(), 128, *pass.end()] {
+            let want = g.frequency(c as f64) - f_c;
+            let a = aliases_of(&g, c);
+            // fs/2 holds about 2D/2 images of the fs/(2D) band on each side of the mirror.
+            assert!(a.len() >= 12, "channel {c}: {a:?}");
+            for f in a {
+                assert!(f > 0.0 && f < fs / 2.0 && (f < lo || f > hi), "{f}");
+                let on = [f, -f].iter().any(|&x| {
+                    let base = (x - f_c).rem_euclid(fs / 16.0);
+                    let d = (base - want.rem_euclid(fs / 16.0)).abs();
+                    d < 1e-6 || (fs / 16.0 - d) < 1e-6
+                });
+                assert!(on, "channel {c}: {f} does not fold onto it");
+            }
+        }
     }
 }

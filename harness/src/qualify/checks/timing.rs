@@ -142,7 +142,9 @@ fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     let g = b.geometry;
     let n = g.channels;
     let step = g.step();
-    let c = n / 4 + n / 16;
+    // A channel well inside the band (and in a no-discard output's pass band).
+    let pass = g.pass_channels();
+    let c = (n / 4 + n / 16).clamp(*pass.start(), *pass.end());
     let f = g.frequency(c as f64);
     let a = 0.25;
     b.clear_delays()?;
@@ -176,13 +178,13 @@ fn group_delay(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
     }
     let full = settled.iter().sum::<f64>() / settled.len() as f64;
     let measured: Vec<(f64, f64)> = amp.iter().map(|&(t, y)| (t, y / full)).collect();
-    // The theory: spectrum t0 sees the tone in PFB inputs i >= (on - t0) / D of its window,
-    // input i reading ADC samples from t0 + i D. A narrowband output's DDC filter is linear
-    // phase: in its passband it delays by (L - 1)/2 samples, so input i holds the tone once
-    // t0 + i D + (L - 1)/2 >= on (wideband: D = L = 1, i >= on - t0).
-    let d = g.band.decimation() as f64;
+    // The theory: spectrum t0 sees the tone in PFB inputs i >= (on - t0) / S of its window,
+    // input i reading ADC samples from t0 + i S (S = D, 2D without discard). A narrowband
+    // output's DDC filter is linear phase: in its passband it delays by (L - 1)/2 samples, so
+    // input i holds the tone once t0 + i S + (L - 1)/2 >= on (wideband: S = L = 1).
+    let d = g.band.subsampling() as f64;
     let ddc_delay = (g.band.ddc_taps() as f64 - 1.0) / 2.0;
-    let w = design_weights(n, g.taps, g.filter);
+    let w = design_weights(g.band.pfb_design_channels(n), g.taps, g.filter);
     let total: f64 = w.iter().sum();
     let theory: Vec<(f64, f64)> = measured
         .iter()
