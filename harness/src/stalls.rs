@@ -1,7 +1,11 @@
 //! Which of the engine's threads stalled, and for how long, from its `GET /status`: the receive
 //! thread with the longest gap between rounds that got data, and the thread the scheduler kept
-//! waiting longest in one sampling interval, the one nearest that gap first. A report of loss
-//! names them, so that a run that lost data says where to look.
+//! waiting longest in one sampling interval, the one nearest that gap first. Beside them, why
+//! the receive threads turned packets away, and how long the backend took per frame against the
+//! stream time a frame holds: loss with no thread held off is an engine that could not keep
+//! up. A report of loss names them, so that a run that lost data says where to look.
+
+use std::collections::BTreeMap;
 
 use fgpu_api::engine::{SchedWaits, Status};
 use serde::{Deserialize, Serialize};
@@ -40,6 +44,37 @@ pub struct StallReport {
     /// arrived (stream time). A window shorter than this lost heaps as too old.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub latest_heap: Option<Stall>,
+    /// Packets the receive threads turned away, by reason, both polarisations together:
+    /// `too_old` (behind the window), `no_buffer` (no free chunk: a later stage was behind).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub rejected: BTreeMap<String, u64>,
+    /// The backend's pace: its time per frame against the stream time a frame holds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub compute: Option<ComputePace>,
+}
+
+/// How long the backend took per frame, against the stream time one frame holds (its chunk of
+/// samples at the ADC rate): a mean near or above it is an engine short of compute, whatever
+/// the threads' waits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputePace {
+    /// Mean seconds from handing a frame to the backend until its output was ready.
+    pub mean_s: f64,
+    /// The same for the latest frame.
+    pub last_s: f64,
+    /// Stream seconds per frame.
+    pub frame_s: f64,
+}
+
+impl ComputePace {
+    fn of(s: &Status) -> Option<Self> {
+        let frame_s = s.input.chunk_samples as f64 / s.adc_sample_rate;
+        (s.frames.computed > 0 && frame_s.is_finite() && frame_s > 0.0).then_some(Self {
+            mean_s: s.frames.processing_s_mean,
+            last_s: s.frames.processing_s_last,
+            frame_s,
+        })
+    }
 }
 
 impl StallReport {
@@ -104,12 +139,19 @@ impl StallReport {
         if longest_gap.is_none() && largest_wait.is_none() && s.input.recv_window.is_none() {
             return None;
         }
+        let mut rejected = BTreeMap::new();
+        for (reason, n) in s.input.pols.iter().flat_map(|p| &p.rejected) {
+            *rejected.entry(reason.clone()).or_insert(0) += n;
+        }
+        rejected.retain(|_, n| *n > 0);
         Some(Self {
             longest_gap,
             largest_wait,
             wait_near_gap,
             recv_window_s: s.input.recv_window.as_ref().map(|w| w.seconds),
             latest_heap,
+            rejected,
+            compute: ComputePace::of(s),
         })
     }
 
@@ -148,11 +190,37 @@ impl StallReport {
         if let Some(r) = self.recv_window_s {
             parts.push(format!("receive window {}", ms(r)));
         }
+        if !self.rejected.is_empty() {
+            let why: Vec<String> = self
+                .rejected
+                .iter()
+                .map(|(reason, n)| format!("{reason} {n}{}", meaning(reason)))
+                .collect();
+            parts.push(format!("packets turned away: {}", why.join(", ")));
+        }
+        if let Some(c) = &self.compute {
+            parts.push(format!(
+                "the backend took {:.1} ms a frame on average (latest {:.1}) for {:.1} ms of stream: {:.0}% of real time",
+                c.mean_s * 1e3,
+                c.last_s * 1e3,
+                c.frame_s * 1e3,
+                100.0 * c.mean_s / c.frame_s
+            ));
+        }
         if parts.is_empty() {
             "the engine reports no stall".into()
         } else {
             parts.join("; ")
         }
+    }
+}
+
+/// What a rejection reason says about where the loss came from.
+fn meaning(reason: &str) -> &'static str {
+    match reason {
+        "no_buffer" => " (no free chunk: compute or send was behind)",
+        "too_old" => " (later than the receive window)",
+        _ => "",
     }
 }
 
@@ -255,6 +323,24 @@ mod tests {
             "longest receive gap 231 ms on fengine-recv1.0 at 13:55:03.2 UTC; around it, the \
              largest scheduler wait 190 ms on fengine-recv1.0 (in 100 ms) at 13:55:03.2 UTC; \
              latest heap 58 ms behind on fengine-recv1.0; receive window 100 ms"
+        );
+        // Packets turned away and the backend's pace: where loss without a stall came from.
+        let mut s = status();
+        s.input.pols[0].rejected = BTreeMap::from([("no_buffer".into(), 7), ("too_old".into(), 0)]);
+        s.input.pols[1].rejected = BTreeMap::from([("no_buffer".into(), 5)]);
+        s.frames.computed = 10;
+        s.frames.processing_s_mean = 0.0011;
+        s.frames.processing_s_last = 0.0015;
+        let r = StallReport::from_status(&s).unwrap();
+        assert_eq!(r.rejected, BTreeMap::from([("no_buffer".into(), 12)]));
+        assert!(
+            r.line().ends_with(
+                "; packets turned away: no_buffer 12 (no free chunk: compute or send was \
+                 behind); the backend took 1.1 ms a frame on average (latest 1.5) for 1.0 ms \
+                 of stream: 105% of real time"
+            ),
+            "{}",
+            r.line()
         );
         // Without a gap near it, the largest wait anywhere.
         let mut s = status();
