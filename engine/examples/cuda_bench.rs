@@ -2,7 +2,10 @@
 //! `fengine bench --backend cuda`.
 //!
 //!     cargo run --release -p fengine --example cuda_bench -- [channels,...] [taps] [bits] \
-//!         [output bits: 8|4] [dither: 0|1] [narrowband outputs: CHANNELS:DECIMATION,...]
+//!         [output bits: 8|4] [dither: 0|1] [narrowband outputs: CHANNELS:D[:PASS],...]
+//!
+//! A narrowband output CHANNELS:8:PASS is one without discard, PASS its pass band's fraction of
+//! the band (8192:8:0.598 is katgpucbf's VLBI case).
 
 use fengine::backend::cuda::bench::{run, BenchOptions};
 use fengine::backend::cuda::Tuning;
@@ -26,13 +29,13 @@ fn main() {
         opts.dither = d == "1";
     }
     if let Some(list) = args.get(5) {
-        opts.narrowband = list
-            .split(',')
-            .filter_map(|s| {
-                let (n, d) = s.split_once(':')?;
-                Some((n.parse().ok()?, d.parse().ok()?))
-            })
-            .collect();
+        opts.narrowband = match list.split(',').map(str::parse).collect() {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(2);
+            }
+        };
     }
     // FENGINE_BENCH_VARIANTS=1 also compares launch shapes at 32768 channels.
     if std::env::var_os("FENGINE_BENCH_VARIANTS").is_some() {

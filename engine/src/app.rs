@@ -297,13 +297,15 @@ pub fn bench(args: &BenchArgs) -> Result<(), EngineError> {
         .saturating_mul(args.heaps_per_frame)
         .saturating_mul(2 * args.channels);
     let mut outputs = vec![output];
-    for &(channels, decimation) in &args.narrowband {
+    for nb in &args.narrowband {
         // Heaps of at most a frame: a narrowband spectrum spans 2nD samples.
-        let spectra = (chunk / (2 * channels * decimation)).max(1);
+        let spectra = (chunk / (2 * nb.channels * nb.decimation)).max(1);
         outputs.push(OutputGeometry {
-            channels,
+            channels: nb.channels,
             spectra_per_heap: args.spectra_per_heap.min(spectra),
-            kind: backend::OutputKind::Narrowband(backend::Ddc::new(decimation)),
+            kind: nb
+                .kind()
+                .map_err(|e| EngineError::Bench(crate::config::sentence(e)))?,
             ..output
         });
     }

@@ -5,9 +5,84 @@ use std::fmt;
 use std::time::Instant;
 
 use crate::backend::{
-    Backend, BackendError, Channelisation, Frame, InputGeometry, OutputGeometry, OutputKind,
-    Result, SpectrumDelay,
+    Backend, BackendError, Bins, Channelisation, Ddc, Frame, InputGeometry, OutputGeometry,
+    OutputKind, Result, SpectrumDelay,
 };
+use crate::signal::no_discard::PassBand;
+
+/// A narrowband output a benchmark computes beside the wideband one, `CHANNELS:D[:PASS]` on the
+/// command line: n channels, decimation D, and for an output without discard (katgpucbf's VLBI
+/// mode) its pass band as a fraction of the band fs/(2D) (katgpucbf's qualification: 64 of
+/// 107 MHz, 0.598).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BenchNarrowband {
+    pub channels: usize,
+    pub decimation: usize,
+    /// p in (0, 1) for an output without discard; None for the kind with discard.
+    pub pass_fraction: Option<f64>,
+}
+
+impl BenchNarrowband {
+    /// The kind of output it is, with its DDC.
+    pub fn kind(&self) -> std::result::Result<OutputKind, String> {
+        let bins = match self.pass_fraction {
+            None => Bins::CentreHalf,
+            Some(p) => Bins::All(PassBand::new(p, 1.0).map_err(|e| e.to_string())?),
+        };
+        Ok(OutputKind::Narrowband(Ddc::with_bins(
+            self.decimation,
+            bins,
+        )))
+    }
+
+    /// "1024 ch / D 8", or "1024 ch / D 8 no discard, pass 0.598".
+    pub fn label(&self) -> String {
+        let (n, d) = (self.channels, self.decimation);
+        match self.pass_fraction {
+            None => format!("{n} ch / D {d}"),
+            Some(p) => format!("{n} ch / D {d} no discard, pass {p}"),
+        }
+    }
+}
+
+impl std::str::FromStr for BenchNarrowband {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || {
+            format!(
+                "{s:?} is not CHANNELS:D or CHANNELS:D:PASS (D 8, 16 or 32; PASS, for an output \
+                 without discard, the pass band's fraction of the band, D 8 only: for example \
+                 32768:8 or 8192:8:0.598)"
+            )
+        };
+        let mut parts = s.split(':');
+        let (Some(n), Some(d)) = (parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let (Ok(channels), Ok(decimation)) = (n.parse(), d.parse()) else {
+            return Err(bad());
+        };
+        let pass_fraction = match parts.next() {
+            None => None,
+            Some(p) => Some(p.parse::<f64>().map_err(|_| bad())?),
+        };
+        if parts.next().is_some() || !crate::signal::ddc::DECIMATIONS.contains(&decimation) {
+            return Err(bad());
+        }
+        let spec = Self {
+            channels,
+            decimation,
+            pass_fraction,
+        };
+        spec.kind().map_err(|e| format!("{s:?}: {e}"))?;
+        if pass_fraction.is_some() {
+            crate::signal::no_discard::check_decimation(decimation)
+                .map_err(|e| format!("{s:?}: {e}"))?;
+        }
+        Ok(spec)
+    }
+}
 
 /// The outcome of [`run`].
 #[derive(Clone, Debug)]
@@ -178,6 +253,42 @@ pub fn run(backend: &mut dyn Backend, frames: usize) -> Result<BenchResult> {
 mod tests {
     use super::*;
     use crate::backend::{cpu::CpuBackend, null::NullBackend, Synchronous};
+
+    /// `CHANNELS:D` is the kind with discard, `CHANNELS:8:PASS` one without; anything else is
+    /// one sentence naming the forms.
+    #[test]
+    fn bench_narrowband_outputs_parse_with_and_without_discard() {
+        let with: BenchNarrowband = "32768:16".parse().unwrap();
+        assert_eq!(
+            (with.channels, with.decimation, with.pass_fraction),
+            (32768, 16, None)
+        );
+        assert!(matches!(
+            with.kind(),
+            Ok(OutputKind::Narrowband(Ddc {
+                bins: Bins::CentreHalf,
+                ..
+            }))
+        ));
+        let without: BenchNarrowband = "8192:8:0.598".parse().unwrap();
+        assert_eq!(without.pass_fraction, Some(0.598));
+        let Ok(OutputKind::Narrowband(d)) = without.kind() else {
+            panic!("{without:?}");
+        };
+        assert_eq!((d.subsampling(), d.points(8192)), (16, 8192));
+        assert_eq!(without.label(), "8192 ch / D 8 no discard, pass 0.598");
+        for bad in [
+            "8192",
+            "8192:7",
+            "8192:16:0.5",
+            "8192:8:1.5",
+            "8192:8:0.5:1",
+            "x:8",
+        ] {
+            let e = bad.parse::<BenchNarrowband>().unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     fn geometry(
         channels: usize,

@@ -433,8 +433,10 @@ pub struct BenchArgs {
     pub dither: bool,
     /// A narrowband output of CHANNELS channels and decimation D (8, 16 or 32) beside the
     /// wideband one, from the same input (repeatable): the figures are then the whole set's.
-    #[arg(long, value_name = "CHANNELS:D", value_parser = parse_bench_narrowband)]
-    pub narrowband: Vec<(usize, usize)>,
+    /// CHANNELS:8:PASS makes it one without discard (katgpucbf's VLBI mode), PASS its pass band's
+    /// fraction of the band (0.598: 64 of 107 MHz).
+    #[arg(long, value_name = "CHANNELS:D[:PASS]")]
+    pub narrowband: Vec<crate::bench::BenchNarrowband>,
     /// Precision of the CUDA wideband FFT between its two passes: single or half (see `fengine
     /// run --help`).
     #[arg(long, value_enum, default_value_t = FftPrecision::Single)]
@@ -445,19 +447,6 @@ pub struct BenchArgs {
     /// CUDA device index.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
-}
-
-/// `--narrowband CHANNELS:D` of `fengine bench` (clap's value parser: its error is the message).
-fn parse_bench_narrowband(s: &str) -> Result<(usize, usize), String> {
-    let parsed = s
-        .split_once(':')
-        .and_then(|(n, d)| Some((n.parse().ok()?, d.parse().ok()?)));
-    match parsed {
-        Some((n, d)) if crate::signal::ddc::DECIMATIONS.contains(&d) => Ok((n, d)),
-        _ => Err(format!(
-            "{s:?} is not CHANNELS:D with D 8, 16 or 32 (for example 32768:8)"
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ pub(super) fn write_table(
             let names = std::iter::once(format!("wideband {}", r.channels)).chain(
                 opts.narrowband
                     .iter()
-                    .map(|(n, d)| format!("narrowband {n} D {d}")),
+                    .map(|nb| format!("narrowband {}", nb.label())),
             );
             for (name, t) in names.zip(&r.output_us) {
                 writeln!(

@@ -2,6 +2,7 @@
 
 use crate::backend::cuda::Tuning;
 use crate::backend::{Channelisation, InputGeometry, OutputGeometry, OutputKind};
+use crate::bench::BenchNarrowband;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -25,9 +26,9 @@ pub struct BenchOptions {
     pub variant_channels: usize,
     /// Chunk sizes (samples per pol) at which to repeat (b) at `variant_channels`; empty for none.
     pub e2e_chunks: Vec<usize>,
-    /// Narrowband outputs (channels, decimation) computed beside each wideband one in (a), (b)
-    /// and (c), from the same input: the figures are then the whole set's.
-    pub narrowband: Vec<(usize, usize)>,
+    /// Narrowband outputs (with discard or without) computed beside each wideband one in (a),
+    /// (b) and (c), from the same input: the figures are then the whole set's.
+    pub narrowband: Vec<BenchNarrowband>,
     /// Outputs per `ddc` thread to compare for the set at `variant_channels` (GPU only, needs
     /// narrowband outputs); empty for none.
     pub ddc_variants: Vec<usize>,
@@ -87,12 +88,13 @@ pub(super) fn output_set(opts: &BenchOptions, channels: usize) -> Vec<Channelisa
     let wide = geometry(opts, channels);
     let chunk = wide.input.chunk_samples;
     let mut outputs = vec![wide.output];
-    for &(n, decimation) in &opts.narrowband {
-        let step = 2 * n * decimation;
+    for nb in &opts.narrowband {
+        let step = 2 * nb.channels * nb.decimation;
         outputs.push(OutputGeometry {
-            channels: n,
+            channels: nb.channels,
             spectra_per_heap: opts.spectra_per_heap.min(chunk / step).max(1),
-            kind: OutputKind::Narrowband(crate::backend::Ddc::new(decimation)),
+            // Checked where it was parsed.
+            kind: nb.kind().unwrap_or(OutputKind::Wideband),
             ..wide.output
         });
     }
@@ -135,10 +137,6 @@ pub(super) fn narrowband_label(opts: &BenchOptions) -> String {
     if opts.narrowband.is_empty() {
         return String::new();
     }
-    let list: Vec<String> = opts
-        .narrowband
-        .iter()
-        .map(|(n, d)| format!("{n} ch / D {d}"))
-        .collect();
+    let list: Vec<String> = opts.narrowband.iter().map(BenchNarrowband::label).collect();
     format!(" + narrowband {}", list.join(", "))
 }
