@@ -506,6 +506,12 @@ fn qualify_judges_a_no_discard_output_by_katgpucbfs_vlbi_limits() {
         .find(|t| t["name"] == "filter-response")
         .unwrap();
     let figures = filter["figures"].as_array().cloned().unwrap_or_default();
+    for f in &figures {
+        eprintln!(
+            "filter-response: {} = {} {}",
+            f["name"], f["value"], f["unit"]
+        );
+    }
     let limit_of = |prefix: &str| {
         figures
             .iter()

@@ -24,7 +24,7 @@ pub(super) const FILTER_RESPONSE: Check = Check {
     name: "filter-response",
     title: "Filter response (DDC)",
     requirement: "A narrowband output's DDC filter: the response at channel centres across the pass band (its edge channels included) varies by at most 0.1 dB, and no tone outside the band that folds onto a channel centre of the pass band shows in that channel above -60 dB of an in-band tone of the same amplitude (-80 dB for an output without discard). An output without discard (katgpucbf's VLBI mode) is held to katgpucbf's VLBI filter response: ripple 0.1 dB and aliases -80 dB over its pass band. The kind with discard keeps only the flat middle of its filter, and katgpucbf sets it no alias limit, so its alias limit is this engine's DDC design target (docs/signal-path.md). Outputs without a DDC: not applicable.",
-    method: "Tones at the centres of channels across the pass band (its edge channels and the centre n/2 among them: 0 and n-1 with discard), all at once, their amplitudes summing to 0.9 full scale, in both polarisations with independent quiet noise and dither, the gain putting each at 100 counts; a channel's cross-power over (gain x amplitude) squared is its response. Then every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling by S (f_c(c) + m fs/S and m fs/S - f_c(c); S = D, or 2D without discard), in rounds of one tone per channel (their amplitudes summing to 0.9 full scale), at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows); its channel's response, relative to the in-band response of that channel, is the alias's level. The channels are far apart: a tone leaves no trace in another's. The measurement floor (the cross-power's noise in the channels without a tone) is reported beside it.",
+    method: "Tones at the centres of channels across the pass band (its edge channels and the centre n/2 among them: 0 and n-1 with discard), all at once, their amplitudes summing to 0.9 full scale, in both polarisations with independent quiet noise and dither, the gain putting each at 100 counts; a channel's cross-power over (gain x amplitude) squared is its response. Then every frequency within 0 .. fs/2 outside the band that folds onto the centre of one of several of those channels after the DDC's subsampling by S (f_c(c) + m fs/S and m fs/S - f_c(c); S = D, or 2D without discard), in rounds of one tone per channel (their amplitudes summing to 0.9 full scale; one tone a round, at 0.9 full scale, against the -80 dB limit, whose floor must lie lower), at a gain raised so that a leak at the limit would stand at about 30 counts (as far as the noise allows); its channel's response, relative to the in-band response of that channel, is the alias's level. The channels are far apart: a tone leaves no trace in another's. The measurement floor (the cross-power's noise in the channels without a tone) is reported beside it.",
     run: filter_response,
     needs_ddc: true,
 };
@@ -234,7 +234,17 @@ fn filter_response(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Re
         t.dedup();
         t
     };
-    let rounds = alias_rounds(&g, &targets);
+    // A limit of -80 dB needs the floor further down than the tones of a shared round allow
+    // (each at 0.9 full scale over their number): one tone a round then.
+    let per_round = if lim.alias_db < -70.0 {
+        1
+    } else {
+        targets.len()
+    };
+    let rounds: Vec<Vec<(f64, usize)>> = alias_rounds(&g, &targets)
+        .into_iter()
+        .flat_map(|r| r.chunks(per_round).map(<[_]>::to_vec).collect::<Vec<_>>())
+        .collect();
     let a1 = PEAK / rounds.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
     let w = design_weights(g.band.pfb_design_channels(n), g.taps, g.filter);
     let energy: f64 = w.iter().map(|x| x * x).sum();
