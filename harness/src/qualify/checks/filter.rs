@@ -393,22 +393,28 @@ mod tests {
             ddc_taps: 96,
             pass_fraction: None,
         };
+        // fs/2 holds D/2 images of the band's fs/D spacing on each side of the mirror.
+        assert_aliases_fold(band, &[0, 17, 128, 255], 8.0, 6);
+    }
+
+    /// Every alias of each of `channels` lies in 0 .. fs/2 outside the band, at least `least`
+    /// of them, and one of the real tone's components, mixed down, folds onto the channel's
+    /// centre modulo fs/S.
+    fn assert_aliases_fold(band: Band, channels: &[usize], s: f64, least: usize) {
         let g = geometry(band);
         let fs = g.adc_rate;
         let (lo, hi) = band.edges_hz(fs, g.channels);
         let f_c = band.centre_hz(fs).unwrap();
-        for c in [0, 17, 128, 255] {
+        for &c in channels {
             let want = g.frequency(c as f64) - f_c;
             let a = aliases_of(&g, c);
-            // fs/2 holds D/2 images of the band's fs/D spacing on each side of the mirror.
-            assert!(a.len() >= 6, "channel {c}: {a:?}");
+            assert!(a.len() >= least, "channel {c}: {a:?}");
             for f in a {
                 assert!(f > 0.0 && f < fs / 2.0 && (f < lo || f > hi), "{f}");
-                // The real tone's +f or -f component, mixed down, folds onto the channel.
                 let on = [f, -f].iter().any(|&x| {
-                    let base = (x - f_c).rem_euclid(fs / 8.0);
-                    let d = (base - want.rem_euclid(fs / 8.0)).abs();
-                    d < 1e-6 || (fs / 8.0 - d) < 1e-6
+                    let base = (x - f_c).rem_euclid(fs / s);
+                    let d = (base - want.rem_euclid(fs / s)).abs();
+                    d < 1e-6 || (fs / s - d) < 1e-6
                 });
                 assert!(on, "channel {c}: {f} does not fold onto it");
                 assert_eq!(fold(f, fs), f);
@@ -498,25 +504,8 @@ mod tests {
                 alias_db: -80.0
             })
         );
-        let g = geometry(band);
-        let fs = g.adc_rate;
-        let (lo, hi) = band.edges_hz(fs, g.channels);
-        let f_c = band.centre_hz(fs).unwrap();
-        let pass = band.pass_channels(g.channels);
-        for c in [*pass.start(), 128, *pass.end()] {
-            let want = g.frequency(c as f64) - f_c;
-            let a = aliases_of(&g, c);
-            // fs/2 holds about 2D/2 images of the fs/(2D) band on each side of the mirror.
-            assert!(a.len() >= 12, "channel {c}: {a:?}");
-            for f in a {
-                assert!(f > 0.0 && f < fs / 2.0 && (f < lo || f > hi), "{f}");
-                let on = [f, -f].iter().any(|&x| {
-                    let base = (x - f_c).rem_euclid(fs / 16.0);
-                    let d = (base - want.rem_euclid(fs / 16.0)).abs();
-                    d < 1e-6 || (fs / 16.0 - d) < 1e-6
-                });
-                assert!(on, "channel {c}: {f} does not fold onto it");
-            }
-        }
+        // fs/2 holds about 2D/2 images of the fs/(2D) band on each side of the mirror.
+        let pass = band.pass_channels(256);
+        assert_aliases_fold(band, &[*pass.start(), 128, *pass.end()], 16.0, 12);
     }
 }
