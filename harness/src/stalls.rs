@@ -67,6 +67,17 @@ pub struct ComputePace {
 }
 
 impl ComputePace {
+    /// The mean over the frames computed between two statuses (the engine's mean is since it
+    /// started); the latest frame's time from the later one.
+    fn between(before: &Status, after: &Status) -> Option<Self> {
+        let end = Self::of(after)?;
+        let (n0, n1) = (before.frames.computed as f64, after.frames.computed as f64);
+        (n1 > n0).then(|| Self {
+            mean_s: (end.mean_s * n1 - before.frames.processing_s_mean * n0) / (n1 - n0),
+            ..end
+        })
+    }
+
     fn of(s: &Status) -> Option<Self> {
         let frame_s = s.input.chunk_samples as f64 / s.adc_sample_rate;
         (s.frames.computed > 0 && frame_s.is_finite() && frame_s > 0.0).then_some(Self {
@@ -153,6 +164,38 @@ impl StallReport {
             rejected,
             compute: ComputePace::of(s),
         })
+    }
+
+    /// What happened between two statuses of one engine (a max-rate trial's window): the
+    /// packets turned away in it, the backend's mean time per frame over the frames computed in
+    /// it, and the longest receive gap, largest scheduler wait and latest heap only where the
+    /// window set a new worst (the engine keeps its worst since it started, so a worst that did
+    /// not move happened before the window). None as [`Self::from_status`].
+    pub fn between(before: &Status, after: &Status) -> Option<Self> {
+        let (old, mut new) = (Self::from_status(before), Self::from_status(after)?);
+        let old = old.unwrap_or_default();
+        let moved = |b: &Option<Stall>, a: &Option<Stall>| match (b, a) {
+            (Some(b), Some(a)) => a.seconds > b.seconds || a.unix_time != b.unix_time,
+            (None, a) => a.is_some(),
+            (Some(_), None) => false,
+        };
+        if !moved(&old.longest_gap, &new.longest_gap) {
+            new.longest_gap = None;
+            new.wait_near_gap = false;
+        }
+        if !moved(&old.largest_wait, &new.largest_wait) {
+            new.largest_wait = None;
+            new.wait_near_gap = false;
+        }
+        if !moved(&old.latest_heap, &new.latest_heap) {
+            new.latest_heap = None;
+        }
+        for (reason, n) in new.rejected.iter_mut() {
+            *n = n.saturating_sub(old.rejected.get(reason).copied().unwrap_or(0));
+        }
+        new.rejected.retain(|_, n| *n > 0);
+        new.compute = ComputePace::between(before, after);
+        Some(new)
     }
 
     /// One line for a text report.
@@ -354,5 +397,44 @@ mod tests {
         s.threads.clear();
         s.input.recv_window = None;
         assert_eq!(StallReport::from_status(&s), None);
+    }
+
+    /// Over a window: only what moved in it. Rejects and the backend's mean are the window's
+    /// own; a worst the engine set before the window is not the window's.
+    #[test]
+    fn a_window_reports_what_moved_in_it() {
+        let mut before = status();
+        before.input.pols[0].rejected = BTreeMap::from([("no_buffer".into(), 100)]);
+        before.frames.computed = 10;
+        before.frames.processing_s_mean = 0.001;
+        let mut after = before.clone();
+        after.input.pols[0].rejected = BTreeMap::from([("no_buffer".into(), 130)]);
+        after.input.pols[1].rejected = BTreeMap::from([("too_old".into(), 4)]);
+        // 30 frames at 2 ms each after the first 10 at 1 ms.
+        after.frames.computed = 40;
+        after.frames.processing_s_mean = (10.0 * 0.001 + 30.0 * 0.002) / 40.0;
+        after.frames.processing_s_last = 0.0021;
+        let r = StallReport::between(&before, &after).unwrap();
+        assert_eq!(
+            r.rejected,
+            BTreeMap::from([("no_buffer".into(), 30), ("too_old".into(), 4)])
+        );
+        let c = r.compute.as_ref().unwrap();
+        assert!((c.mean_s - 0.002).abs() < 1e-12, "{c:?}");
+        assert_eq!((c.last_s, c.frame_s), (0.0021, 1048576.0 / 1e9));
+        // No worst moved: none is the window's.
+        assert_eq!(
+            (&r.longest_gap, &r.largest_wait, &r.latest_heap),
+            (&None, &None, &None)
+        );
+        // A longer gap on lane 0 of polarisation 0 is.
+        after.input.pols[0].lanes[0].longest_gap_s = 0.5;
+        after.input.pols[0].lanes[0].longest_gap_unix_time = Some(60_000.0);
+        let r = StallReport::between(&before, &after).unwrap();
+        let g = r.longest_gap.unwrap();
+        assert_eq!((g.thread.as_str(), g.seconds), ("fengine-recv0.0", 0.5));
+        // No frame computed in the window: no pace.
+        after.frames.computed = 10;
+        assert_eq!(StallReport::between(&before, &after).unwrap().compute, None);
     }
 }

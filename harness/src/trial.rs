@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use fgpu_api::engine::Status;
 use serde::Serialize;
 
 use crate::control::{dsim_skipped_reason, EngineCounters};
@@ -15,6 +16,7 @@ use crate::receive::{udp_rcvbuf_errors, Receiver, Snapshot};
 use crate::record::{EngineTrial, TrialProgress, TrialRecord};
 use crate::search::Phase;
 use crate::services::Services;
+use crate::stalls::StallReport;
 use crate::{gsps, signals};
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -35,6 +37,8 @@ struct Point {
     snap: Snapshot,
     rcvbuf: Option<u64>,
     cpu: CpuTimes,
+    /// Per antenna, the engine's status where it gives one (for its stall figures).
+    status: Vec<Option<Status>>,
     at: Instant,
 }
 
@@ -54,6 +58,12 @@ fn point(services: &Services, rx: &Receiver) -> Result<Point> {
         snap: rx.snapshot(),
         rcvbuf: udp_rcvbuf_errors(),
         cpu: CpuTimes::read(&services.pids()),
+        // Only an explanation, as dsim's skips: an engine without a status (katcp) has none.
+        status: services
+            .antennas
+            .iter()
+            .map(|a| a.engine.status().ok())
+            .collect(),
         at: Instant::now(),
     })
 }
@@ -296,6 +306,10 @@ fn evaluate(
         cores: after.cpu.cores_since(&before.cpu, secs),
         aggregate_rate: None,
         engines: Vec::new(),
+        stalls: match (before.status.first(), after.status.first()) {
+            (Some(Some(b)), Some(Some(a))) if !array => StallReport::between(b, a),
+            _ => None,
+        },
     };
     if !array {
         t.reasons = judged.into_iter().flat_map(|j| j.reasons).collect();
@@ -355,6 +369,7 @@ mod tests {
             },
             rcvbuf: Some(10),
             cpu: CpuTimes::default(),
+            status: Vec::new(),
             at: Instant::now() + Duration::from_secs_f64(secs),
         }
     }
@@ -432,6 +447,7 @@ mod tests {
             },
             rcvbuf: None,
             cpu: CpuTimes::default(),
+            status: Vec::new(),
             at: Instant::now() + Duration::from_secs_f64(secs),
         }
     }

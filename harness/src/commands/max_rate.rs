@@ -236,6 +236,10 @@ pub fn run(a: MaxRateArgs) -> Result<bool> {
                 &mut |p| bar.show(p),
             )?;
             eprintln!("{}", trial_line(&t));
+            // Where a trial lost data, what the engine says of its window.
+            if let (false, Some(st)) = (t.pass, &t.stalls) {
+                eprintln!("           engine over the window: {}", st.line());
+            }
             let pass = t.pass;
             trials.push(t);
             Ok::<_, anyhow::Error>(pass)

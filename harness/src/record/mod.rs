@@ -254,6 +254,10 @@ pub struct TrialRecord {
     /// every one passed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineTrial>,
+    /// The engine's stall figures over the window (one engine; where it reports them): packets
+    /// turned away by reason, the backend's time per frame, and any worst the window set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<crate::stalls::StallReport>,
 }
 
 /// One engine of an array over a trial's window.

@@ -62,6 +62,10 @@ pub fn table(report: &MaxRateReport) -> String {
                 },
                 t.reasons.join("; ")
             ));
+            // At every rate, pass or fail, the engine's own account of the window.
+            if let Some(st) = &t.stalls {
+                out.push_str(&format!("     engine: {}\n", st.line()));
+            }
         }
     }
     for s in &report.searches {
@@ -448,6 +452,7 @@ mod tests {
             dsim_heaps_skipped: None,
             window_s: 20.0,
             settle_s: 0.0,
+            stalls: None,
             cores: Default::default(),
             aggregate_rate: None,
             engines: Vec::new(),
