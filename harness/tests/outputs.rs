@@ -442,8 +442,8 @@ fn qualify_judges_the_narrowband_output_it_is_told_of() {
 
 /// `harness qualify --quick --output vlbi` on a no-discard narrowband output (katgpucbf's VLBI
 /// mode) beside a wideband one: the DDC's filter response is held to katgpucbf's VLBI limits
-/// (ripple 0.1 dB, aliases -80 dB) over the pass band, channelisation and the delay family
-/// judge the pass band, and the report names the output, its kind and its pass band.
+/// (ripple 0.1 dB, aliases -80 dB) over the pass band, channelisation, gains and the delay
+/// family judge the pass band, and the report names the output, its kind and its pass band.
 #[test]
 fn qualify_judges_a_no_discard_output_by_katgpucbfs_vlbi_limits() {
     let fs = rate();
@@ -453,13 +453,13 @@ fn qualify_judges_a_no_discard_output_by_katgpucbfs_vlbi_limits() {
     let Some(q) = qualify_beside_wideband(
         "vlbi",
         &format!("channels=256,decimation=8,centre={centre},pass_bandwidth={pass}"),
-        &["--tests", "filter-response,channelisation,delay"],
+        &["--tests", "filter-response,channelisation,delay,gains"],
     ) else {
         return;
     };
     let (report, err) = (&q.report, &q.err);
     let tests = report["tests"].as_array().cloned().unwrap_or_default();
-    assert_eq!(tests.len(), 3, "{err}");
+    assert_eq!(tests.len(), 4, "{err}");
     for t in &tests {
         assert_eq!(t["outcome"], "pass", "{}: {t:#}\n{err}", t["name"]);
     }
