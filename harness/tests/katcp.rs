@@ -2,7 +2,11 @@
 //! `--katcp`), and `harness watch` run twice against them, once by their HTTP URLs and once by
 //! `katcp://` (the engine's counters from its Prometheus metrics under katgpucbf's names). Both
 //! runs must agree: clean, the tone in the same channel, no counter moved. The engine client over
-//! katcp must read and set the gains and delays the HTTP front then reports.
+//! katcp must read and set the gains and delays the HTTP front then reports. On a system of its
+//! own, `harness qualify --quick` by either front of the engine must run and pass gains,
+//! linearity, delay-rate, phase-rate, application-time, saturation and lost-data with the same
+//! figures (delay loads at an ADC timestamp sent as Unix times, counters from the Prometheus
+//! metrics).
 //!
 //! NEEDS THE OTHER BINARIES (see [`support`]): without them these tests print SKIP and pass,
 //! except in CI (`CI` set), where they fail.
