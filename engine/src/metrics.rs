@@ -384,6 +384,33 @@ fn katgpucbf(enc: &mut DescriptorEncoder, stats: &Stats) -> std::fmt::Result {
         "fgpu_output_skipped_heaps",
         "heaps not sent because input data was incomplete",
         per_stream(&|o| &o.heaps_skipped),
+    )?;
+    // katgpucbf adds these two where a heap is sent; this engine where a frame is computed (the
+    // same values in a stream that lost nothing), both at once, so that their ratio holds at any
+    // reading.
+    counters(
+        enc,
+        "fgpu_output_samples",
+        "number of complex samples transmitted",
+        stats.outputs.iter().map(|o| {
+            (
+                vec![("stream", o.name.clone())],
+                o.values.load(Relaxed) * POLS as u64,
+            )
+        }),
+    )?;
+    counters(
+        enc,
+        "fgpu_output_clipped_samples",
+        "number of samples that were saturated",
+        stats.outputs.iter().flat_map(|o| {
+            (0..POLS).map(move |p| {
+                (
+                    vec![("stream", o.name.clone()), ("pol", p.to_string())],
+                    o.saturated[p].load(Relaxed),
+                )
+            })
+        }),
     )
 }
 
@@ -498,6 +525,8 @@ mod tests {
         s.outputs[0].heaps_sent[0].fetch_add(4, Relaxed);
         s.outputs[0].heaps_skipped[1].fetch_add(2, Relaxed);
         s.pols[1].heaps_missing.fetch_add(6, Relaxed);
+        s.outputs[0].values.fetch_add(1024, Relaxed);
+        s.outputs[0].saturated[1].fetch_add(5, Relaxed);
         s.pols[1].digitiser_clip_heaps.fetch_add(2, Relaxed);
         s.pols[1].digitiser_clip_samples.fetch_add(77, Relaxed);
         s.pols[0].record_input(
@@ -612,6 +641,9 @@ mod tests {
             "fgpu_input_missing_heaps_total{backend=\"cpu\",pol=\"1\"} 6\n",
             "fgpu_input_missing_heaps_total{backend=\"cpu\",pol=\"0\"} 0\n",
             "fgpu_input_heaps_total{backend=\"cpu\",pol=\"0\"} 0\n",
+            "fgpu_output_samples_total{backend=\"cpu\",stream=\"wideband\"} 2048\n",
+            "fgpu_output_clipped_samples_total{backend=\"cpu\",stream=\"wideband\",pol=\"1\"} 5\n",
+            "fgpu_output_clipped_samples_total{backend=\"cpu\",stream=\"wideband\",pol=\"0\"} 0\n",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

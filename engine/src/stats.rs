@@ -290,6 +290,11 @@ pub struct OutputStats {
     pub last_output_timestamp: AtomicU64,
     /// Complex values clamped during quantisation, per polarisation.
     pub saturated: [AtomicU64; POLS],
+    /// Complex values computed per polarisation, what `saturated` counts out of: added with it,
+    /// a frame's [`frame_values`](Self::frame_values) where a frame is computed.
+    pub values: AtomicU64,
+    /// Complex values per polarisation in one frame: heaps per frame, spectra per heap, channels.
+    pub frame_values: u64,
     /// A narrowband output's mixer word in use (`crate::signal::ddc::mixer_word`): set from the
     /// configuration, then by the control server as it hands a new centre to the pipeline;
     /// `None` for a wideband output.
@@ -335,8 +340,11 @@ impl Stats {
             .map(|o| (o.name.as_str(), o.substreams()))
             .collect();
         let mut s = Self::new(&outputs);
-        for (stats, spec) in s.outputs.iter_mut().zip(&cfg.outputs) {
+        for (k, (stats, spec)) in s.outputs.iter_mut().zip(&cfg.outputs).enumerate() {
             stats.mixer = spec.mixer().map(AtomicU32::new);
+            let g = cfg.channelisation(k);
+            stats.frame_values =
+                (g.heaps_per_frame() * g.output.spectra_per_heap * g.output.channels) as u64;
         }
         s.adc_sample_rate = cfg.fs;
         s

@@ -231,6 +231,8 @@ pub trait DsimControl: Send + Sync {
     fn status(&self) -> Result<fgpu_api::dsim::Status>;
     /// The ADC sample rate in force (sample/s per polarisation).
     fn adc_rate(&self) -> Result<f64>;
+    /// The Unix time of ADC timestamp 0 (katgpucbf's `sync-time`), s.
+    fn sync_time(&self) -> Result<f64>;
     fn set_rate(&self, rate: f64) -> Result<()>;
     fn set_signal(&self, req: &SignalRequest) -> Result<SignalChange>;
     fn set_faults(&self, faults: &FaultsRequest) -> Result<()>;
@@ -252,6 +254,9 @@ impl DsimControl for HttpDsim {
     }
     fn adc_rate(&self) -> Result<f64> {
         Ok(self.status()?.rate)
+    }
+    fn sync_time(&self) -> Result<f64> {
+        Ok(self.status()?.sync_time)
     }
     fn set_rate(&self, rate: f64) -> Result<()> {
         self.0.put("/rate", &RateRequest { rate }).map(|_| ())
@@ -296,6 +301,17 @@ impl Dsim {
     /// The ADC sample rate in force (sample/s per polarisation).
     pub fn adc_rate(&self) -> Result<f64> {
         self.0.adc_rate()
+    }
+    /// The Unix time of ADC timestamp 0, s.
+    pub fn sync_time(&self) -> Result<f64> {
+        self.0.sync_time()
+    }
+    /// The ADC clock: the sync time and the rate in force.
+    pub fn clock(&self) -> Result<Clock> {
+        Ok(Clock {
+            sync_time: self.sync_time()?,
+            adc_rate: self.adc_rate()?,
+        })
     }
     /// Sets the ADC sample rate (sample/s per polarisation).
     pub fn set_rate(&self, rate: f64) -> Result<()> {
@@ -394,8 +410,153 @@ impl CounterNames {
     }
 }
 
-/// What an engine's front cannot do (katcp, as katgpucbf's fgpu, has no status and loads delay
-/// models at Unix times only): what needs it says so in this sentence and is not run.
+/// The ADC clock shared by dsim and the engine: ADC timestamp 0 is Unix time `sync_time`, and
+/// `adc_rate` samples pass a second. katgpucbf's `?delays` takes its start as a Unix time and
+/// turns it into a sample count with these two (its `TimeConverter`); [`Clock::unix`] and
+/// [`Clock::timestamp`] are the same arithmetic, in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Clock {
+    pub sync_time: f64,
+    pub adc_rate: f64,
+}
+
+impl Clock {
+    /// The Unix time of ADC timestamp `ts` (katgpucbf's `adc_to_unix`), the nearest float64.
+    pub fn unix(&self, ts: u64) -> f64 {
+        ts as f64 / self.adc_rate + self.sync_time
+    }
+
+    /// The ADC timestamp an engine loads for Unix time `unix` (katgpucbf's
+    /// `round(unix_to_adc(start))`, and this project's engine's).
+    pub fn timestamp(&self, unix: f64) -> i64 {
+        ((unix - self.sync_time) * self.adc_rate).round() as i64
+    }
+
+    /// How far (samples) the timestamp an engine loads for `ts` sent as a Unix time lands from
+    /// `ts`: float64 seconds near 1.8e9 are 2.4e-7 s apart, so at most 1.2e-7 s times the rate.
+    pub fn round_trip_error(&self, ts: u64) -> i64 {
+        self.timestamp(self.unix(ts)) - ts as i64
+    }
+}
+
+/// An output's saturation counters: complex values clamped per polarisation, out of `values`
+/// computed per polarisation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Clamped {
+    pub clamped: [u64; 2],
+    pub values: u64,
+}
+
+/// The engine's counters for the chosen output, read at one moment, and how far its input,
+/// computation and output had got then, where the front says it with them. Over HTTP all of it
+/// comes from one `/status`; over katcp the counters come from one scrape of the Prometheus
+/// metrics (katgpucbf's series), and the progress is not said with them (its sensors are sampled
+/// apart): `None`, and what needs it takes it from dsim and the harness's own receiver.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EngineCounts {
+    /// The newest input timestamp received, either polarisation.
+    pub newest_input: Option<u64>,
+    /// The input timestamp of the newest frame computed (its counters then cover it).
+    pub computed_through: Option<u64>,
+    /// The timestamp of the newest output heap sent.
+    pub sent_through: Option<u64>,
+    /// Digitiser heaps missing, both polarisations.
+    pub missing_input: u64,
+    /// The output's heaps not sent because their input was incomplete.
+    pub skipped_output: u64,
+    /// The output's saturation counters, where the front has them.
+    pub clamped: Option<Clamped>,
+    /// Input packets rejected, by reason, where the front says.
+    pub rejected: Option<std::collections::BTreeMap<String, u64>>,
+    /// Input packets the kernel dropped at the engine's full sockets, where the front says.
+    pub socket_drops: Option<u64>,
+}
+
+impl EngineCounts {
+    /// From one status of an engine, for its output `out`: the values of a frame are
+    /// `heaps_per_frame * spectra_per_heap * channels` per polarisation, and its saturation
+    /// counts are added where a frame is computed, as `frames.computed`.
+    pub fn of_status(st: &Status, out: &Output) -> Self {
+        let rejected = st.input.pols.iter().flat_map(|p| p.rejected.iter()).fold(
+            std::collections::BTreeMap::new(),
+            |mut by, (r, n)| {
+                *by.entry(r.clone()).or_insert(0) += *n;
+                by
+            },
+        );
+        Self {
+            newest_input: Some(
+                st.input
+                    .pols
+                    .iter()
+                    .map(|p| p.last_timestamp)
+                    .max()
+                    .unwrap_or(0),
+            ),
+            computed_through: Some(st.frames.last_timestamp),
+            sent_through: Some(out.last_timestamp),
+            missing_input: st.heaps_missing(),
+            skipped_output: out.heaps_skipped,
+            clamped: Some(Clamped {
+                clamped: [
+                    out.saturated.first().copied().unwrap_or(0),
+                    out.saturated.get(1).copied().unwrap_or(0),
+                ],
+                values: st.frames.computed
+                    * (out.heaps_per_frame * out.spectra_per_heap * out.channels) as u64,
+            }),
+            rejected: Some(rejected),
+            socket_drops: Some(st.input.pols.iter().map(|p| p.socket_drops).sum()),
+        }
+    }
+
+    /// From katgpucbf's Prometheus series of output `stream`: `fgpu_input_missing_heaps{pol}`,
+    /// `fgpu_output_skipped_heaps{stream}`, and where present `fgpu_output_clipped_samples
+    /// {stream, pol}` out of `fgpu_output_samples{stream}` (complex samples of both
+    /// polarisations: half of them per polarisation). katgpucbf adds both of the last where a
+    /// heap is sent, so that their ratio is exact at any moment.
+    pub fn of_katgpucbf_metrics(text: &str, stream: &str) -> Result<Self> {
+        let samples = parse_prometheus(text);
+        let of_stream = |s: &&Sample| label(&s.labels, "stream").is_none_or(|o| o == stream);
+        let sum = |name: &str, pol: Option<usize>| -> Option<f64> {
+            let mine: Vec<Sample> = samples
+                .iter()
+                .filter(of_stream)
+                .filter(|s| pol.is_none_or(|p| label(&s.labels, "pol") == Some(&p.to_string())))
+                .cloned()
+                .collect();
+            sum_matching(&mine, name)
+        };
+        let need = |name: &str| {
+            sum(name, None).ok_or_else(|| anyhow!("the engine's metrics have no {name} series"))
+        };
+        let clamped = match (
+            sum("fgpu_output_clipped_samples", Some(0)),
+            sum("fgpu_output_clipped_samples", Some(1)),
+            sum("fgpu_output_samples", None),
+        ) {
+            (Some(a), Some(b), Some(v)) => Some(Clamped {
+                clamped: [a as u64, b as u64],
+                values: v as u64 / 2,
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            newest_input: None,
+            computed_through: None,
+            sent_through: None,
+            missing_input: need("fgpu_input_missing_heaps")? as u64,
+            skipped_output: need("fgpu_output_skipped_heaps")? as u64,
+            clamped,
+            rejected: None,
+            socket_drops: None,
+        })
+    }
+}
+
+/// What an engine's front cannot do (katcp, as katgpucbf's fgpu, has no status; it loads delay
+/// models at Unix times only, so that a load at an ADC timestamp needs the ADC clock; its
+/// counters need its Prometheus metrics): what needs it says so in this sentence and is not run.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Unavailable(pub String);
@@ -413,9 +574,18 @@ pub trait EngineControl: Send + Sync {
     fn metrics(&self) -> Result<String>;
     fn gains(&self, output: Option<&str>) -> Result<Gains>;
     fn set_gains(&self, output: Option<&str>, req: &GainsRequest) -> Result<Gains>;
-    fn set_delays(&self, output: Option<&str>, req: &DelayRequest) -> Result<Delays>;
+    /// Loads delay models; a load at an ADC timestamp goes as a Unix time where the front takes
+    /// one, by `clock`.
+    fn set_delays(
+        &self,
+        output: Option<&str>,
+        req: &DelayRequest,
+        clock: Option<&Clock>,
+    ) -> Result<Delays>;
     /// The newest input timestamp received, either polarisation.
     fn newest_input(&self) -> Result<u64>;
+    /// The chosen output's counters, read at one moment ([`EngineCounts`]).
+    fn counts(&self, output: Option<&str>) -> Result<EngineCounts>;
     /// katgpucbf's `steady-state-timestamp`: heaps from this timestamp on reflect every request
     /// answered so far, where the front says (None over HTTP).
     fn steady_state(&self) -> Result<Option<u64>> {
@@ -458,8 +628,18 @@ impl EngineControl for HttpEngine {
         self.0
             .put_typed(&gains_path(output), req, "an F-engine's gains")
     }
-    fn set_delays(&self, _output: Option<&str>, req: &DelayRequest) -> Result<Delays> {
+    fn set_delays(
+        &self,
+        _output: Option<&str>,
+        req: &DelayRequest,
+        _clock: Option<&Clock>,
+    ) -> Result<Delays> {
         self.0.put_typed("/delays", req, "an F-engine's delays")
+    }
+    fn counts(&self, output: Option<&str>) -> Result<EngineCounts> {
+        let st = self.status()?;
+        let (_, out) = choose_output(&st, output)?;
+        Ok(EngineCounts::of_status(&st, out))
     }
     fn newest_input(&self) -> Result<u64> {
         let st = self.status()?;
@@ -480,6 +660,8 @@ pub struct Engine {
     /// The output this client reads and sets gains of; None until chosen (then gains go to
     /// `/gains`, the engine's output named wideband, and counters are not told apart).
     output: Option<String>,
+    /// The ADC clock, where known: a front that loads delay models at Unix times needs it.
+    clock: Option<Clock>,
 }
 
 impl Engine {
@@ -505,7 +687,13 @@ impl Engine {
             link,
             names,
             output: None,
+            clock: None,
         }
+    }
+    /// The ADC clock (dsim's sync time and rate, which the engine shares): a delay model loaded
+    /// at an ADC timestamp goes to a front that takes Unix times by it.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = Some(clock);
     }
     pub fn url(&self) -> &str {
         self.link.url()
@@ -580,7 +768,12 @@ impl Engine {
     }
     /// Loads delay models (katgpucbf's units); both polarisations' models now loaded.
     pub fn set_delays(&self, req: &DelayRequest) -> Result<Delays> {
-        self.link.set_delays(self.output.as_deref(), req)
+        self.link
+            .set_delays(self.output.as_deref(), req, self.clock.as_ref())
+    }
+    /// The chosen output's counters and the engine's progress, read at one moment.
+    pub fn counts(&self) -> Result<EngineCounts> {
+        self.link.counts(self.output.as_deref())
     }
     /// The newest input timestamp the engine has received.
     pub fn newest_input(&self) -> Result<u64> {
@@ -1225,6 +1418,77 @@ mod tests {
         );
         let err = format!("{:#}", Dsim::new(&url).status().unwrap_err());
         assert!(err.contains("dsim's status"), "{err}");
+    }
+
+    /// An ADC timestamp sent as a Unix time comes back within the float64 rounding (2 samples at
+    /// 16 Msample/s, 206 at MeerKAT's 1712), and the arithmetic is katgpucbf's (an engine given
+    /// the Unix time of the sample 1 s past the sync loads that sample).
+    #[test]
+    fn adc_timestamps_round_trip_through_unix_time() {
+        let slow = Clock {
+            sync_time: 1_765_000_000.0,
+            adc_rate: 16e6,
+        };
+        assert_eq!(slow.unix(16_000_000), 1_765_000_001.0);
+        assert_eq!(slow.timestamp(1_765_000_001.0), 16_000_000);
+        let meerkat = Clock {
+            sync_time: 1_765_000_000.0,
+            adc_rate: 1_712e6,
+        };
+        // Float64 seconds near 1.8e9 are 2.4e-7 s apart: half that, times the rate, at most.
+        for clock in [slow, meerkat] {
+            let bound = (1.2e-7 * clock.adc_rate).ceil() as i64;
+            let hour = clock.adc_rate as u64 * 3600;
+            let worst = (0..2000u64)
+                .map(|i| clock.round_trip_error(hour + i * 7919).abs())
+                .max()
+                .unwrap();
+            assert!(
+                worst > 0 && worst <= bound,
+                "{worst} samples, bound {bound}"
+            );
+        }
+    }
+
+    /// katgpucbf's Prometheus series: the chosen stream's counters, the input's of both pols,
+    /// the clipped samples out of half the complex samples (both pols); without the clip series,
+    /// no saturation counters; without the missing-heap series, an error.
+    #[test]
+    fn engine_counts_from_katgpucbfs_metrics() {
+        let text = "fgpu_input_missing_heaps_total{pol=\"0\"} 1\n\
+            fgpu_input_missing_heaps_total{pol=\"1\"} 3\n\
+            fgpu_output_skipped_heaps_total{stream=\"wideband\"} 5\n\
+            fgpu_output_skipped_heaps_total{stream=\"narrow\"} 50\n\
+            fgpu_output_samples_total{stream=\"wideband\"} 2000\n\
+            fgpu_output_samples_total{stream=\"narrow\"} 9000\n\
+            fgpu_output_clipped_samples_total{stream=\"wideband\",pol=\"0\"} 7\n\
+            fgpu_output_clipped_samples_total{stream=\"wideband\",pol=\"1\"} 9\n\
+            fgpu_output_clipped_samples_total{stream=\"narrow\",pol=\"1\"} 90\n";
+        let c = EngineCounts::of_katgpucbf_metrics(text, "wideband").unwrap();
+        assert_eq!((c.missing_input, c.skipped_output), (4, 5));
+        assert_eq!(
+            c.clamped,
+            Some(Clamped {
+                clamped: [7, 9],
+                values: 1000
+            })
+        );
+        assert_eq!(
+            (c.newest_input, c.computed_through, c.socket_drops),
+            (None, None, None)
+        );
+        let bare: String = text
+            .lines()
+            .filter(|l| !l.contains("clipped"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = EngineCounts::of_katgpucbf_metrics(&bare, "wideband").unwrap();
+        assert_eq!(c.clamped, None);
+        let err = EngineCounts::of_katgpucbf_metrics("up 1\n", "wideband").unwrap_err();
+        assert!(
+            err.to_string().contains("fgpu_input_missing_heaps"),
+            "{err}"
+        );
     }
 
     #[test]

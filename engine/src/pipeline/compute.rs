@@ -456,6 +456,7 @@ impl Compute {
                     for p in 0..POLS {
                         stats.saturated[p].fetch_add(out.saturated[p], Relaxed);
                     }
+                    stats.values.fetch_add(stats.frame_values, Relaxed);
                 }
                 self.stats.frames_computed.fetch_add(1, Relaxed);
                 self.stats

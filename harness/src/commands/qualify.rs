@@ -154,7 +154,7 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("creating {}", a.out_dir.display()))?;
     let mut sinks = None;
-    let s = bringup::setup(
+    let mut s = bringup::setup(
         &a.system,
         &a.system.backend,
         None,
@@ -237,6 +237,18 @@ pub fn run(a: QualifyArgs) -> Result<bool> {
         harness_version: env!("CARGO_PKG_VERSION").into(),
         band: Some(judged_band(&band, adc_rate, geometry.channels)),
     };
+    // The ADC clock the engine shares with dsim: an engine that loads delay models at Unix
+    // times (katcp) is sent the tests' ADC timestamps by it.
+    match s.services.dsim.sync_time() {
+        Ok(sync_time) => s.services.engine.set_clock(crate::control::Clock {
+            sync_time,
+            adc_rate,
+        }),
+        Err(e) => tracing::warn!(
+            "dsim's sync time is unknown ({e:#}): an engine that loads delay models at Unix times \
+             cannot be sent a load at an ADC timestamp"
+        ),
+    }
     // What to put back afterwards.
     let signal_before = s.services.dsim.status().ok().map(|d| d.signal);
     let gains_before = s.services.engine.gains().ok();

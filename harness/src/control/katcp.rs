@@ -1,9 +1,11 @@
 //! The engine and dsim over katcp (`katcp://HOST:PORT`), as katgpucbf's fgpu and dsim answer:
 //!
 //! - engine: `?gain STREAM INPUT [VALUES]`, `?gain-all STREAM VALUES`, `?delays STREAM START D0
-//!   D1`; the newest input timestamp from the `input{0,1}.rx.timestamp` sensors; its outputs
-//!   from the `STREAM.dither-seed` sensors; its counters from its Prometheus port (`--engine-
-//!   metrics-url`), under katgpucbf's names ([`CounterNames::katgpucbf`]). katgpucbf's fgpu has
+//!   D1` (a load at an ADC timestamp sent as the Unix time the ADC clock gives it, which the
+//!   engine turns back as katgpucbf does: [`Clock`]); the newest input timestamp from the
+//!   `input{0,1}.rx.timestamp` sensors; its outputs from the `STREAM.dither-seed` sensors; its
+//!   counters from its Prometheus port (`--engine-metrics-url`), under katgpucbf's names
+//!   ([`CounterNames::katgpucbf`], [`EngineCounts::of_katgpucbf_metrics`]). katgpucbf's fgpu has
 //!   no status: the output's geometry comes from the command line, and what needs the status
 //!   says so.
 //! - dsim: its sensors (`adc-sample-rate`, `sync-time`, ...). katgpucbf's dsim sets its rate at
@@ -23,7 +25,8 @@ use katcp_server::{Client, ClientError, Response};
 use serde_json::{Map, Value};
 
 use super::{
-    Client as HttpClient, CounterNames, DsimControl, EngineControl, SignalChange, Unavailable,
+    Client as HttpClient, Clock, CounterNames, DsimControl, EngineControl, EngineCounts,
+    SignalChange, Unavailable,
 };
 
 /// The scheme of a katcp front's URL.
@@ -301,21 +304,43 @@ impl EngineControl for KatcpEngine {
         self.gains(Some(&stream))
     }
 
-    fn set_delays(&self, output: Option<&str>, req: &DelayRequest) -> Result<Delays> {
+    fn set_delays(
+        &self,
+        output: Option<&str>,
+        req: &DelayRequest,
+        clock: Option<&Clock>,
+    ) -> Result<Delays> {
         let stream = self.stream(output)?;
         let (Some(d0), Some(d1)) = (&req.pol0, &req.pol1) else {
             bail!("katgpucbf's ?delays loads both inputs' models at once: give both");
         };
-        if req.load_timestamp.is_some() {
-            return Err(Unavailable(format!(
-                "katgpucbf's ?delays takes its start as a Unix time, not an ADC timestamp, and \
-                 the engine at {} is reached over katcp",
-                self.link.url
-            ))
-            .into());
-        }
-        // No load time: at once, which katgpucbf reads from a start time already past.
-        let start = req.load_time.unwrap_or_else(unix_now);
+        // katgpucbf's ?delays takes its start as a Unix time: an ADC timestamp goes by the
+        // clock, and the engine turns it back into round((start - sync) * rate), within
+        // [`Clock::round_trip_error`] samples of the timestamp asked for.
+        let start = match (req.load_timestamp, req.load_time) {
+            (Some(_), Some(_)) => bail!("give load_timestamp or load_time, not both"),
+            (Some(ts), None) => {
+                let Some(clock) = clock else {
+                    return Err(Unavailable(format!(
+                        "katgpucbf's ?delays takes its start as a Unix time, and the engine at {} \
+                         is reached over katcp with no ADC clock known to turn timestamp {ts} \
+                         into one (dsim's sync time and rate)",
+                        self.link.url
+                    ))
+                    .into());
+                };
+                let unix = clock.unix(ts);
+                tracing::debug!(
+                    "delay model for timestamp {ts} sent as Unix time {unix}: the engine loads it \
+                     {} samples off",
+                    clock.round_trip_error(ts)
+                );
+                unix
+            }
+            (None, Some(unix)) => unix,
+            // No load time: at once, which katgpucbf reads from a start time already past.
+            (None, None) => unix_now(),
+        };
         self.link.request(
             "delays",
             &[
@@ -329,6 +354,21 @@ impl EngineControl for KatcpEngine {
             pol0: self.pol_delay(&stream, 0)?,
             pol1: self.pol_delay(&stream, 1)?,
         })
+    }
+
+    fn counts(&self, output: Option<&str>) -> Result<EngineCounts> {
+        let stream = self.stream(output)?;
+        let Some(m) = &self.metrics else {
+            return Err(Unavailable(format!(
+                "the engine at {} is reached over katcp and its counters are Prometheus \
+                 metrics: give --engine-metrics-url (katgpucbf's --prometheus-port)",
+                self.link.url
+            ))
+            .into());
+        };
+        let text = m.get_text("/metrics")?;
+        EngineCounts::of_katgpucbf_metrics(&text, &stream)
+            .with_context(|| format!("the engine's metrics at {}", m.base))
     }
 
     fn newest_input(&self) -> Result<u64> {
@@ -388,6 +428,11 @@ impl DsimControl for KatcpDsim {
         let (v, _) = self.0.sensor("adc-sample-rate")?;
         v.parse()
             .with_context(|| format!("dsim's adc-sample-rate reads {v:?}"))
+    }
+    fn sync_time(&self) -> Result<f64> {
+        let (v, _) = self.0.sensor("sync-time")?;
+        v.parse()
+            .with_context(|| format!("dsim's sync-time reads {v:?}"))
     }
     fn set_rate(&self, _rate: f64) -> Result<()> {
         Err(self.cannot("sets its rate when it starts, with no request to change it"))

@@ -153,7 +153,12 @@ impl Bench {
     /// The first spectrum timestamp no engine frame computed before now can hold: a command
     /// sent now (gains) is in force from there on.
     pub fn after_now(&self) -> Result<Timestamp> {
-        let newest = self.newest_input()?;
+        // The engine's newest input, or dsim's newest timestamp where that is later: the engine
+        // cannot hold what dsim has not sent, and a front whose word lags (katcp's rx.timestamp
+        // sensor, sampled apart from the data) would otherwise put "now" in the past.
+        let engine = self.newest_input()?;
+        let dsim = self.services.dsim.status().map_or(0, |d| d.timestamp);
+        let newest = engine.max(dsim);
         // Spectra of a frame starting after `newest` have timestamps from newest - lag on; a
         // frame holding `newest` was not computed yet either, so two chunks on is safe. An engine
         // that says where its requests hold (katcp's steady state) is taken at its word too.
@@ -189,19 +194,38 @@ impl Bench {
     }
 
     /// Waits until the engine has computed every frame holding timestamp `t` (its counters then
-    /// cover everything before `t`).
+    /// cover everything before `t`). Where the engine says how far it has computed (HTTP's
+    /// status), by its word; where it does not (katcp), once the harness has received output
+    /// heaps two chunks past `t` in every substream: an engine computes its frames in order, and
+    /// counts a frame's values where it computes or sends it, before the heaps arrive here.
     pub fn wait_computed(&self, t: u64) -> Result<()> {
-        self.wait_input(t + self.geometry.chunk_samples as u64)?;
+        let chunk = self.geometry.chunk_samples as u64;
+        self.wait_input(t + chunk)?;
         let start = Instant::now();
-        while self.services.engine.status()?.frames.last_timestamp
-            < t + self.geometry.chunk_samples as u64
-        {
+        loop {
+            let done = match self.services.engine.counts()?.computed_through {
+                Some(c) => c >= t + chunk,
+                None => self.output_passed(t + 2 * chunk),
+            };
+            if done {
+                return Ok(());
+            }
             if start.elapsed() > Duration::from_secs(60) {
                 bail!("the engine computed no frame past timestamp {t} within a minute");
             }
             signals::sleep(Duration::from_millis(50)).map_err(|_| anyhow!("interrupted"))?;
         }
-        Ok(())
+    }
+
+    /// Whether the harness has received output heaps at or past timestamp `t` in every
+    /// substream.
+    pub fn output_passed(&self, t: u64) -> bool {
+        let snap = self.rx.snapshot();
+        !snap.substreams.is_empty()
+            && snap
+                .substreams
+                .iter()
+                .all(|s| s.newest_timestamp.is_some_and(|n| n >= t))
     }
 
     /// Sums `spectra` spectra from timestamp `from` on.

@@ -11,23 +11,26 @@ pub(super) const SATURATION: Check = Check {
     name: "saturation",
     title: "Saturation counters",
     requirement: "A tone driven into clipping makes the engine count clamped output values at the rate the harness sees them (within 5%); an undriven signal counts none.",
-    method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it computed, and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
+    method: "A tone of 1.5 full scale (the digitiser clips) at a gain that would put it at 400 counts; the engine's per-polarisation saturation counter over a stretch is divided by the values it counts it out of (its status; over katcp katgpucbf's Prometheus counters fgpu_output_clipped_samples and fgpu_output_samples), and compared with the fraction of values at the clamp the harness counts in the output. Then a tone at 50 counts: neither counts any. dsim's count of clipped input samples is reported.",
     run: saturation,
     needs_ddc: false,
 };
 
-/// The engine's saturation counters and the values it computed per polarisation (both counted
-/// where a frame is computed, so that their ratio needs no alignment with the output).
-fn engine_counts(b: &Bench) -> Result<([u64; 2], u64)> {
-    let st = b.services.engine.status()?;
-    let (_, out) = b.services.engine.output_in(&st)?;
-    let sat = [
-        out.saturated.first().copied().unwrap_or(0),
-        out.saturated.get(1).copied().unwrap_or(0),
-    ];
-    let values =
-        st.frames.computed * (out.heaps_per_frame * out.spectra_per_heap * out.channels) as u64;
-    Ok((sat, values))
+/// The engine's saturation counters and the values they count out of, per polarisation (both
+/// counted at one place, where a frame is computed or a heap sent, and read at one moment, so
+/// that their ratio needs no alignment with the output): from the status over HTTP, from
+/// katgpucbf's `fgpu_output_clipped_samples` and `fgpu_output_samples` over katcp. None where
+/// the engine does not count them, with the reason.
+fn engine_counts(b: &Bench) -> Result<Result<([u64; 2], u64), String>> {
+    let c = b.services.engine.counts()?;
+    Ok(c.clamped.map(|s| (s.clamped, s.values)).ok_or_else(|| {
+        format!(
+            "the engine at {} does not count its clamped output values with the values they \
+             are out of (over katcp: katgpucbf's fgpu_output_clipped_samples and \
+             fgpu_output_samples in its Prometheus metrics)",
+            b.services.engine.url()
+        )
+    }))
 }
 
 fn dsim_clipped(b: &Bench) -> Result<u64> {
@@ -55,10 +58,16 @@ fn saturation(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
         )?;
         b.wait_computed(from.max(gain_from) + g.window())?;
         let clipped0 = dsim_clipped(b)?;
-        let (sat0, values0) = engine_counts(b)?;
+        let (sat0, values0) = match engine_counts(b)? {
+            Ok(c) => c,
+            Err(why) => return Ok(Measured::not_run(why)),
+        };
         let start = b.after_now()?;
         let int = b.integrate(start, plan.spectra)?;
-        let (sat1, values1) = engine_counts(b)?;
+        let (sat1, values1) = match engine_counts(b)? {
+            Ok(c) => c,
+            Err(why) => return Ok(Measured::not_run(why)),
+        };
         let clipped = dsim_clipped(b)? - clipped0;
         let computed = values1.saturating_sub(values0).max(1) as f64;
         let seen = int.values.max(1) as f64;

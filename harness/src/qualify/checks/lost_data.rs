@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use fgpu_api::dsim::{FaultsRequest, PolFaults, Selector};
-use fgpu_api::engine::Status;
 
 use super::{plot, points};
+use crate::control::EngineCounts;
 use crate::gaps::outputs_hit;
 use crate::qualify::{Bench, Check, Measured, Plan};
 use crate::receive::Snapshot;
@@ -26,7 +26,7 @@ pub(super) const LOST_DATA: Check = Check {
     name: "lost-data",
     title: "Lost data",
     requirement: "Digitiser heaps dropped on purpose (one of polarisation 0, three of polarisation 1) remove exactly the output heaps the test bed's oracle predicts in every substream, and the engine counts exactly the heaps it missed.",
-    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap (a narrowband output's windows read (2nT - 1) D + L samples each, its spectra 2nD apart). The engine counts a missing heap where it prepares a frame and a skipped one where it sends: its missing count is read last while its input is still short of the first dropped heap and again once the frame of the last is computed, its skipped count last while its output is short of the heap before the first one predicted and again once the output has passed the last heap the drops touch, so that a loss in other frames stays out of the counts. Around that, dsim's skipped heaps and catch-ups, the engine's rejected packets by reason and socket drops, and the harness's own socket drops are read: where the counts are off and those show input or output lost besides the drops (a host that stalled), the attempt is reported with that loss and the measurement made once more; the second attempt is judged.",
+    method: "dsim's drop list names heaps about a second ahead; the harness's receiver tracks every substream's timestamps; the oracle (harness::gaps::outputs_hit, written from the signal path's definition, not the engine's code) predicts which output heaps' windows touch a dropped heap (a narrowband output's windows read (2nT - 1) D + L samples each, its spectra 2nD apart). The engine counts a missing heap where it prepares a frame and a skipped one where it sends: its missing count is read last while its input is still short of the first dropped heap and again once the frame of the last is computed, its skipped count last while its output is short of the heap before the first one predicted and again once the output has passed the last heap the drops touch, so that a loss in other frames stays out of the counts. An engine that does not say how far its input and output have got with its counters (katcp: katgpucbf's fgpu has them in sensors sampled apart from its Prometheus counters) has both counts read while dsim's newest timestamp, a chunk on, is short of the first dropped heap, and again once the harness has received output heaps two chunks past the last one's frame. Around that, dsim's skipped heaps and catch-ups, the engine's rejected packets by reason and socket drops (where its front says them), and the harness's own socket drops are read: where the counts are off and those show input or output lost besides the drops (a host that stalled), the attempt is reported with that loss and the measurement made once more; the second attempt is judged.",
     run: lost_data,
     needs_ddc: false,
 };
@@ -62,43 +62,41 @@ struct Disturbance {
     dsim_catch_ups: u64,
     /// Input packets the engine rejected, by reason (no buffer, too old, ...).
     engine_rejected: BTreeMap<String, u64>,
-    /// Input packets the kernel dropped at the engine's full receive sockets.
-    engine_socket_drops: u64,
+    /// Input packets the kernel dropped at the engine's full receive sockets, where its front
+    /// says (katcp, as katgpucbf's fgpu, does not).
+    engine_socket_drops: Option<u64>,
     /// Output packets the kernel dropped at the harness's full receive sockets.
     harness_socket_drops: u64,
 }
 
 impl Disturbance {
     fn between(
-        engine: (&Status, &Status),
+        engine: (&EngineCounts, &EngineCounts),
         dsim: (&fgpu_api::dsim::Status, &fgpu_api::dsim::Status),
         rx: (&Snapshot, &Snapshot),
     ) -> Self {
-        let rejected = |s: &Status| {
-            let mut by: BTreeMap<String, u64> = BTreeMap::new();
-            for p in &s.input.pols {
-                for (reason, n) in &p.rejected {
-                    *by.entry(reason.clone()).or_default() += n;
-                }
-            }
-            by
-        };
-        let (r0, r1) = (rejected(engine.0), rejected(engine.1));
-        let engine_rejected = r1
-            .into_iter()
-            .map(|(reason, n)| {
-                let d = n.saturating_sub(r0.get(&reason).copied().unwrap_or(0));
-                (reason, d)
+        let empty = BTreeMap::new();
+        let r0 = engine.0.rejected.as_ref().unwrap_or(&empty);
+        let engine_rejected = engine
+            .1
+            .rejected
+            .iter()
+            .flatten()
+            .map(|(reason, &n)| {
+                let d = n.saturating_sub(r0.get(reason).copied().unwrap_or(0));
+                (reason.clone(), d)
             })
             .filter(|&(_, d)| d > 0)
             .collect();
-        let socket = |s: &Status| s.input.pols.iter().map(|p| p.socket_drops).sum::<u64>();
         let harness = |s: &Snapshot| s.substreams.iter().map(|x| x.socket_drops).sum::<u64>();
         Self {
             dsim_skipped: dsim.1.heaps_skipped.saturating_sub(dsim.0.heaps_skipped),
             dsim_catch_ups: dsim.1.catch_ups.saturating_sub(dsim.0.catch_ups),
             engine_rejected,
-            engine_socket_drops: socket(engine.1).saturating_sub(socket(engine.0)),
+            engine_socket_drops: match (engine.0.socket_drops, engine.1.socket_drops) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            },
             harness_socket_drops: harness(rx.1).saturating_sub(harness(rx.0)),
         }
     }
@@ -107,7 +105,7 @@ impl Disturbance {
         self.dsim_skipped > 0
             || self.dsim_catch_ups > 0
             || !self.engine_rejected.is_empty()
-            || self.engine_socket_drops > 0
+            || self.engine_socket_drops.is_some_and(|n| n > 0)
             || self.harness_socket_drops > 0
     }
 
@@ -129,11 +127,8 @@ impl Disturbance {
         for (reason, n) in &self.engine_rejected {
             parts.push(format!("the engine rejected {n} input packets ({reason})"));
         }
-        if self.engine_socket_drops > 0 {
-            parts.push(format!(
-                "the engine's sockets dropped {} input packets",
-                self.engine_socket_drops
-            ));
+        if let Some(n) = self.engine_socket_drops.filter(|&n| n > 0) {
+            parts.push(format!("the engine's sockets dropped {n} input packets"));
         }
         if self.harness_socket_drops > 0 {
             parts.push(format!(
@@ -162,16 +157,18 @@ impl Disturbance {
                 "",
             ),
             Figure::info(
-                &format!("{prefix}engine: input packets its sockets dropped"),
-                self.engine_socket_drops as f64,
-                "packets",
-            ),
-            Figure::info(
                 &format!("{prefix}harness: output packets its sockets dropped"),
                 self.harness_socket_drops as f64,
                 "packets",
             ),
         ];
+        if let Some(n) = self.engine_socket_drops {
+            f.push(Figure::info(
+                &format!("{prefix}engine: input packets its sockets dropped"),
+                n as f64,
+                "packets",
+            ));
+        }
         for (reason, n) in &self.engine_rejected {
             f.push(Figure::info(
                 &format!("{prefix}engine: input packets rejected ({reason})"),
@@ -279,21 +276,12 @@ impl Attempt {
     }
 }
 
-/// The engine's newest input timestamp in a status.
-fn newest(s: &Status) -> u64 {
-    s.input
-        .pols
-        .iter()
-        .map(|p| p.last_timestamp)
-        .max()
-        .unwrap_or(0)
-}
-
 fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
     let g = b.geometry;
     let engine = &b.services.engine;
     let dsim_start = b.services.dsim.status()?;
-    let engine_start = engine.status()?;
+    // Before the drop list: these counts cannot hold the drops.
+    let engine_start = engine.counts()?;
     let rx_start = b.rx.snapshot();
     let hs = dsim_start.heap_samples as u64;
     let out_step = g.spectra_per_heap as u64 * g.step();
@@ -400,17 +388,18 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
                 .collect();
         }
     }
-    let skipped = |st: &Status| -> Result<u64> { Ok(engine.output_in(st)?.1.heaps_skipped) };
     let a = Attempt {
         substreams: reads.snap.substreams.len(),
         matched,
         predicted,
         engine_missing: reads
             .missing_after
-            .heaps_missing()
-            .saturating_sub(reads.missing_before.heaps_missing()),
-        engine_skipped: skipped(&reads.skipped_after)?
-            .saturating_sub(skipped(&reads.skipped_before)?),
+            .missing_input
+            .saturating_sub(reads.missing_before.missing_input),
+        engine_skipped: reads
+            .skipped_after
+            .skipped_output
+            .saturating_sub(reads.skipped_before.skipped_output),
         unpredicted,
         disturbance,
         plotted,
@@ -425,30 +414,38 @@ fn attempt(b: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Attempt> {
 
 /// The engine's counters around the drops: each read as close to them as is safe.
 struct Reads {
-    /// The latest status whose input is short of the first dropped heap.
-    missing_before: Status,
-    /// The latest status whose output is short of the heap before the first predicted one.
-    skipped_before: Status,
-    /// The first status in which the frame of the last dropped heap is computed.
-    missing_after: Status,
-    /// The status once the harness has seen the output pass the last heap the drops touch.
-    skipped_after: Status,
+    /// The latest counts read while the engine's input was short of the first dropped heap.
+    missing_before: EngineCounts,
+    /// The latest counts read while its output was short of the heap before the first
+    /// predicted (where the front says how far its output has got; else as `missing_before`).
+    skipped_before: EngineCounts,
+    /// The first counts read once the frame of the last dropped heap was computed.
+    missing_after: EngineCounts,
+    /// The counts once the harness has seen the output pass the last heap the drops touch.
+    skipped_after: EngineCounts,
     /// The harness's view then.
     snap: Snapshot,
 }
 
 /// With the drop list in force, reads the engine's counters as close to the drops as is safe.
-/// No engine can count heap k0 missing before a later heap has arrived, so a status whose newest
-/// input is short of it has not counted the drops; an output sends (or skips) its heaps in
-/// order, so a status whose newest output heap is short of the one before the first predicted
-/// has not counted their skips. Every loss before those reads, or after the frames and heaps
-/// the drops touch, stays out of the counts.
+/// No engine can count heap k0 missing before a later heap has arrived, so counts read while its
+/// newest input is short of it have not counted the drops; an output sends (or skips) its heaps
+/// in order, so counts read while its newest output heap is short of the one before the first
+/// predicted have not counted their skips. Every loss before those reads, or after the frames and
+/// heaps the drops touch, stays out of the counts.
+///
+/// How far the engine's input and output had got comes with the counts where the front says it
+/// (HTTP's status). Where it does not (katcp: katgpucbf's sensors are sampled apart from its
+/// Prometheus counters), dsim's newest timestamp read after the counts, and a chunk more, bounds
+/// the engine's input (it cannot have heaps dsim has not sent), and the skipped count is read
+/// with the missing one; the frame of the last drop is known computed once the harness has
+/// received output heaps two chunks past it (frames are computed in order).
 fn measure(
     b: &Bench,
     (k0, k1): (u64, u64),
     hs: u64,
     first_predicted: u64,
-    start: &Status,
+    start: &EngineCounts,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Reads> {
     let g = b.geometry;
@@ -458,27 +455,42 @@ fn measure(
     let span = g.heap_span();
     let hi = (k1 + 3) * hs + span;
     let limit = Duration::from_secs_f64(
-        3.0 * (hi.saturating_sub(newest(start))) as f64 / g.adc_rate + 30.0,
+        3.0 * (hi.saturating_sub(b.newest_input()?)) as f64 / g.adc_rate + 30.0,
     );
     let waited = Instant::now();
     let sleep = |ms| signals::sleep(Duration::from_millis(ms)).map_err(|_| anyhow!("interrupted"));
-    let sent = |st: &Status| -> Result<u64> { Ok(engine.output_in(st)?.1.last_timestamp) };
+    // The counts, and how far the engine's input can have got when they were read.
+    let read = || -> Result<(EngineCounts, u64)> {
+        let c = engine.counts()?;
+        let input = match c.newest_input {
+            Some(t) => t,
+            None => b.services.dsim.status()?.timestamp + chunk,
+        };
+        Ok((c, input))
+    };
     let first = k0 * hs;
     let output_guard = first_predicted.saturating_sub(out_step);
     let (mut missing_before, mut skipped_before) = (start.clone(), start.clone());
+    let (mut input_before, mut sent_before) = (None, None);
     let (mut input_done, mut output_done) = (false, false);
     while !(input_done && output_done) {
-        let st = engine.status()?;
+        let (c, input) = read()?;
         if !input_done {
-            input_done = newest(&st) >= first.saturating_sub(chunk / 4);
-            if newest(&st) < first {
-                missing_before = st.clone();
+            input_done = input >= first.saturating_sub(chunk / 4);
+            if input < first {
+                missing_before = c.clone();
+                input_before = Some(input);
             }
         }
         if !output_done {
-            output_done = sent(&st)? + 2 * out_step >= first_predicted;
-            if sent(&st)? < output_guard {
-                skipped_before = st;
+            let (done, short) = match c.sent_through {
+                Some(sent) => (sent + 2 * out_step >= first_predicted, sent < output_guard),
+                None => (input_done, input < first),
+            };
+            output_done = done;
+            if short {
+                sent_before = c.sent_through;
+                skipped_before = c;
             }
         }
         if waited.elapsed() > limit {
@@ -486,16 +498,29 @@ fn measure(
         }
         sleep(50)?;
     }
+    let short_of = |t: Option<u64>, of: u64| match t {
+        Some(t) => format!("{:.2} s", of.saturating_sub(t) as f64 / g.adc_rate),
+        None => "an unknown time".into(),
+    };
+    let output = match start.sent_through {
+        Some(_) => format!(
+            "its output {} short of the first heap predicted lost",
+            short_of(sent_before, first_predicted)
+        ),
+        None => "its skipped count read with the missing one".into(),
+    };
     progress(&format!(
-        "lost-data: the engine's counters read with its input {:.2} s short of the first drop and its output {:.2} s short of the first heap predicted lost",
-        (first - newest(&missing_before)) as f64 / g.adc_rate,
-        first_predicted.saturating_sub(sent(&skipped_before)?) as f64 / g.adc_rate
+        "lost-data: the engine's counters read with its input {}{} short of the first drop and {output}",
+        if start.newest_input.is_some() { "" } else { "at least " },
+        short_of(input_before, first),
     ));
     let last_chunk = ((k1 + 3) * hs - 1) / chunk * chunk;
     let missing_after = loop {
-        let st = engine.status()?;
-        if st.frames.last_timestamp >= last_chunk {
-            break st;
+        // The output's evidence is taken before the counts, so that it holds for them.
+        let passed = b.output_passed(last_chunk + 2 * chunk);
+        let c = engine.counts()?;
+        if c.computed_through.map_or(passed, |t| t >= last_chunk) {
+            break c;
         }
         if waited.elapsed() > limit {
             bail!("the engine computed no frame past timestamp {last_chunk} within {limit:?}");
@@ -520,7 +545,7 @@ fn measure(
         missing_before,
         skipped_before,
         missing_after,
-        skipped_after: engine.status()?,
+        skipped_after: engine.counts()?,
         snap,
     })
 }
@@ -559,7 +584,7 @@ mod tests {
         );
         for d in [
             Disturbance {
-                engine_socket_drops: 1,
+                engine_socket_drops: Some(1),
                 ..quiet()
             },
             Disturbance {

@@ -17,7 +17,7 @@ pub(super) const APPLICATION_TIME: Check = Check {
     name: "application-time",
     title: "Delay application time",
     requirement: "A delay model loaded for a future timestamp T takes effect at exactly the first spectrum whose timestamp is at or after T: every spectrum before it has the old model, every one from it the new. (katgpucbf: CBF-REQ-0077)",
-    method: "The same noise in both polarisations, no delay. A model for polarisation 1 (delay 2.25 samples, phase pi/2) is loaded for a timestamp a third of a spectrum past a spectrum boundary. Per spectrum, the cross-power of every channel is weighted by the conjugate of the new model's phase and summed: near its magnitude under the new model, near zero under the old one.",
+    method: "The same noise in both polarisations, no delay. A model for polarisation 1 (delay 2.25 samples, phase pi/2) is loaded for a timestamp half a spectrum past a spectrum boundary (an engine that takes its load time as a Unix time, as katgpucbf's over katcp, lands within a few samples of it, in the same spectrum). Per spectrum, the cross-power of every channel is weighted by the conjugate of the new model's phase and summed: near its magnitude under the new model, near zero under the old one.",
     run: application_time,
     needs_ddc: false,
 };
@@ -49,8 +49,11 @@ fn application_time(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> 
     b.set_gain(g.noise_gain(15.0, NOISE))?;
     let from = b.set_signal(vec![noise(NOISE, 501)], vec![noise(NOISE, 501)])?;
     let start = from.max(b.after_now()?);
-    // A third of a spectrum past a boundary, some spectra on.
-    let t_load = start + 16 * step + step / 3;
+    // Half a spectrum past a boundary, some spectra on: an engine that takes its load time as a
+    // Unix time (katgpucbf's ?delays) loads it within a few samples of this (float64 seconds:
+    // `Clock::round_trip_error`), far from either boundary, so the first spectrum with the new
+    // model is the same one.
+    let t_load = (start + 16 * step).div_ceil(step) * step + step / 2;
     let want = t_load.div_ceil(step) * step;
     // Across a wideband output the delay's turn spans several radians, so the old model
     // (nothing) sums to about zero against the new one's phases at P = pi/2. Across a narrowband
