@@ -365,6 +365,11 @@ pub struct Frames {
     pub processing_s_last: f64,
     /// The same, averaged over every frame computed (0 before the first).
     pub processing_s_mean: f64,
+    /// How many frames the backend holds at once. Above 1 the compute thread collects a frame
+    /// only when it needs its place, so the times above are how long frames queued, not how
+    /// long the backend worked (0: an engine that does not say).
+    #[serde(default)]
+    pub in_flight_max: u64,
 }
 
 /// A polarisation's delay model as loaded (units as katgpucbf: s, s/s, rad, rad/s).

@@ -252,6 +252,8 @@ pub struct Stats {
     pub pending_delays: [AtomicU64; POLS],
     /// Time from submitting a frame to the backend until its output is ready.
     pub chunk_time: Timing,
+    /// Frames the backend may hold at once (its `max_in_flight`), once the compute stage starts.
+    pub in_flight_max: AtomicU64,
     /// ADC timestamp of the chunk of the last frame computed, and its completion time (Unix ns).
     pub last_frame_timestamp: AtomicU64,
     pub last_frame_unix_ns: AtomicU64,

@@ -64,6 +64,15 @@ pub struct ComputePace {
     pub last_s: f64,
     /// Stream seconds per frame.
     pub frame_s: f64,
+    /// Frames the backend holds at once (1 for an engine that does not say). Above 1 the
+    /// times are how long frames queued behind one another, not the backend's work: the
+    /// compute thread collects a frame only when it needs its place.
+    #[serde(default = "one")]
+    pub in_flight: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl ComputePace {
@@ -84,6 +93,7 @@ impl ComputePace {
             mean_s: s.frames.processing_s_mean,
             last_s: s.frames.processing_s_last,
             frame_s,
+            in_flight: s.frames.in_flight_max.max(1),
         })
     }
 }
@@ -241,7 +251,14 @@ impl StallReport {
                 .collect();
             parts.push(format!("packets turned away: {}", why.join(", ")));
         }
-        if let Some(c) = &self.compute {
+        if let Some(c) = self.compute.as_ref().filter(|c| c.in_flight > 1) {
+            parts.push(format!(
+                "the backend's pace is not measured with {} frames in flight (a frame was collected {:.1} ms after hand-off on average, {:.1} ms of stream each)",
+                c.in_flight,
+                c.mean_s * 1e3,
+                c.frame_s * 1e3
+            ));
+        } else if let Some(c) = &self.compute {
             parts.push(format!(
                 "the backend took {:.1} ms a frame on average (latest {:.1}) for {:.1} ms of stream: {:.0}% of real time",
                 c.mean_s * 1e3,
@@ -381,6 +398,17 @@ mod tests {
                 "; packets turned away: no_buffer 12 (no free chunk: compute or send was \
                  behind); the backend took 1.1 ms a frame on average (latest 1.5) for 1.0 ms \
                  of stream: 105% of real time"
+            ),
+            "{}",
+            r.line()
+        );
+        // With frames in flight the times are queueing, not work: no pace is claimed.
+        s.frames.in_flight_max = 4;
+        let r = StallReport::from_status(&s).unwrap();
+        assert!(
+            r.line().ends_with(
+                "the backend's pace is not measured with 4 frames in flight (a frame was \
+                 collected 1.1 ms after hand-off on average, 1.0 ms of stream each)"
             ),
             "{}",
             r.line()

@@ -112,6 +112,7 @@ pub(super) fn build(
             last_unix_time: stats.last_frame_unix_ns.load(Relaxed) as f64 * 1e-9,
             processing_s_last: stats.chunk_time.last_ns.load(Relaxed) as f64 * 1e-9,
             processing_s_mean: stats.chunk_time.mean_seconds(),
+            in_flight_max: stats.in_flight_max.load(Relaxed),
         },
         delay_out_of_span: stats.delay_out_of_span.load(Relaxed),
         delays,

@@ -134,6 +134,9 @@ impl Compute {
         stop: Arc<AtomicBool>,
     ) -> Self {
         let slots = spec.slots;
+        stats
+            .in_flight_max
+            .store(backend.max_in_flight().max(1) as u64, Relaxed);
         Self {
             backend,
             slots,
