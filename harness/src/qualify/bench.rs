@@ -210,12 +210,21 @@ impl Bench {
         self.integrate_window(from, to)
     }
 
-    /// Sums the spectra with timestamps in `[from, to)`, waiting until all have arrived.
+    /// Sums the spectra with timestamps in `[from, to)`, waiting until all have arrived (in every
+    /// substream: the sums are over the heaps all of them delivered).
     pub fn integrate_window(&self, from: Timestamp, to: Timestamp) -> Result<Integration> {
         self.spectra.arm(from, to);
         let want = (to - from) / self.geometry.step();
         self.wait(from, to, || self.spectra.spectra() >= want)?;
-        Ok(self.spectra.take())
+        let int = self.spectra.take();
+        if int.left_out > 0 {
+            tracing::warn!(
+                "spectra {from}..{to}: {} spectra that some substreams delivered but not all were left out, so that every channel sums the same {}",
+                int.left_out,
+                int.spectra
+            );
+        }
+        Ok(int)
     }
 
     /// Per spectrum in `[from, to)`: the cross sum weighted per channel, and channel `probe`.
