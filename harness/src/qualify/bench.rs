@@ -91,6 +91,17 @@ impl Geometry {
     }
 }
 
+/// A window of spectra the output moved past with fewer than half of them received: heaps were
+/// lost on the way (a stalled host), and the window cannot be judged.
+#[derive(Debug, thiserror::Error)]
+#[error("the engine's output moved past spectra {from}..{to} with only {got} of {want} of them received: heaps were lost")]
+pub struct LostWindow {
+    pub from: u64,
+    pub to: u64,
+    pub got: u64,
+    pub want: u64,
+}
+
 pub struct Bench {
     pub services: Services,
     pub rx: Receiver,
@@ -268,9 +279,13 @@ impl Bench {
                     return Ok(());
                 }
                 let _ = self.spectra.take();
-                bail!(
-                    "the engine's output moved past spectra {from}..{to} with only {got} of {want} of them received: heaps were lost"
-                );
+                return Err(LostWindow {
+                    from,
+                    to,
+                    got,
+                    want,
+                }
+                .into());
             }
             if start.elapsed() > limit {
                 let got = self.spectra.spectra();
