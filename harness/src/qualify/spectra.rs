@@ -1,8 +1,12 @@
 //! The suite's view of the engine's output: per channel and polarisation the power, and per
 //! channel the cross-power of the polarisations, summed over spectra whose timestamps fall in a
 //! window; optionally a trace, one entry per spectrum. Each substream keeps its own sums (its
-//! own lock), so the receive threads never wait on each other. The values are read in the
-//! engine's output format, 8-bit or 4-bit ([`crate::feng_raw`]).
+//! own lock), heap by heap, so the receive threads never wait on each other; the band is
+//! assembled from the heaps every substream delivered, so that every channel sums the same
+//! spectra (a heap lost in one substream alone is left out of the others too: summed, it would
+//! give that substream's channels another mean time, and under a delay or phase rate another
+//! phase, than the rest of the band). The values are read in the engine's output format, 8-bit
+//! or 4-bit ([`crate::feng_raw`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -19,18 +23,20 @@ pub struct Integration {
     pub power: [Vec<f64>; 2],
     /// Sum of x1 conj(x0) per channel: its phase is pol1's phase minus pol0's.
     pub cross: Vec<Complex64>,
-    /// Spectra summed: the fewest any substream saw (every channel has at least this many).
+    /// Spectra summed, the same in every channel: those every substream delivered.
     pub spectra: u64,
-    /// Spectra summed per channel (its substream's count: a heap lost on the way leaves one
-    /// substream short).
+    /// Spectra summed per channel (all equal to `spectra`).
     pub counts: Vec<u64>,
+    /// Spectra of the window some substream delivered but not every one, left out of the sums
+    /// (per substream: a heap lost in one substream leaves out its spectra in the others).
+    pub left_out: u64,
     /// Values with a component at the clamp (+-127 for 8-bit output, +-7 for 4-bit), per
     /// polarisation.
     pub saturated: [u64; 2],
     /// Values seen per polarisation (channels x spectra over every substream).
     pub values: u64,
-    /// The mean timestamp of the spectra summed, over every substream (None if none): where a
-    /// heap went missing, not the window's middle.
+    /// The mean timestamp of the spectra summed (None if none): where a heap went missing, not
+    /// the window's middle.
     pub mean_timestamp: Option<f64>,
 }
 
@@ -81,11 +87,9 @@ struct TraceSpec {
     probe: usize,
 }
 
-#[derive(Debug, Default)]
-struct Part {
-    armed: bool,
-    from: u64,
-    to: u64,
+/// One substream's sums over the window's spectra of one heap.
+#[derive(Debug)]
+struct HeapSums {
     power: [Vec<f64>; 2],
     cross: Vec<Complex64>,
     spectra: u64,
@@ -93,8 +97,23 @@ struct Part {
     since_from: u128,
     saturated: [u64; 2],
     values: u64,
+}
+
+#[derive(Debug, Default)]
+struct Part {
+    armed: bool,
+    from: u64,
+    to: u64,
+    /// By the heap's timestamp.
+    heaps: BTreeMap<u64, HeapSums>,
     trace: Option<TraceSpec>,
     points: BTreeMap<u64, TracePoint>,
+}
+
+impl Part {
+    fn spectra(&self) -> u64 {
+        self.heaps.values().map(|h| h.spectra).sum()
+    }
 }
 
 /// A [`HeapSink`] that integrates the whole band, substream by substream.
@@ -154,51 +173,77 @@ impl Spectra {
                 armed: true,
                 from,
                 to,
-                power: [vec![0.0; self.per_substream], vec![0.0; self.per_substream]],
-                cross: vec![Complex64::default(); self.per_substream],
                 trace: trace.clone(),
                 ..Part::default()
             };
         }
     }
 
-    /// Spectra summed so far (the fewest of any substream).
-    pub fn spectra(&self) -> u64 {
-        (0..self.parts.len())
-            .map(|i| self.lock(i).spectra)
-            .min()
-            .unwrap_or(0)
+    /// The heaps every substream has summed so far (their timestamps), and each substream's
+    /// count of spectra summed.
+    fn common(&self) -> (Vec<u64>, Vec<u64>) {
+        let mut common: Option<Vec<u64>> = None;
+        let mut spectra = Vec::with_capacity(self.parts.len());
+        for i in 0..self.parts.len() {
+            let p = self.lock(i);
+            spectra.push(p.spectra());
+            common = Some(match common {
+                None => p.heaps.keys().copied().collect(),
+                Some(c) => c.into_iter().filter(|t| p.heaps.contains_key(t)).collect(),
+            });
+        }
+        (common.unwrap_or_default(), spectra)
     }
 
-    /// Stops summing and returns the sums of the whole band.
+    /// Spectra summed so far that every substream delivered.
+    pub fn spectra(&self) -> u64 {
+        let (common, _) = self.common();
+        let p = self.lock(0);
+        common
+            .iter()
+            .filter_map(|t| p.heaps.get(t))
+            .map(|h| h.spectra)
+            .sum()
+    }
+
+    /// Stops summing and returns the sums of the whole band over the heaps every substream
+    /// delivered.
     pub fn take(&self) -> Integration {
+        let n = self.per_substream;
         let mut out = Integration {
             power: [vec![0.0; self.channels], vec![0.0; self.channels]],
             cross: vec![Complex64::default(); self.channels],
-            spectra: u64::MAX,
             counts: vec![0; self.channels],
             ..Integration::default()
         };
-        let (mut since_from, mut spectra, mut from) = (0u128, 0u64, 0u64);
-        for i in 0..self.parts.len() {
+        let (common, each) = self.common();
+        let (mut since_from, mut from) = (0u128, 0u64);
+        for (i, delivered) in each.into_iter().enumerate() {
             let mut p = self.lock(i);
             p.armed = false;
-            (since_from, spectra, from) = (since_from + p.since_from, spectra + p.spectra, p.from);
-            let c0 = i * self.per_substream;
-            for pol in 0..2 {
-                out.power[pol][c0..c0 + self.per_substream].copy_from_slice(&p.power[pol]);
-                out.saturated[pol] += p.saturated[pol];
+            from = p.from;
+            let c0 = i * n;
+            let mut spectra = 0;
+            for h in common.iter().filter_map(|t| p.heaps.get(t)) {
+                for pol in 0..2 {
+                    let sum = &mut out.power[pol][c0..c0 + n];
+                    sum.iter_mut().zip(&h.power[pol]).for_each(|(s, x)| *s += x);
+                    out.saturated[pol] += h.saturated[pol];
+                }
+                let sum = &mut out.cross[c0..c0 + n];
+                sum.iter_mut().zip(&h.cross).for_each(|(s, x)| *s += x);
+                out.values += h.values;
+                spectra += h.spectra;
+                if i == 0 {
+                    since_from += h.since_from;
+                }
             }
-            out.cross[c0..c0 + self.per_substream].copy_from_slice(&p.cross);
-            out.counts[c0..c0 + self.per_substream].fill(p.spectra);
-            out.spectra = out.spectra.min(p.spectra);
-            out.values += p.values;
+            out.counts[c0..c0 + n].fill(spectra);
+            out.spectra = spectra;
+            out.left_out += delivered - spectra;
         }
-        if out.spectra == u64::MAX {
-            out.spectra = 0;
-        }
-        if spectra > 0 {
-            out.mean_timestamp = Some(from as f64 + since_from as f64 / spectra as f64);
+        if out.spectra > 0 {
+            out.mean_timestamp = Some(from as f64 + since_from as f64 / out.spectra as f64);
         }
         out
     }
@@ -246,6 +291,14 @@ impl HeapSink for Spectra {
         }
         let complex = |v: [i32; 2]| Complex64::new(f64::from(v[0]), f64::from(v[1]));
         let part = &mut *p;
+        let sums = part.heaps.entry(timestamp).or_insert_with(|| HeapSums {
+            power: [vec![0.0; n], vec![0.0; n]],
+            cross: vec![Complex64::default(); n],
+            spectra: 0,
+            since_from: 0,
+            saturated: [0; 2],
+            values: 0,
+        });
         let mut counted = 0u64;
         for c in 0..n {
             let block = &data[c * spectra * bytes..(c + 1) * spectra * bytes];
@@ -255,12 +308,12 @@ impl HeapSink for Spectra {
                 }
                 let [v0, v1] = bits.decode(x);
                 let (x0, x1) = (complex(v0), complex(v1));
-                part.power[0][c] += x0.norm_sqr();
-                part.power[1][c] += x1.norm_sqr();
+                sums.power[0][c] += x0.norm_sqr();
+                sums.power[1][c] += x1.norm_sqr();
                 let cross = x1 * x0.conj();
-                part.cross[c] += cross;
-                part.saturated[0] += u64::from(bits.at_limit(v0));
-                part.saturated[1] += u64::from(bits.at_limit(v1));
+                sums.cross[c] += cross;
+                sums.saturated[0] += u64::from(bits.at_limit(v0));
+                sums.saturated[1] += u64::from(bits.at_limit(v1));
                 counted += 1;
                 if let Some(spec) = &part.trace {
                     let t = timestamp + s as u64 * step;
@@ -281,10 +334,10 @@ impl HeapSink for Spectra {
                 }
             }
         }
-        part.values += counted;
+        sums.values += counted;
         for s in (0..spectra).filter(|&s| in_window(s)) {
-            part.spectra += 1;
-            part.since_from += u128::from(timestamp + s as u64 * step - from);
+            sums.spectra += 1;
+            sums.since_from += u128::from(timestamp + s as u64 * step - from);
         }
     }
 }
@@ -335,9 +388,10 @@ mod tests {
         assert_eq!(sp.take().spectra, 4);
     }
 
-    /// A heap lost in one substream moves the mean timestamp of what was summed.
+    /// A heap lost in one substream is left out of every substream: each channel sums the same
+    /// spectra, and the mean timestamp is theirs.
     #[test]
-    fn the_mean_timestamp_is_of_the_spectra_summed() {
+    fn a_heap_lost_in_one_substream_is_left_out_of_all() {
         let sp = Spectra::new(8, 2, OutputBits::Eight);
         sp.arm(32, 96);
         assert_eq!(sp.take().mean_timestamp, None);
@@ -346,10 +400,50 @@ mod tests {
             sp.heap(0, 0, t, &heap(4, 4));
         }
         sp.heap(1, 4, 0, &heap(4, 4)); // the second substream's heap at 64 is lost
+        assert_eq!(sp.spectra(), 2);
         let i = sp.take();
-        assert_eq!(i.spectra, 2);
-        // (32 + 48 + 64 + 80 + 32 + 48) / 6, from 32 on.
-        assert_eq!(i.mean_timestamp, Some(32.0 + 112.0 / 6.0));
+        assert_eq!((i.spectra, i.left_out), (2, 2));
+        assert_eq!(i.counts, vec![2; 8]);
+        // Spectra 32 and 48 (j = 2, 3) in both substreams: channel 3 and 7 alike.
+        assert_eq!(i.power[0][3], 2.0 * 9.0 + 4.0 + 9.0);
+        assert_eq!(i.power[0][7], i.power[0][3]);
+        assert_eq!(i.values, 16);
+        assert_eq!(i.mean_timestamp, Some(40.0));
+    }
+
+    /// Heaps lost in different substreams: the band is the sum over the heaps all delivered,
+    /// exactly as if only those had been sent.
+    #[test]
+    fn the_band_sums_the_heaps_every_substream_delivered() {
+        let (lossy, clean) = (
+            Spectra::new(8, 2, OutputBits::Eight),
+            Spectra::new(8, 2, OutputBits::Eight),
+        );
+        lossy.arm(0, 256);
+        clean.arm(0, 256);
+        // Heaps of 4 spectra, 16 samples apart, at 0, 64, 128 and 192; the first substream
+        // loses the heap at 64, the second the one at 192.
+        for t in [0, 64, 128, 192] {
+            let d: Vec<u8> = heap(4, 4)
+                .iter()
+                .map(|&v| v.wrapping_add(t as u8))
+                .collect();
+            if t != 64 {
+                lossy.heap(0, 0, t, &d);
+            }
+            if t != 192 {
+                lossy.heap(1, 4, t, &d);
+            }
+            if t == 0 || t == 128 {
+                clean.heap(0, 0, t, &d);
+                clean.heap(1, 4, t, &d);
+            }
+        }
+        let (a, b) = (lossy.take(), clean.take());
+        assert_eq!((a.spectra, a.left_out), (8, 8));
+        assert_eq!((a.power, a.cross, a.counts), (b.power, b.cross, b.counts));
+        assert_eq!(a.mean_timestamp, b.mean_timestamp);
+        assert_eq!(a.mean_timestamp, Some(88.0));
     }
 
     /// A narrowband output's spectra are 2nD samples apart: a heap's spectra are timed so.

@@ -42,14 +42,17 @@ fn gains(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
         .iter()
         .map(|w| Complex64::new(w[0] as f64, w[1] as f64) / g0)
         .collect();
-    b.set_signal(vec![noise(NOISE, 303)], vec![noise(NOISE, 303)])?;
-    // The values the engine keeps (float32), so that what is judged is what was loaded.
-    let from = b.set_gains(&GainsRequest {
-        pol0: Some(Gain::Real(g0)),
-        pol1: Some(Gain::PerChannel(
-            pol1.iter().map(|w| [w[0] as f64, w[1] as f64]).collect(),
-        )),
-    })?;
+    let signal_from = b.set_signal(vec![noise(NOISE, 303)], vec![noise(NOISE, 303)])?;
+    // The values the engine keeps (float32), so that what is judged is what was loaded; summed
+    // from where both the gains and the signal hold (dsim's switch can come after the gains').
+    let from = b
+        .set_gains(&GainsRequest {
+            pol0: Some(Gain::Real(g0)),
+            pol1: Some(Gain::PerChannel(
+                pol1.iter().map(|w| [w[0] as f64, w[1] as f64]).collect(),
+            )),
+        })?
+        .max(signal_from);
     progress("gains: random gains loaded; integrating");
     // The worst of every channel's phase is judged: with the noise at 12 counts rms, 500
     // spectra left the worst of 4096 channels within a few hundredths of a degree of the 0.5

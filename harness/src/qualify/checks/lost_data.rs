@@ -55,7 +55,7 @@ fn lost_data(b: &Bench, _plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<
 /// What was lost around one attempt besides the heaps dropped on purpose, from the counters of
 /// the programs that lose it.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Disturbance {
+pub(super) struct Disturbance {
     /// Heaps dsim never sent: its senders fell too far behind.
     dsim_skipped: u64,
     /// Stalls dsim's senders made up by sending late, in a burst.
@@ -101,7 +101,7 @@ impl Disturbance {
         }
     }
 
-    fn any(&self) -> bool {
+    pub(super) fn any(&self) -> bool {
         self.dsim_skipped > 0
             || self.dsim_catch_ups > 0
             || !self.engine_rejected.is_empty()
@@ -110,7 +110,7 @@ impl Disturbance {
     }
 
     /// One phrase: what was lost, or that nothing was.
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.dsim_skipped > 0 {
             parts.push(format!(
@@ -144,7 +144,7 @@ impl Disturbance {
     }
 
     /// The evidence as figures, reported, not judged.
-    fn figures(&self, prefix: &str) -> Vec<Figure> {
+    pub(super) fn figures(&self, prefix: &str) -> Vec<Figure> {
         let mut f = vec![
             Figure::info(
                 &format!("{prefix}dsim: heaps skipped (it fell behind)"),
@@ -177,6 +177,34 @@ impl Disturbance {
             ));
         }
         f
+    }
+}
+
+/// What dsim, the engine and the harness had counted lost at one moment: read before and after
+/// a measurement, the [`Disturbance`] between.
+pub(super) struct LossCounters {
+    engine: Status,
+    dsim: fgpu_api::dsim::Status,
+    rx: Snapshot,
+}
+
+impl LossCounters {
+    pub(super) fn read(b: &Bench) -> Result<Self> {
+        Ok(Self {
+            dsim: b.services.dsim.status()?,
+            engine: b.services.engine.status()?,
+            rx: b.rx.snapshot(),
+        })
+    }
+
+    /// What was lost from this reading to now.
+    pub(super) fn since(&self, b: &Bench) -> Result<Disturbance> {
+        let now = Self::read(b)?;
+        Ok(Disturbance::between(
+            (&self.engine, &now.engine),
+            (&self.dsim, &now.dsim),
+            (&self.rx, &now.rx),
+        ))
     }
 }
 
