@@ -7,6 +7,7 @@
 #   scripts/gpu-checks.sh net OUT         (GPU host) loopback transport, dsim and harness-receive benches
 #   scripts/gpu-checks.sh system OUT      (GPU host) max-rate search (cuda vs null), channel response
 #   scripts/gpu-checks.sh qualify OUT     (GPU host) the whole qualification suite, cuda, 32768 channels
+#   scripts/gpu-checks.sh qualify-nb OUT  (GPU host) the same on a narrowband and a no-discard output
 #
 # Each phase writes one log per step into OUT and keeps going past a failed step (the summary at the
 # end lists the exit status of each), so that one run on the GPU host gives every figure it can.
@@ -135,6 +136,12 @@ phase_qualify() {
     --out-dir "$out/qualify"
 }
 
+phase_qualify-nb() {
+  # Both narrowband kinds at 8192 channels beside 32768 wideband, side by side (about 10 minutes:
+  # the no-discard filter response takes one alias tone a round).
+  step qualify-nb 900 harness/scripts/qualify-narrowband.sh "$carry" "$out/qualify-nb"
+}
+
 phase=${1:-}
 out=${2:-gpu-checks-out}
 # Where the staged test executables expect dsim, fengine and harness: the build's target folder as
@@ -142,11 +149,11 @@ out=${2:-gpu-checks-out}
 repo_target=${REPO_TARGET:-$(cat "$carry/target-dir" 2>/dev/null || echo "$PWD/target/release")}
 case $phase in
   stage) stage ;;
-  gpu | net | system | response | qualify)
+  gpu | net | system | response | qualify | qualify-nb)
     mkdir -p "$out"
     host_setup
     "phase_$phase"
     summary
     ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac
