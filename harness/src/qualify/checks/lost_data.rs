@@ -183,7 +183,7 @@ impl Disturbance {
 /// What dsim, the engine and the harness had counted lost at one moment: read before and after
 /// a measurement, the [`Disturbance`] between.
 pub(super) struct LossCounters {
-    engine: Status,
+    engine: EngineCounts,
     dsim: fgpu_api::dsim::Status,
     rx: Snapshot,
 }
@@ -192,7 +192,7 @@ impl LossCounters {
     pub(super) fn read(b: &Bench) -> Result<Self> {
         Ok(Self {
             dsim: b.services.dsim.status()?,
-            engine: b.services.engine.status()?,
+            engine: b.services.engine.counts()?,
             rx: b.rx.snapshot(),
         })
     }
