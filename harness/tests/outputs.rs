@@ -12,6 +12,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use harness::control::{CounterNames, Dsim, Engine};
@@ -69,8 +70,17 @@ struct Out {
     tone_channel: f64,
 }
 
+/// Each test here runs a whole system (dsim, an engine of several outputs, the harness) at a
+/// rate that fills a 2-core host: two at once lose heaps to each other, so they take turns.
+static ONE_SYSTEM: Mutex<()> = Mutex::new(());
+
+fn one_system() -> MutexGuard<'static, ()> {
+    ONE_SYSTEM.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn watch_checks_the_output_it_is_told_of_an_engine_of_three() {
+    let _turn = one_system();
     let Some((dsim_bin, fengine_bin)) = binaries() else {
         return;
     };
@@ -329,6 +339,7 @@ struct Qualified {
 /// `harness qualify --quick --output NAME` with `extra` arguments against them by URL. None when
 /// the binaries are not built.
 fn qualify_beside_wideband(name: &str, narrowband: &str, extra: &[&str]) -> Option<Qualified> {
+    let _turn = one_system();
     let (dsim_bin, fengine_bin) = binaries()?;
     let dir: PathBuf =
         std::env::temp_dir().join(format!("harness-qualify-{name}-{}", std::process::id()));
