@@ -351,14 +351,27 @@ fn once_more(
     Ok(m)
 }
 
-fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+/// One attempt of a rate check, from its setup.
+type RateAttempt = fn(&Bench, &Plan, &Setup, &mut dyn FnMut(&str)) -> Result<Measured>;
+
+/// A rate check: the delay test's setup, then the attempt, measured once more where a window
+/// was lost.
+fn rate_check(
+    b: &Bench,
+    plan: &Plan,
+    name: &str,
+    progress: &mut dyn FnMut(&str),
+    attempt: RateAttempt,
+) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
         Err(why) => return Ok(Measured::not_run(why.to_string())),
     };
-    once_more(b, "delay-rate", progress, |progress| {
-        delay_rate_attempt(b, plan, &s, progress)
-    })
+    once_more(b, name, progress, |progress| attempt(b, plan, &s, progress))
+}
+
+fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
+    rate_check(b, plan, "delay-rate", progress, delay_rate_attempt)
 }
 
 fn delay_rate_attempt(
@@ -423,13 +436,7 @@ fn delay_rate_attempt(
 }
 
 fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    let s = match prepare(b)? {
-        Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why.to_string())),
-    };
-    once_more(b, "phase-rate", progress, |progress| {
-        phase_rate_attempt(b, plan, &s, progress)
-    })
+    rate_check(b, plan, "phase-rate", progress, phase_rate_attempt)
 }
 
 fn phase_rate_attempt(
