@@ -15,12 +15,32 @@
 # FARGS (extra engine arguments) defaults to a receive window of 0.5 s: at 3.8 Gsample/s on a
 # 16-core H100 host heaps arrived up to 103 ms behind the newest of their polarisation, twice the
 # default window (docs/performance.md, "Rates that hold"); FARGS="" gives the default back.
+# ENGINE_CORES and OTHER_CORES (taskset lists, both or neither) split the host: the engine runs on
+# ENGINE_CORES, dsim and the harness on OTHER_CORES; put the engine's placement flags (for example
+# --src-affinity and --dst-affinity within ENGINE_CORES, --lock-memory) in FARGS.
 # Writes OUT_DIR/soak/{soak.json,soak-rss.svg,soak-growth.svg}; exits 0 when the soak passed.
 set -euo pipefail
 bin=${1:-target/release}
 out=${2:-harness-soak-gpu}
 shift $(( $# < 2 ? $# : 2 ))
 mkdir -p "$out"
+
+if [ -n "${ENGINE_CORES:-}${OTHER_CORES:-}" ]; then
+  : "${ENGINE_CORES:?ENGINE_CORES and OTHER_CORES go together}" "${OTHER_CORES:?ENGINE_CORES and OTHER_CORES go together}"
+  # The harness starts dsim and the engine itself: wrappers give each its cores (a child inherits
+  # the harness's, so the engine's must be set again, wider).
+  real=$(cd "$bin" && pwd) bin="$out/bin"
+  mkdir -p "$bin"
+  for prog in dsim fengine; do
+    cores=$OTHER_CORES
+    [ $prog = fengine ] && cores=$ENGINE_CORES
+    printf '#!/bin/sh\nexec taskset -c %s %s/%s "$@"\n' "$cores" "$real" "$prog" > "$bin/$prog"
+    chmod +x "$bin/$prog"
+  done
+  ln -sf "$real/harness" "$bin/harness"
+  echo "== engine on cores $ENGINE_CORES, dsim and the harness on $OTHER_CORES"
+  exec taskset -c "$OTHER_CORES" env -u ENGINE_CORES -u OTHER_CORES "$0" "$bin" "$out" "$@"
+fi
 
 # 12+ GB/s through loopback needs socket buffers far above the 4 MiB default (root only).
 sysctl -q -w net.core.rmem_max=268435456 net.core.wmem_max=268435456 \
