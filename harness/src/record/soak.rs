@@ -43,6 +43,23 @@ pub struct SoakSample {
     /// What could not be read at this sample, one sentence each.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub errors: Vec<String>,
+    /// The harness's host's CPU since the previous sample (absent at the first, or where the
+    /// host's `/proc/stat` could not be read).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub host: Option<HostCpu>,
+}
+
+/// A host's CPU over an interval, as average cores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostCpu {
+    /// Everything but idle and I/O wait, kernel work and steal included.
+    pub busy: f64,
+    /// Time the hypervisor gave the host's virtual CPUs to something else: every thread on
+    /// such a CPU stands still, and neither the engine's scheduler statistics nor any process's
+    /// CPU time can see it.
+    pub steal: f64,
+    /// Cores the host has.
+    pub cores: usize,
 }
 
 /// How a soak is judged.

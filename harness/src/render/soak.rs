@@ -57,8 +57,14 @@ impl SampleLines {
                 opt(p.threads)
             ));
         }
+        let host = s.host.map_or(String::new(), |h| {
+            format!(
+                " | host {:.1} of {} (steal {:.2})",
+                h.busy, h.cores, h.steal
+            )
+        });
         format!(
-            "[{:>9}] {:.4} Gsample/s  {}  {}{}",
+            "[{:>9}] {:.4} Gsample/s  {}  {}{host}{}",
             when(s.elapsed_s),
             s.received_rate / 1e9,
             if lost.is_empty() {
@@ -117,6 +123,9 @@ pub fn summary(r: &SoakReport) -> String {
     let stalls = r.watch.as_ref().and_then(|w| w.stalls.as_ref());
     if let Some(s) = stalls.filter(|_| !r.pass) {
         out.push_str(&format!("engine stalls: {}\n", s.line()));
+    }
+    if let Some(h) = crate::soak::host::over_soak(&r.samples) {
+        out.push_str(&format!("{}\n", h.line()));
     }
     out
 }

@@ -3,6 +3,7 @@
 //! loss counter once an interval ([`sample`]). At the end the samples are judged ([`verdict`]).
 //! Nothing here prints: the caller gets each sample as it is taken.
 
+pub mod host;
 pub mod risk;
 pub mod sample;
 pub mod verdict;
@@ -13,8 +14,9 @@ use std::time::Duration;
 
 use crate::content::Verdict;
 use crate::control::{Dsim, Engine};
+use crate::cpu::CpuTimes;
 use crate::feed::{Next, Reader};
-use crate::record::soak::SoakSample;
+use crate::record::soak::{HostCpu, SoakSample};
 use crate::record::WatchInterval;
 use sample::{ContentMisses, Reading};
 
@@ -61,6 +63,8 @@ pub fn follow(
     let mut total = (0.0, 0.0);
     let mut since_sample = (0.0, 0.0);
     let mut missed: u64 = 0;
+    // The host's CPU times at the previous sample, and when they were read.
+    let mut host_before: Option<(std::time::Instant, CpuTimes)> = None;
     let mut take = |r: &WatchInterval,
                     zero: &mut Option<(f64, BTreeMap<String, f64>)>,
                     content: ContentMisses,
@@ -77,6 +81,18 @@ pub fn follow(
                 "the sampler fell behind watch and missed {missed} of its interval records"
             ));
         }
+        let now = (std::time::Instant::now(), CpuTimes::read(&[]));
+        let host = host_before.as_ref().and_then(|(at, before)| {
+            let c = now
+                .1
+                .cores_since(before, now.0.duration_since(*at).as_secs_f64());
+            Some(HostCpu {
+                busy: c.host_busy?,
+                steal: c.host_steal?,
+                cores: c.host_cores?,
+            })
+        });
+        host_before = Some(now);
         let s = SoakSample {
             elapsed_s: r.elapsed_s - *t0,
             received_rate: if since_sample.1 > 0.0 {
@@ -87,6 +103,7 @@ pub fn follow(
             losses: sample::since(&counters, zero_counters),
             processes,
             errors,
+            host,
         };
         *since_sample = (0.0, 0.0);
         *missed = 0;

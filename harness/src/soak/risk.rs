@@ -12,24 +12,31 @@ use crate::record::soak::{FractionRisk, SoakReport, SoakSample};
 pub const NO_EVENT_BOUND_95: f64 = 2.995_732_273_553_991; // ln 20
 
 /// Sample intervals (from the soak's start to the first sample, then between samples) in which
-/// any loss counter rose. A counter missing from a sample (not read that time) is compared at
-/// its next reading against its last one, so its loss lands in that interval.
+/// any loss counter rose.
 pub fn loss_events(samples: &[SoakSample]) -> usize {
+    loss_intervals(samples).into_iter().filter(|&l| l).count()
+}
+
+/// For each sample, whether any loss counter rose in the interval that ends at it. A counter
+/// missing from a sample (not read that time) is compared at its next reading against its last
+/// one, so its loss lands in that interval.
+pub fn loss_intervals(samples: &[SoakSample]) -> Vec<bool> {
     // Counters count from the soak's start: every one starts at zero.
     let mut last: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut events = 0;
-    for s in samples {
-        let mut moved = false;
-        for (name, &v) in &s.losses {
-            let before = last.entry(name.as_str()).or_insert(0.0);
-            if v > *before {
-                moved = true;
-                *before = v;
+    samples
+        .iter()
+        .map(|s| {
+            let mut moved = false;
+            for (name, &v) in &s.losses {
+                let before = last.entry(name.as_str()).or_insert(0.0);
+                if v > *before {
+                    moved = true;
+                    *before = v;
+                }
             }
-        }
-        events += usize::from(moved);
-    }
-    events
+            moved
+        })
+        .collect()
 }
 
 /// Loss events per hour over `soaked_s` seconds (None when nothing was soaked).

@@ -311,6 +311,7 @@ mod tests {
                 .into_iter()
                 .collect(),
                 errors: vec![],
+                host: None,
             })
             .collect()
     }
