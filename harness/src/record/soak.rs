@@ -150,6 +150,10 @@ pub struct FractionRisk {
     pub samples: usize,
     /// Sample intervals in which any loss counter moved.
     pub loss_events: usize,
+    /// Of those, the intervals in which the hypervisor took a quarter of a core or more of the
+    /// harness's host (None where its CPU could not be read): events of the host, not the system.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub events_with_steal: Option<usize>,
     pub events_per_hour: Option<f64>,
     /// With no loss event: the rate of events per hour that a soak this long rules out at 95%
     /// confidence (the true rate is below it).

@@ -210,8 +210,16 @@ pub fn risk_table(r: &RiskReport) -> String {
         when(r.interval_s)
     );
     out.push_str(&format!(
-        "{:>8} {:>11} {:>11} {:>10} {:>7} {:>14}  {:<4}  {}\n",
-        "fraction", "rate Gsps", "recv Gsps", "soaked", "events", "events/hour", "soak", "report"
+        "{:>8} {:>11} {:>11} {:>10} {:>7} {:>11} {:>14}  {:<4}  {}\n",
+        "fraction",
+        "rate Gsps",
+        "recv Gsps",
+        "soaked",
+        "events",
+        "with steal",
+        "events/hour",
+        "soak",
+        "report"
     ));
     for f in &r.fractions {
         let per_hour = match (f.events_per_hour, f.upper_95_per_hour) {
@@ -220,18 +228,22 @@ pub fn risk_table(r: &RiskReport) -> String {
             (None, _) => "-".into(),
         };
         out.push_str(&format!(
-            "{:>8} {:>11} {:>11} {:>10} {:>7} {:>14}  {:<4}  {}\n",
+            "{:>8} {:>11} {:>11} {:>10} {:>7} {:>11} {:>14}  {:<4}  {}\n",
             f.fraction,
             f.rate.map_or("-".into(), crate::gsps),
             f.received_rate.map_or("-".into(), crate::gsps),
             when(f.soaked_s),
             f.loss_events,
+            f.events_with_steal.map_or("-".into(), |n| n.to_string()),
             per_hour,
             if f.pass { "pass" } else { "FAIL" },
             f.out_dir
         ));
     }
     out.push_str("(<x): no loss event; the rate of events is below x an hour at 95% confidence\n");
+    out.push_str(
+        "with steal: loss events in intervals where the hypervisor took a quarter of a core or more of the host\n",
+    );
     out
 }
 
@@ -290,6 +302,7 @@ mod tests {
             soaked_s: hours * 3600.0,
             samples: (hours * 60.0) as usize,
             loss_events: events,
+            events_with_steal: (events > 0).then_some(events - 1),
             events_per_hour: Some(events as f64 / hours),
             upper_95_per_hour: (events == 0).then(|| crate::soak::risk::NO_EVENT_BOUND_95 / hours),
             pass: events == 0,
@@ -319,6 +332,10 @@ mod tests {
         );
         assert!(rows[3].contains("0.50") && rows[3].contains("FAIL"), "{t}");
         assert!(rows[4].contains("4.50"), "{t}");
+        // The events with steal beside the events (after "120.0 min"): 9, of them 8.
+        let cols: Vec<&str> = rows[4].split_whitespace().collect();
+        assert_eq!(&cols[5..7], ["9", "8"], "{t}");
+        assert!(t.contains("with steal: loss events in intervals"), "{t}");
         let svg = super::super::plot::svg(&risk_plot(&r)).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("Loss events per hour") && svg.contains("upper bound"));

@@ -22,6 +22,8 @@ pub struct HostOverSoak {
     /// Mean steal (cores) over the intervals with loss and those without, and how many each.
     pub steal_with_loss: Option<f64>,
     pub with_loss: usize,
+    /// Of the intervals with loss, those with notable steal (a quarter of a core or more).
+    pub with_loss_and_steal: usize,
     pub steal_without_loss: Option<f64>,
     pub without_loss: usize,
 }
@@ -39,6 +41,7 @@ pub fn over_soak(samples: &[SoakSample]) -> Option<HostOverSoak> {
         if lost {
             with += cpu.steal;
             h.with_loss += 1;
+            h.with_loss_and_steal += usize::from(cpu.steal >= NOTABLE_STEAL_CORES);
         } else {
             without += cpu.steal;
             h.without_loss += 1;
@@ -108,7 +111,10 @@ mod tests {
             sample(2e6, Some(2.0)),
         ];
         let h = over_soak(&s).unwrap();
-        assert_eq!((h.with_loss, h.without_loss), (1, 2));
+        assert_eq!(
+            (h.with_loss, h.without_loss, h.with_loss_and_steal),
+            (1, 2, 1)
+        );
         assert_eq!(h.steal_with_loss, Some(2.0));
         assert!((h.steal_without_loss.unwrap() - 0.03).abs() < 1e-12);
         assert_eq!(h.most_steal, 2.0);
@@ -129,7 +135,9 @@ mod tests {
             sample(5.0, Some(0.01)),
             sample(9.0, Some(0.0)),
         ];
-        let line = over_soak(&s).unwrap().line();
+        let h = over_soak(&s).unwrap();
+        assert_eq!(h.with_loss_and_steal, 0);
+        let line = h.line();
         assert!(line.contains("in the 2 intervals with loss"), "{line}");
         assert!(!line.contains("hypervisor"), "{line}");
     }

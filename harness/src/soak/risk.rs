@@ -55,6 +55,7 @@ pub fn of_report(fraction: f64, report: &SoakReport, out_dir: String) -> Fractio
         soaked_s: report.soaked_s,
         samples: report.samples.len(),
         loss_events: events,
+        events_with_steal: super::host::over_soak(&report.samples).map(|h| h.with_loss_and_steal),
         events_per_hour: per_hour(events, report.soaked_s),
         upper_95_per_hour: (events == 0 && hours > 0.0).then(|| NO_EVENT_BOUND_95 / hours),
         pass: report.pass,
