@@ -11,6 +11,8 @@ use procfs::process::Process;
 use procfs::{CurrentSI, KernelStats};
 use serde::Serialize;
 
+use crate::record::soak::HostCpu;
+
 /// CPU seconds used so far: per named process, and by the host (busy, and how many cores).
 #[derive(Clone, Debug, Default)]
 pub struct CpuTimes {
@@ -85,6 +87,15 @@ impl CpuTimes {
 }
 
 impl Cores {
+    /// The host's part, where it was read.
+    pub fn host(&self) -> Option<HostCpu> {
+        Some(HostCpu {
+            busy: self.host_busy?,
+            steal: self.host_steal?,
+            cores: self.host_cores?,
+        })
+    }
+
     /// "dsim 3.1, fengine 6.2, harness 1.8; host 14.9 of 16 (steal 0.2)", or empty if nothing
     /// was read.
     pub fn describe(&self) -> String {

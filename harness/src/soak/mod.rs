@@ -16,7 +16,7 @@ use crate::content::Verdict;
 use crate::control::{Dsim, Engine};
 use crate::cpu::CpuTimes;
 use crate::feed::{Next, Reader};
-use crate::record::soak::{HostCpu, SoakSample};
+use crate::record::soak::SoakSample;
 use crate::record::WatchInterval;
 use sample::{ContentMisses, Reading};
 
@@ -83,14 +83,9 @@ pub fn follow(
         }
         let now = (std::time::Instant::now(), CpuTimes::read(&[]));
         let host = host_before.as_ref().and_then(|(at, before)| {
-            let c = now
-                .1
-                .cores_since(before, now.0.duration_since(*at).as_secs_f64());
-            Some(HostCpu {
-                busy: c.host_busy?,
-                steal: c.host_steal?,
-                cores: c.host_cores?,
-            })
+            now.1
+                .cores_since(before, now.0.duration_since(*at).as_secs_f64())
+                .host()
         });
         host_before = Some(now);
         let s = SoakSample {
