@@ -3,7 +3,9 @@
 //!
 //! The rule: a rate is *sustained* when every trial run at it passed. One failure marks a rate as
 //! failing for good. The search
-//! 1. tries `low` (a failure there ends the search: nothing in range is sustained) and `high`;
+//! 1. tries `low` and `high`. Where `low` fails, the range began above the answer: it steps down
+//!    by a fifth of `low` at a time, at most [`LOW_STEPS`] times, and the first rate that passes
+//!    becomes the lower bound (all failing: nothing is sustained, and the search ends);
 //! 2. bisects between the highest pass and the lowest failure, on a grid of `resolution` above
 //!    `low`, until they are at most `resolution` apart;
 //! 3. repeats the boundary pass `repeats` more times. Near the critical rate a pass is a random
@@ -89,6 +91,9 @@ pub struct SearchResult {
     pub probes: Vec<Probe>,
 }
 
+/// How many times a failing `low` steps down (each by a fifth of it) before the search gives up.
+pub const LOW_STEPS: u32 = 3;
+
 /// Runs the search. `trial(rate, phase)` runs one trial and says whether it passed; its error
 /// aborts the search (an interrupted run, a service that died).
 pub fn search<E>(
@@ -103,19 +108,29 @@ pub fn search<E>(
     };
     // Rates that passed every trial so far, ascending.
     let mut passes: Vec<f64> = Vec::new();
-    if !run(cfg.low, Phase::Bound, &mut probes)? {
+    let mut hi = None;
+    // The lower bound: `low`, or the first step below it that passes.
+    for step in 0..=LOW_STEPS {
+        let rate = cfg.low * f64::from(5 - step) / 5.0;
+        if run(rate, Phase::Bound, &mut probes)? {
+            passes.push(rate);
+            break;
+        }
+        hi = Some(rate);
+    }
+    if passes.is_empty() {
         return Ok(SearchResult {
             best: None,
-            lowest_fail: Some(cfg.low),
+            lowest_fail: hi,
             probes,
         });
     }
-    passes.push(cfg.low);
-    let mut hi = None;
-    if run(cfg.high, Phase::Bound, &mut probes)? {
-        passes.push(cfg.high);
-    } else {
-        hi = Some(cfg.high);
+    if hi.is_none() {
+        if run(cfg.high, Phase::Bound, &mut probes)? {
+            passes.push(cfg.high);
+        } else {
+            hi = Some(cfg.high);
+        }
     }
     loop {
         let Some(&lo) = passes.last() else {
@@ -307,14 +322,27 @@ mod tests {
     #[test]
     fn below_and_above_range() {
         let c = cfg(1e9, 2e9, 10e6, 1);
+        // Nothing passes: `low` and its steps down are tried, then the search gives up.
         let r = search(&c, |_, _| Ok::<_, Infallible>(false)).unwrap();
         assert_eq!(
             (r.best, r.lowest_fail, r.probes.len()),
-            (None, Some(1e9), 1)
+            (None, Some(0.4e9), 1 + LOW_STEPS as usize)
         );
         let r = search(&c, |_, _| Ok::<_, Infallible>(true)).unwrap();
         assert_eq!((r.best, r.lowest_fail), (Some(2e9), None));
         assert_eq!(r.probes.len(), 3);
+    }
+
+    #[test]
+    fn a_failing_low_steps_down_and_searches_below_it() {
+        // A range that starts above the answer: 4.0 fails, 3.2 passes, and the answer (3.6) is
+        // found between them, on the grid of `low`, without trying `high`.
+        let c = cfg(4e9, 5e9, 250e6, 0);
+        let r = search(&c, |rate, _| Ok::<_, Infallible>(rate <= 3.6e9)).unwrap();
+        assert_eq!((r.best, r.lowest_fail), (Some(3.5e9), Some(3.75e9)));
+        let rates: Vec<f64> = r.probes.iter().map(|p| p.rate).collect();
+        assert_eq!(rates[..2], [4e9, 3.2e9]);
+        assert!(rates.iter().all(|&r| r < 4e9 + 1.0), "{rates:?}");
     }
 
     #[test]

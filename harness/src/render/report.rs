@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::gsps;
 use crate::record::{MaxRateReport, ResponsePoint};
+use crate::search::LOW_STEPS;
 
 /// The trials as a text table, then one line per search. With an array, the rates are per
 /// engine (the received one the mean over engines), a column gives the aggregate received, and
@@ -77,7 +78,10 @@ pub fn table(report: &MaxRateReport) -> String {
             } else {
                 "sustained rate"
             },
-            s.best.map_or("none (--low failed)".into(), gsps),
+            s.best.map_or(
+                format!("none (--low and {LOW_STEPS} steps below it failed)"),
+                gsps
+            ),
             match (s.engines, s.aggregate_best) {
                 (Some(n), Some(t)) =>
                     format!(" per engine, {} aggregate over {n} engines", gsps(t)),
