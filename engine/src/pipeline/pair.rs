@@ -9,7 +9,8 @@
 //! - only one polarisation has a chunk: it waits up to a timeout (a few chunk durations, and at
 //!   least [`SLACK`]) or until [`max_pending`](super::max_pending) more arrive, then goes alone;
 //! - a resync notice is a barrier: the other polarisation's chunks before its own notice drain
-//!   alone first, so old and new streams are never paired.
+//!   alone first, so old and new streams are never paired. A polarisation that does not restart
+//!   is not held up by the barrier: its chunks go alone as for a silent partner.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,8 +172,10 @@ impl Pair {
                     1
                 };
                 let q = 1 - p;
-                if matches!(other, Some(C { .. })) && self.has_resync(q) {
-                    // The other polarisation's old stream drains first.
+                if matches!(other, Some(C { .. })) && (self.has_resync(q) || self.overdue(q, now)) {
+                    // The other polarisation's old stream drains first; and while this one waits
+                    // for the other to restart too, the other's chunks wait no longer than for a
+                    // silent partner (else they hold its receivers' buffers, and it loses data).
                     Step::Alone(q)
                 } else if self.overdue(p, now) {
                     // The other polarisation did not restart: stop waiting for it.
@@ -438,6 +441,26 @@ mod tests {
             r.chunk(1, id);
         }
         assert_eq!(r.frames(Instant::now())[0], (11, false, true));
+    }
+
+    #[test]
+    fn one_polarisation_restarting_does_not_hold_up_the_other() {
+        // Pol 1 restarts alone: pol 0's chunks keep leaving, alone, as for a silent partner,
+        // rather than piling up behind pol 1's notice until it times out.
+        let mut r = rig();
+        // Few enough that the rig's frames suffice.
+        r.pair.max_pending = 4;
+        r.resync(1);
+        let last = 10 + r.pair.max_pending as u64;
+        for id in 10..=last {
+            r.chunk(0, id);
+        }
+        assert_eq!(r.frames(Instant::now()), vec![(10, true, false)]);
+        assert_eq!(r.pair.pending[0].len(), r.pair.max_pending);
+        // And by the time they have waited for a partner as long as they would for a silent one.
+        let later = Instant::now() + r.pair.timeout;
+        let alone: Vec<_> = (11..=last).map(|id| (id, true, false)).collect();
+        assert_eq!(r.frames(later), alone);
     }
 
     #[test]
