@@ -207,6 +207,10 @@ pub struct PolInput {
     pub resyncs: u64,
     /// Chunks that found no partner from the other polarisation.
     pub unpaired_chunks: u64,
+    /// Chunks that came after their frame had gone without them: dropped, their heaps counted
+    /// missing with that frame (absent from older engines: 0).
+    #[serde(default)]
+    pub late_chunks: u64,
     /// Packets the kernel dropped at a full receive socket.
     pub socket_drops: u64,
     /// Descriptor heaps received (item descriptors and no timestamp, which a digitiser such as

@@ -260,6 +260,7 @@ fn log_totals(stats: &Stats) {
             heaps_received = p.heaps_received(),
             heaps_missing = p.heaps_missing.load(Ordering::Relaxed),
             unpaired_chunks = p.unpaired_chunks.load(Ordering::Relaxed),
+            late_chunks = p.late_chunks.load(Ordering::Relaxed),
             resyncs = p.resyncs(),
             socket_drops = p.socket_drops.load(Ordering::Relaxed),
             rejected = %rejected.join(" "),

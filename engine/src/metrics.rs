@@ -204,6 +204,12 @@ impl Collector for StatsCollector {
         )?;
         counters(
             enc,
+            "fengine_input_late_chunks",
+            "Chunks dropped for coming after their frame had gone without them.",
+            per_pol(&|p| p.late_chunks.load(Relaxed)),
+        )?;
+        counters(
+            enc,
             "fengine_input_rejected_packets",
             "Digitiser packets dropped, by reason.",
             (0..POLS).flat_map(|p| {

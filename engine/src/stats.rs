@@ -30,6 +30,9 @@ pub struct PolStats {
     pub bound: Mutex<Vec<SocketAddr>>,
     /// Chunks handed to the pairing stage without a partner from the other polarisation.
     pub unpaired_chunks: AtomicU64,
+    /// Chunks that reached the pairing stage after their frame had gone without them (their
+    /// partner waited its time out): dropped, their heaps already counted missing.
+    pub late_chunks: AtomicU64,
     /// Packets the kernel dropped because a receive socket's buffer was full: the receive
     /// threads fell behind (or were held off the processor). A GSO super-packet counts once
     /// (see `spead::transport::UdpSocket::drops`).

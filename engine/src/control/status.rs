@@ -58,6 +58,7 @@ pub(super) fn build(
                 heaps_missing: ps.heaps_missing.load(Relaxed),
                 resyncs: ps.resyncs(),
                 unpaired_chunks: ps.unpaired_chunks.load(Relaxed),
+                late_chunks: ps.late_chunks.load(Relaxed),
                 socket_drops: ps.socket_drops.load(Relaxed),
                 descriptor_heaps: ps.descriptor_heaps.load(Relaxed),
                 digitiser_clip_heaps: ps.digitiser_clip_heaps.load(Relaxed),

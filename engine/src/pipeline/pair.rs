@@ -10,7 +10,10 @@
 //!   least [`SLACK`]) or until [`max_pending`](super::max_pending) more arrive, then goes alone;
 //! - a resync notice is a barrier: the other polarisation's chunks before its own notice drain
 //!   alone first, so old and new streams are never paired. A polarisation that does not restart
-//!   is not held up by the barrier: its chunks go alone as for a silent partner.
+//!   is not held up by the barrier: its chunks go alone as for a silent partner;
+//! - a chunk whose frame has already gone (its partner waited its time out) is dropped and
+//!   counted late, as a frame is never sent twice; ids far below the last frame's are a restarted
+//!   stream, not late.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,10 +68,18 @@ pub struct PairSpec {
     pub max_pending: usize,
 }
 
+/// How far below the last frame's id a chunk is late rather than a restarted stream's: a
+/// restart jumps back further (a new sync time, or timestamps from 0).
+const LATE_SPAN: Duration = Duration::from_secs(10);
+
 pub struct Pair {
     chunk_samples: u64,
     timeout: Duration,
     max_pending: usize,
+    /// [`LATE_SPAN`] in chunks.
+    late_span: u64,
+    /// The id of the frame last handed on.
+    last_emitted: Option<u64>,
     pending: [VecDeque<Entry>; POLS],
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
@@ -80,6 +91,8 @@ impl Pair {
             chunk_samples: spec.chunk_samples,
             timeout: (spec.chunk * 3).max(SLACK),
             max_pending: spec.max_pending,
+            late_span: (LATE_SPAN.as_secs_f64() / spec.chunk.as_secs_f64().max(1e-9)).ceil() as u64,
+            last_emitted: None,
             pending: [VecDeque::new(), VecDeque::new()],
             stats,
             stop,
@@ -206,11 +219,15 @@ impl Pair {
                     let a = self.take_chunk(0);
                     let b = self.take_chunk(1);
                     match (a, b) {
+                        (Some((id, a)), Some((_, b))) if self.is_late(id) => {
+                            self.drop_late(0, a, ctx) && self.drop_late(1, b, ctx)
+                        }
                         (Some((id, a)), Some((_, b))) => self.emit(id, [Some(a), Some(b)], ctx),
                         _ => true,
                     }
                 }
                 Step::Alone(p) => match self.take_chunk(p) {
+                    Some((id, c)) if self.is_late(id) => self.drop_late(p, c, ctx),
                     Some((id, c)) => {
                         self.stats.pols[p]
                             .unpaired_chunks
@@ -229,6 +246,20 @@ impl Pair {
                 return false;
             }
         }
+    }
+
+    /// Whether the frame `id` has already gone: at or just below the last one handed on.
+    fn is_late(&self, id: u64) -> bool {
+        self.last_emitted
+            .is_some_and(|last| id <= last && last - id < self.late_span)
+    }
+
+    /// Gives a late chunk's buffer back to its receivers, uncomputed. False when shutting down.
+    fn drop_late(&mut self, pol: usize, chunk: Chunk<HostBuffer>, ctx: &mut Ctx) -> bool {
+        self.stats.pols[pol]
+            .late_chunks
+            .fetch_add(1, Ordering::Relaxed);
+        ctx.returns[pol].send(chunk).is_ok()
     }
 
     /// Pops the front of `pol`'s queue if it is a chunk.
@@ -270,6 +301,7 @@ impl Pair {
         work.meta.id = id;
         work.meta.computed = false;
         work.frame.input.timestamp = id.saturating_mul(self.chunk_samples);
+        self.last_emitted = Some(id);
         send_until_stop(&ctx.to_compute, work, &self.stop)
     }
 }
@@ -464,8 +496,30 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_whose_frame_has_gone_is_dropped_as_late() {
+        let mut r = rig();
+        // The rig's chunks last 0.5 ms: a span of 5 of them, for the restart below.
+        r.pair.late_span = 5;
+        r.chunk(0, 10);
+        let later = Instant::now() + r.pair.timeout;
+        assert_eq!(r.frames(later), vec![(10, true, false)]);
+        // Pol 1's chunk 10 comes after its frame went without it: no second frame 10.
+        r.chunk(1, 10);
+        r.chunk(0, 11);
+        r.chunk(1, 11);
+        assert_eq!(r.frames(Instant::now()), vec![(11, true, true)]);
+        let late = |p: usize| r.pair.stats.pols[p].late_chunks.load(Ordering::Relaxed);
+        assert_eq!((late(0), late(1)), (0, 1));
+        // A stream restarted from far back is not late.
+        r.chunk(0, 1);
+        r.chunk(1, 1);
+        assert_eq!(r.frames(Instant::now()), vec![(1, true, true)]);
+    }
+
+    #[test]
     fn old_and_new_streams_are_never_paired() {
         let mut r = rig();
+        r.pair.late_span = 5;
         r.chunk(0, 100);
         r.resync(0);
         r.chunk(0, 3);

@@ -100,6 +100,94 @@ fn silent_case(s: Setup) {
     );
 }
 
+/// Each polarisation from a dsim of its own; pol 1's is descheduled for 2 s (SIGSTOP), past
+/// its --max-late, and skips ahead when it runs again: for the engine, pol 1's stream stops and
+/// restarts. Pol 0 loses nothing meanwhile (its chunks go alone, as for a silent partner, rather
+/// than waiting behind pol 1's restart until its receivers run out of buffers), and the two pair
+/// again.
+#[test]
+fn one_polarisations_digitiser_stalls_and_skips_ahead() {
+    let s = Setup::new();
+    let _turn = serial();
+    let t0 = Instant::now();
+    let gain = 64.0 / s.tone_response(0.25);
+    let sys = System::start(s.clone(), gain, 1e-6);
+    let sync = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 1.0;
+    let mut args = s.tone_args(&[s.channels / 3], 0.25);
+    args.extend(["--sync-time".into(), format!("{sync}")]);
+    let _pol0 = sys.start_dsim_for(0, &args);
+    let pol1 = sys.start_dsim_for(1, &args);
+    sys.out.wait_count(4, Duration::from_secs(60));
+    // Past the start's own losses (the first chunks, one dsim starting before the other).
+    std::thread::sleep(Duration::from_secs(1));
+    let before = sys.engine_status();
+
+    pol1.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    pol1.signal(libc::SIGCONT);
+    // Until both pair again: a second with no chunk alone.
+    let limit = Duration::from_secs(20);
+    let resumed = Instant::now();
+    let mut last = sys.engine_status();
+    let after = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = sys.engine_status();
+        let unpaired = |st: &Status| [0, 1].map(|p| st.input.pols[p].unpaired_chunks);
+        if now.input.pols[1].resyncs > before.input.pols[1].resyncs
+            && unpaired(&now) == unpaired(&last)
+        {
+            break now;
+        }
+        assert!(
+            resumed.elapsed() < limit,
+            "the polarisations did not pair again within {limit:?}: {now:?}"
+        );
+        last = now;
+    };
+    fn p0(st: &Status) -> &fgpu_api::engine::PolInput {
+        &st.input.pols[0]
+    }
+    assert_eq!(
+        p0(&after).heaps_missing,
+        p0(&before).heaps_missing,
+        "pol 0 lost heaps while pol 1 restarted: before {:?}, after {:?}",
+        p0(&before),
+        p0(&after)
+    );
+    assert_eq!(
+        rejected(&before, &after, 0, "no_buffer"),
+        0,
+        "pol 0's receivers ran out of buffers"
+    );
+    assert!(
+        p0(&after).unpaired_chunks > p0(&before).unpaired_chunks,
+        "pol 0's chunks went alone while pol 1 was away"
+    );
+    assert_eq!(
+        p0(&after).resyncs,
+        p0(&before).resyncs,
+        "pol 0 did not restart"
+    );
+    // A chunk of pol 1 that came after its frame had gone without it is dropped, not sent as a
+    // second frame of the same id.
+    assert_eq!(sys.out.repeats(), 0, "an output heap came twice");
+    let skipped = wideband(&after).heaps_skipped - wideband(&before).heaps_skipped;
+    eprintln!(
+        "one polarisation's digitiser stalled 2 s and skipped ahead: pol 1 missed {} heaps, \
+         restarted, {} chunks late; pol 0 missed none, {} of its chunks alone; {skipped} output \
+         heaps skipped; paired again {:.1} s after it resumed, {:.1} s",
+        after.input.pols[1].heaps_missing - before.input.pols[1].heaps_missing,
+        after.input.pols[1].late_chunks - before.input.pols[1].late_chunks,
+        p0(&after).unpaired_chunks - p0(&before).unpaired_chunks,
+        resumed.elapsed().as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
 /// Duplicated and reordered heaps lose nothing; corrupted and truncated ones are lost, each
 /// counted under its reason.
 #[test]

@@ -103,6 +103,13 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends the process `signal` (SIGSTOP and SIGCONT: a host that deschedules it).
+    pub(crate) fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid, which it keeps until waited for.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill {pid} {signal}");
+    }
+
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -358,25 +365,37 @@ impl System {
 
     /// Starts dsim sending to the engine, with extra arguments.
     pub(crate) fn start_dsim(&mut self, extra: &[String]) {
-        let s = &self.setup;
-        let mut cmd = Command::new(dsim_binary());
-        cmd.args([
-            "--pol0-dest",
-            &self.sources[0],
-            "--pol1-dest",
-            &self.sources[1],
-        ])
-        .args(["--rate", &s.rate.to_string()])
-        .args(["--heap-samples", &s.heap_samples.to_string()])
-        .args(["--sample-bits", &s.sample_bits.to_string()])
-        .args(["--control", "127.0.0.1:0"])
-        .args(["--threads", "1"])
-        .args(["--buffer-heaps", "1024"])
-        .args(extra)
-        .env("RUST_LOG", "info");
-        let mut p = Proc::spawn("dsim", cmd);
+        let mut p = self.spawn_dsim(&self.sources, extra);
         self.dsim_ctl = Some(Control::new(p.control_addr()));
         self.dsim = Some(p);
+    }
+
+    /// A dsim of its own for polarisation `pol` alone, as a digitiser per polarisation: its
+    /// other polarisation goes to a port nobody reads. The caller owns it (two such share a
+    /// clock when given the same --sync-time).
+    pub(crate) fn start_dsim_for(&self, pol: usize, extra: &[String]) -> Proc {
+        let nowhere = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .to_string();
+        let mut dests = [nowhere.clone(), nowhere];
+        dests[pol] = self.sources[pol].clone();
+        self.spawn_dsim(&dests, extra)
+    }
+
+    fn spawn_dsim(&self, dests: &[String; 2], extra: &[String]) -> Proc {
+        let s = &self.setup;
+        let mut cmd = Command::new(dsim_binary());
+        cmd.args(["--pol0-dest", &dests[0], "--pol1-dest", &dests[1]])
+            .args(["--rate", &s.rate.to_string()])
+            .args(["--heap-samples", &s.heap_samples.to_string()])
+            .args(["--sample-bits", &s.sample_bits.to_string()])
+            .args(["--control", "127.0.0.1:0"])
+            .args(["--threads", "1"])
+            .args(["--buffer-heaps", "1024"])
+            .args(extra)
+            .env("RUST_LOG", "info");
+        Proc::spawn("dsim", cmd)
     }
 
     /// dsim's control API (dsim must be running).

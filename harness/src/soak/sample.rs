@@ -18,10 +18,11 @@ use crate::record::WatchInterval;
 /// missing-input and skipped-output counters named on the command line (`--missing-metric`,
 /// `--skipped-metric`). Each is judged where the engine has it, and left out where it does not
 /// (another engine's names).
-pub const ENGINE_EXTRA: [(&str, &str); 4] = [
+pub const ENGINE_EXTRA: [(&str, &str); 5] = [
     ("engine_input_socket_drops", "input socket drops"),
     ("engine_rejected_packets", "input rejected packets"),
     ("engine_unpaired_chunks", "unpaired chunks"),
+    ("engine_late_chunks", "late chunks"),
     ("engine_input_resyncs", "input resyncs"),
 ];
 
