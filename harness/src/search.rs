@@ -3,9 +3,10 @@
 //!
 //! The rule: a rate is *sustained* when every trial run at it passed. One failure marks a rate as
 //! failing for good. The search
-//! 1. tries `low` and `high`. Where `low` fails, the range began above the answer: it steps down
-//!    by a fifth of `low` at a time, at most [`LOW_STEPS`] times, and the first rate that passes
-//!    becomes the lower bound (all failing: nothing is sustained, and the search ends);
+//! 1. tries `low` and `high`. Where `low` fails (or a repeat refutes it, below), the range began
+//!    above the answer: it steps down by a fifth of `low` at a time, at most [`LOW_STEPS`] times,
+//!    and the first rate that passes becomes the lower bound (all failing: nothing is sustained,
+//!    and the search ends);
 //! 2. bisects between the highest pass and the lowest failure, on a grid of `resolution` above
 //!    `low`, until they are at most `resolution` apart;
 //! 3. repeats the boundary pass `repeats` more times. Near the critical rate a pass is a random
@@ -109,36 +110,34 @@ pub fn search<E>(
     // Rates that passed every trial so far, ascending.
     let mut passes: Vec<f64> = Vec::new();
     let mut hi = None;
-    // The lower bound: `low`, or the first step below it that passes.
-    for step in 0..=LOW_STEPS {
-        let rate = cfg.low * f64::from(5 - step) / 5.0;
-        if run(rate, Phase::Bound, &mut probes)? {
-            passes.push(rate);
-            break;
-        }
-        hi = Some(rate);
-    }
-    if passes.is_empty() {
-        return Ok(SearchResult {
-            best: None,
-            lowest_fail: hi,
-            probes,
-        });
-    }
-    if hi.is_none() {
-        if run(cfg.high, Phase::Bound, &mut probes)? {
-            passes.push(cfg.high);
-        } else {
-            hi = Some(cfg.high);
-        }
-    }
+    // The next lower bound to try: `low` (0), then its steps down.
+    let mut step = 0;
     loop {
         let Some(&lo) = passes.last() else {
-            return Ok(SearchResult {
-                best: None,
-                lowest_fail: hi,
-                probes,
-            });
+            // No lower bound yet, or it was refuted by a repeat: the next step down.
+            if step > LOW_STEPS {
+                return Ok(SearchResult {
+                    best: None,
+                    lowest_fail: hi,
+                    probes,
+                });
+            }
+            let rate = cfg.low * f64::from(5 - step) / 5.0;
+            step += 1;
+            if !run(rate, Phase::Bound, &mut probes)? {
+                hi = Some(rate);
+            } else if hi.is_some() {
+                passes.push(rate);
+            } else {
+                // The range's first pass: try its top too.
+                passes.push(rate);
+                if run(cfg.high, Phase::Bound, &mut probes)? {
+                    passes.push(cfg.high);
+                } else {
+                    hi = Some(cfg.high);
+                }
+            }
+            continue;
         };
         if let Some(h) = hi {
             if h - lo > cfg.resolution * (1.0 + 1e-9) {
@@ -343,6 +342,26 @@ mod tests {
         let rates: Vec<f64> = r.probes.iter().map(|p| p.rate).collect();
         assert_eq!(rates[..2], [4e9, 3.2e9]);
         assert!(rates.iter().all(|&r| r < 4e9 + 1.0), "{rates:?}");
+    }
+
+    #[test]
+    fn a_refuted_low_steps_down_too() {
+        // As on a host whose answer drifted down during the search: 4.5 and 4.75 pass once and
+        // then fail their repeats; the search goes below --low rather than answering none.
+        let c = cfg(4.5e9, 6.5e9, 250e6, 1);
+        let mut tried = std::collections::HashMap::new();
+        let r = search(&c, |rate, _| {
+            let n = tried.entry(rate.to_bits()).or_insert(0);
+            *n += 1;
+            Ok::<_, Infallible>(rate <= 4.0e9 || (rate <= 4.75e9 && *n == 1))
+        })
+        .unwrap();
+        assert_eq!(r.best, Some(4.0e9), "{:?}", r.probes);
+        assert_eq!(r.lowest_fail, Some(4.25e9));
+        assert!(r
+            .probes
+            .iter()
+            .any(|p| p.rate == 3.6e9 && p.phase == Phase::Bound));
     }
 
     #[test]

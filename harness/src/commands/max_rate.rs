@@ -22,8 +22,8 @@ use crate::trial::{self, TrialConfig};
 pub struct MaxRateArgs {
     #[command(flatten)]
     pub system: SystemArgs,
-    /// Lowest rate tried (sample/s per polarisation); where it fails, the search steps down by a
-    /// fifth of it, up to three times, and searches below it.
+    /// Lowest rate tried (sample/s per polarisation); where it fails (or fails a repeat), the
+    /// search steps down by a fifth of it, up to three times, and searches below it.
     #[arg(long)]
     pub low: f64,
     /// Highest rate tried (sample/s per polarisation).
