@@ -42,7 +42,7 @@ pub(super) const DELAY: Check = Check {
     name: "delay",
     title: "Delay",
     requirement: "With polarisation 1 advanced by 3.37 samples and the engine loaded with that delay, the residual phase is within 1 degree in every channel below 0.9 of Nyquist (a narrowband output: through its mixer, every channel of a band below that). (katgpucbf: CBF-REQ-0128, 0185)",
-    method: "The same noise (one seed) in both polarisations; dsim advances polarisation 1 by 3.37 samples (exactly: tones at the delayed time, noise by a fractional delay exact to 0.2 degree below 0.9 of Nyquist). First without compensation the phase slope of x1 conj(x0) must show dsim's delay (within 0.01 samples, 0.01 D for a narrowband output of decimation D: the bench checks itself); then with the engine's delay loaded the residual phase of every channel is measured.",
+    method: "The same noise (one seed) in both polarisations; dsim advances polarisation 1 by 3.37 samples (exactly: tones at the delayed time, noise by a fractional delay exact to 0.2 degree below 0.9 of Nyquist). First without compensation the phase slope of x1 conj(x0) must show dsim's delay (within 0.01 samples, 0.01 D for a narrowband output of decimation D: the bench checks itself); then with the engine's delay loaded the residual phase of every channel is measured. A window the output moved past with fewer than half its spectra received (heaps lost to a stalled host) sets the attempt aside, reported with what dsim, the engine and the harness lost around it, and the test is made once more.",
     run: delay,
     needs_ddc: false,
 };
@@ -51,7 +51,7 @@ pub(super) const DELAY_ENABLE: Check = Check {
     name: "delay-enable",
     title: "Delay enable/disable",
     requirement: "Loading the compensating delay, clearing it and loading it again gives, each time, the state asked for: the residual within 1 degree when loaded, dsim's delay within 0.01 samples (narrowband: 0.01 D) when cleared. (katgpucbf: CBF-REQ-0066, 0110, 0187, 0188)",
-    method: "As the delay test, toggling the engine's model three times: loaded, cleared (all zero), loaded.",
+    method: "As the delay test, toggling the engine's model three times: loaded, cleared (all zero), loaded. A window lost to heaps lost on the way is handled as in the delay test: the attempt is reported and made once more.",
     run: delay_enable,
     needs_ddc: false,
 };
@@ -60,7 +60,7 @@ pub(super) const PHASE: Check = Check {
     name: "phase",
     title: "Phase",
     requirement: "A fringe phase of 0.7 rad loaded on polarisation 1 (with the compensating delay) shows in every channel below 0.9 of the band within 1 degree. (katgpucbf: CBF-REQ-0128, 0112)",
-    method: "As the delay test, with phase 0.7 rad in the model; each channel's phase is compared with 0.7 rad.",
+    method: "As the delay test, with phase 0.7 rad in the model; each channel's phase is compared with 0.7 rad. A window lost to heaps lost on the way is handled as in the delay test: the attempt is reported and made once more.",
     run: phase,
     needs_ddc: false,
 };
@@ -69,7 +69,7 @@ pub(super) const DELAY_RATE: Check = Check {
     name: "delay-rate",
     title: "Delay rate",
     requirement: "A delay rate loaded at a timestamp makes the residual delay drift as predicted: in two windows after the load, the residual delay is within 0.01 samples (narrowband: 0.01 D) of -rate (t - t_load). (katgpucbf: CBF-REQ-0128, 0185)",
-    method: "The compensating delay plus a rate of half a sample (narrowband: D/2) per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) (a least-squares line across the channels, every channel summed over the same spectra) in a window starting one window after the load and in one S later; a linear drift averages to its value at the mean timestamp of the spectra summed, which is the prediction. A window the output moved past with fewer than half its spectra received (heaps lost to a stalled host) sets the attempt aside, reported with what dsim, the engine and the harness lost around it, and the test is made once more.",
+    method: "The compensating delay plus a rate of half a sample (narrowband: D/2) per S samples (S four integration windows), loaded at a future timestamp. The residual delay is the phase slope of x1 conj(x0) (a least-squares line across the channels, every channel summed over the same spectra) in a window starting one window after the load and in one S later; a linear drift averages to its value at the mean timestamp of the spectra summed, which is the prediction. A window lost to heaps lost on the way is handled as in the delay test: the attempt is reported and made once more.",
     run: delay_rate,
     needs_ddc: false,
 };
@@ -78,7 +78,7 @@ pub(super) const PHASE_RATE: Check = Check {
     name: "phase-rate",
     title: "Phase rate",
     requirement: "A phase rate loaded at a timestamp makes the phase drift as predicted: in two windows after the load, every channel below 0.9 of the band is within 1 degree of rate (t - t_load). (katgpucbf: CBF-REQ-0128, 0112)",
-    method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the mean timestamp of the spectra summed. A window lost to heaps lost on the way is handled as in delay-rate: the attempt is reported and made once more.",
+    method: "The compensating delay plus a phase rate of one radian per S samples, loaded at a future timestamp; each window's phase per channel is compared with the model at the mean timestamp of the spectra summed. A window lost to heaps lost on the way is handled as in the delay test: the attempt is reported and made once more.",
     run: phase_rate,
     needs_ddc: false,
 };
@@ -228,16 +228,23 @@ fn compensated(
 }
 
 fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    let s = match prepare(b)? {
-        Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why.to_string())),
-    };
+    check_once_more(b, plan, "delay", progress, delay_attempt)
+}
+
+fn delay_attempt(
+    b: &Bench,
+    plan: &Plan,
+    s: &Setup,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured> {
     let mut m = Measured::default();
-    let tau = uncompensated(b, &s, s.from, plan.spectra, &mut m, "uncompensated")?;
+    // A second attempt starts after the first, from the stream's present.
+    let from = s.from.max(b.after_now()?);
+    let tau = uncompensated(b, s, from, plan.spectra, &mut m, "uncompensated")?;
     progress(&format!(
         "delay: uncompensated, measured {tau:.4} samples (dsim {TAU})"
     ));
-    let errors = compensated(b, &s, plan.spectra, 0.0, &mut m, "compensated")?;
+    let errors = compensated(b, s, plan.spectra, 0.0, &mut m, "compensated")?;
     progress("delay: compensated");
     // The headline is the compensated residual; the bench's own check follows.
     m.figures.rotate_left(1);
@@ -251,19 +258,24 @@ fn delay(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measu
 }
 
 fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    let s = match prepare(b)? {
-        Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why.to_string())),
-    };
+    check_once_more(b, plan, "delay-enable", progress, delay_enable_attempt)
+}
+
+fn delay_enable_attempt(
+    b: &Bench,
+    plan: &Plan,
+    s: &Setup,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured> {
     let mut m = Measured::default();
     let spectra = (plan.spectra / 2).max(200);
-    let first = compensated(b, &s, spectra, 0.0, &mut m, "loaded")?;
+    let first = compensated(b, s, spectra, 0.0, &mut m, "loaded")?;
     progress("delay-enable: loaded");
     b.clear_delays()?;
     let from = b.after_now()?;
-    let tau = uncompensated(b, &s, from, spectra, &mut m, "cleared")?;
+    let tau = uncompensated(b, s, from, spectra, &mut m, "cleared")?;
     progress(&format!("delay-enable: cleared, {tau:.4} samples"));
-    let again = compensated(b, &s, spectra, 0.0, &mut m, "loaded again")?;
+    let again = compensated(b, s, spectra, 0.0, &mut m, "loaded again")?;
     progress("delay-enable: loaded again");
     b.clear_delays()?;
     m.plots.push(error_plot(
@@ -275,12 +287,17 @@ fn delay_enable(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Resul
 }
 
 fn phase(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    let s = match prepare(b)? {
-        Ok(s) => s,
-        Err(why) => return Ok(Measured::not_run(why.to_string())),
-    };
+    check_once_more(b, plan, "phase", progress, phase_attempt)
+}
+
+fn phase_attempt(
+    b: &Bench,
+    plan: &Plan,
+    s: &Setup,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured> {
     let mut m = Measured::default();
-    let errors = compensated(b, &s, plan.spectra, 0.7, &mut m, "phase 0.7 rad")?;
+    let errors = compensated(b, s, plan.spectra, 0.7, &mut m, "phase 0.7 rad")?;
     progress("phase: measured");
     b.clear_delays()?;
     m.plots.push(error_plot(
@@ -309,8 +326,7 @@ fn mid_point(int: &Integration, w0: u64, w1: u64, b: &Bench) -> f64 {
         .unwrap_or((w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64)
 }
 
-/// Runs a rate test's `attempt` (a model loaded at a future timestamp, its two windows
-/// measured). Where the output moved past a window with fewer than half its spectra received
+/// Runs a test's `attempt` (models loaded, windows measured). Where the output moved past a window with fewer than half its spectra received
 /// (heaps lost on the way: a stalled host), that attempt is reported with what dsim, the engine
 /// and the harness lost around it, and the test made once more; the second attempt is judged.
 fn once_more(
@@ -351,17 +367,17 @@ fn once_more(
     Ok(m)
 }
 
-/// One attempt of a rate check, from its setup.
-type RateAttempt = fn(&Bench, &Plan, &Setup, &mut dyn FnMut(&str)) -> Result<Measured>;
+/// One attempt of a check of this family, from its setup.
+type Attempt = fn(&Bench, &Plan, &Setup, &mut dyn FnMut(&str)) -> Result<Measured>;
 
-/// A rate check: the delay test's setup, then the attempt, measured once more where a window
-/// was lost.
-fn rate_check(
+/// A check of this family: the delay test's setup, then the attempt, made once more where a
+/// window was lost.
+fn check_once_more(
     b: &Bench,
     plan: &Plan,
     name: &str,
     progress: &mut dyn FnMut(&str),
-    attempt: RateAttempt,
+    attempt: Attempt,
 ) -> Result<Measured> {
     let s = match prepare(b)? {
         Ok(s) => s,
@@ -371,7 +387,7 @@ fn rate_check(
 }
 
 fn delay_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    rate_check(b, plan, "delay-rate", progress, delay_rate_attempt)
+    check_once_more(b, plan, "delay-rate", progress, delay_rate_attempt)
 }
 
 fn delay_rate_attempt(
@@ -436,7 +452,7 @@ fn delay_rate_attempt(
 }
 
 fn phase_rate(b: &Bench, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Measured> {
-    rate_check(b, plan, "phase-rate", progress, phase_rate_attempt)
+    check_once_more(b, plan, "phase-rate", progress, phase_rate_attempt)
 }
 
 fn phase_rate_attempt(
