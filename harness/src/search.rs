@@ -85,7 +85,7 @@ pub struct Probe {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SearchResult {
-    /// Highest sustained rate found (None: even `low` failed).
+    /// Highest sustained rate found (None: `low` and its steps down all failed).
     pub best: Option<f64>,
     /// Lowest rate that failed (None: `high` was sustained).
     pub lowest_fail: Option<f64>,

@@ -255,7 +255,7 @@ impl Pair {
     }
 
     /// Gives a late chunk's buffer back to its receivers, uncomputed. False when shutting down.
-    fn drop_late(&mut self, pol: usize, chunk: Chunk<HostBuffer>, ctx: &mut Ctx) -> bool {
+    fn drop_late(&self, pol: usize, chunk: Chunk<HostBuffer>, ctx: &Ctx) -> bool {
         self.stats.pols[pol]
             .late_chunks
             .fetch_add(1, Ordering::Relaxed);
