@@ -133,6 +133,19 @@ impl SoakArgs {
                 self.duration
             );
         }
+        // Growth is judged from the first sample at or after the baseline to a later one: a
+        // soak that ends on that sample fails after its whole run for want of a second.
+        let baseline_sample = (self.baseline / self.interval).ceil() * self.interval;
+        if baseline_sample + 1.0 > self.duration {
+            bail!(
+                "--duration ({} s) ends on the memory baseline's sample (at {baseline_sample} s, \
+                 the first at or after --baseline {} s, one every --interval {} s), leaving none \
+                 to judge growth by: give a longer --duration or a shorter --baseline",
+                self.duration,
+                self.baseline,
+                self.interval
+            );
+        }
         if let Some(f) = self.fraction {
             if !(f.is_finite() && f > 0.0) {
                 bail!("--fraction must be above 0 (got {f})");
@@ -550,6 +563,10 @@ mod tests {
         assert!(err("--local --max-rate 1e9 --adc-rate 1e8").starts_with("give either --adc-rate"));
         assert!(err("--local --duration 30").contains("--baseline (60 s) must be shorter"));
         assert!(err("--local --interval 0").starts_with("--interval must be"));
+        // A baseline whose sample is the last leaves nothing to judge growth by.
+        assert!(err("--local --duration 75 --interval 25")
+            .starts_with("--duration (75 s) ends on the memory baseline's sample (at 75 s"));
+        assert!(args("--local --duration 90 --interval 30").check().is_ok());
         assert!(
             err("--local --max-rate 1e9 --fraction=-1").starts_with("--fraction must be above 0")
         );
