@@ -126,11 +126,11 @@ pub fn search<E>(
             step += 1;
             if !run(rate, Phase::Bound, &mut probes)? {
                 hi = Some(rate);
-            } else if hi.is_some() {
-                passes.push(rate);
-            } else {
-                // The range's first pass: try its top too.
-                passes.push(rate);
+                continue;
+            }
+            passes.push(rate);
+            // The range's first pass: try its top too.
+            if hi.is_none() {
                 if run(cfg.high, Phase::Bound, &mut probes)? {
                     passes.push(cfg.high);
                 } else {

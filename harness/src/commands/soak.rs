@@ -134,7 +134,8 @@ impl SoakArgs {
             );
         }
         // Growth is judged from the first sample at or after the baseline to a later one: a
-        // soak that ends on that sample fails after its whole run for want of a second.
+        // soak that ends on that sample (or within a second of it, too soon for the run's
+        // closing sample) fails after its whole run for want of a second.
         let baseline_sample = (self.baseline / self.interval).ceil() * self.interval;
         if baseline_sample + 1.0 > self.duration {
             bail!(

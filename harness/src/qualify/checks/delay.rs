@@ -326,9 +326,10 @@ fn mid_point(int: &Integration, w0: u64, w1: u64, b: &Bench) -> f64 {
         .unwrap_or((w0 + w1) as f64 / 2.0 - 0.5 * b.geometry.step() as f64)
 }
 
-/// Runs a test's `attempt` (models loaded, windows measured). Where the output moved past a window with fewer than half its spectra received
-/// (heaps lost on the way: a stalled host), that attempt is reported with what dsim, the engine
-/// and the harness lost around it, and the test made once more; the second attempt is judged.
+/// Runs a test's `attempt` (models loaded, windows measured). Where the output moved past a
+/// window with fewer than half its spectra received (heaps lost on the way: a stalled host), that
+/// attempt is reported with what dsim, the engine and the harness lost around it, and the test
+/// made once more; the second attempt is judged.
 fn once_more(
     b: &Bench,
     name: &str,
